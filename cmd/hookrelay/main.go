@@ -1,0 +1,125 @@
+// Command hookrelay is the operator CLI.
+//
+//	hookrelay [--config PATH] migrate                 apply the embedded migrations
+//	hookrelay [--config PATH] topology export [--out FILE]
+//	                                                  write the RabbitMQ definitions file
+//	hookrelay [--config PATH] topology apply          declare the topology on the broker
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/store"
+)
+
+const usage = `usage: hookrelay [--config PATH] <command>
+
+commands:
+  migrate                    apply the embedded database migrations (safe to run concurrently)
+  topology export [--out F]  write the RabbitMQ definitions file (default topology/definitions.json)
+  topology apply             declare exchanges, queues and bindings on the broker
+`
+
+func main() {
+	fs := flag.NewFlagSet("hookrelay", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	configPath := fs.String("config", "", "config file (default $HOOKRELAY_CONFIG or config.yaml)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, config.Path(*configPath, os.LookupEnv), fs.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "hookrelay:", err)
+		stop()
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, configPath string, args []string) error {
+	if len(args) == 0 {
+		return usageError{"no command given"}
+	}
+	cfg, err := config.Load(configPath, os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "migrate":
+		v, err := store.Migrate(ctx, cfg.Database.URL)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("database schema at version %d\n", v)
+		return nil
+	case "topology":
+		if len(args) < 2 {
+			return usageError{"topology needs export or apply"}
+		}
+		return topology(ctx, cfg, args[1], args[2:])
+	}
+	return usageError{fmt.Sprintf("unknown command %q", args[0])}
+}
+
+func topology(_ context.Context, cfg *config.Config, sub string, args []string) error {
+	topo := app.Topology(cfg)
+	switch sub {
+	case "export":
+		fs := flag.NewFlagSet("topology export", flag.ContinueOnError)
+		out := fs.String("out", filepath.Join("topology", "definitions.json"), "file to write, - for stdout")
+		if err := fs.Parse(args); err != nil {
+			return usageError{err.Error()}
+		}
+		defs, err := topo.Definitions()
+		if err != nil {
+			return err
+		}
+		if *out == "-" {
+			_, err = os.Stdout.Write(defs)
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", filepath.Dir(*out), err)
+		}
+		if err := os.WriteFile(*out, defs, 0o644); err != nil {
+			return fmt.Errorf("writing %s: %w", *out, err)
+		}
+		fmt.Printf("wrote %s\n", *out)
+		return nil
+	case "apply":
+		conn, err := amqp.Dial(cfg.AMQP.URL, "hookrelay-cli")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("opening channel: %w", err)
+		}
+		if err := topo.Declare(ch); err != nil {
+			return err
+		}
+		fmt.Printf("declared %d exchanges, %d queues, %d bindings\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings))
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown topology command %q", sub)}
+}

@@ -1,0 +1,114 @@
+// Package app wires hookrelay's packages into the receiver and dispatcher
+// processes from a validated config. The cmd/* mains only parse flags and
+// signals and call it; tests call it to run the real processes in-process.
+package app
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/extract"
+	"github.com/hookrelay/hookrelay/internal/ingest"
+	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+)
+
+// NewLogger returns the process logger described by cfg, writing to w.
+func NewLogger(cfg config.Log, w io.Writer) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(cfg.Level)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("log.level: %w", err)
+	}
+	if cfg.Format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+// Topology returns the RabbitMQ topology for cfg.
+func Topology(cfg *config.Config) amqp.Topology {
+	tc := amqp.TopologyConfig{Prefix: cfg.AMQP.Prefix}
+	for _, r := range cfg.Routes {
+		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: r.Bindings})
+	}
+	return amqp.BuildTopology(tc)
+}
+
+// Sources builds the ingest sources from cfg.
+func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error) {
+	out := make([]ingest.Source, 0, len(cfg.Sources))
+	for i, s := range cfg.Sources {
+		key := fmt.Sprintf("sources[%d]", i)
+		var v signature.Verifier
+		switch s.Verify.Scheme {
+		case "none":
+			logger.Warn().Str("source", s.Name).Msg("source accepts unsigned requests (verify.scheme none)")
+			v = signature.None{}
+		case "hmac":
+			h, err := signature.NewHMAC(signature.HMACConfig{
+				Secrets: s.Verify.Secrets, Algorithm: s.Verify.Algorithm, Encoding: s.Verify.Encoding,
+				Header: s.Verify.Header, Prefix: s.Verify.Prefix,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("%s.verify: %w", key, err)
+			}
+			v = h
+		default:
+			return nil, fmt.Errorf("%s.verify.scheme: unknown scheme %q", key, s.Verify.Scheme)
+		}
+		idem := s.Idempotency
+		ec := extract.Config{
+			IdempotencyHeaders: idem.Headers,
+			IdempotencyPaths:   idem.JSONPaths,
+			EventTypeHeader:    s.EventType.Header,
+			EventTypePath:      s.EventType.JSONPath,
+		}
+		if idem.Header != "" {
+			ec.IdempotencyHeaders = []string{idem.Header}
+		}
+		if idem.JSONPath != "" {
+			ec.IdempotencyPaths = []string{idem.JSONPath}
+		}
+		x, err := extract.New(ec)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x})
+	}
+	return out, nil
+}
+
+// newRegistry returns a registry with the Go runtime and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// listen opens addr unless ln is already given.
+func listen(ln net.Listener, addr string) (net.Listener, error) {
+	if ln != nil {
+		return ln, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// hostname names connections in pg_stat_activity and the management UI.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}

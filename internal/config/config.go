@@ -1,0 +1,170 @@
+// Package config loads and validates hookrelay's configuration: a YAML file
+// (config.yaml by default) overridden by HOOKRELAY_* environment variables,
+// with ${VAR} references expanded from the environment. It is the only
+// package that touches viper. Every invalid value is an error that names the
+// key (routes[1].bindings[0]: ...); nothing falls back silently to a default.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration shared by receiver, dispatcher and the
+// hookrelay CLI.
+type Config struct {
+	Database   Database   `mapstructure:"database"`
+	AMQP       AMQP       `mapstructure:"amqp"`
+	Receiver   Receiver   `mapstructure:"receiver"`
+	Dispatcher Dispatcher `mapstructure:"dispatcher"`
+	Outbox     Outbox     `mapstructure:"outbox"`
+	Retry      Retry      `mapstructure:"retry"`
+	Log        Log        `mapstructure:"log"`
+	Sources    []Source   `mapstructure:"sources" validate:"dive"`
+	Routes     []Route    `mapstructure:"routes" validate:"dive"`
+}
+
+// Database configures the Postgres connection pool.
+type Database struct {
+	// URL is a postgres:// connection URL. Required.
+	URL string `mapstructure:"url" validate:"required,postgres_url"`
+	// MaxConns is the pool size per process. Default 10.
+	MaxConns int32 `mapstructure:"max_conns" validate:"gte=1,lte=1000"`
+}
+
+// AMQP configures the RabbitMQ connection and the names of everything
+// hookrelay declares.
+type AMQP struct {
+	// URL is an amqp:// or amqps:// URL. Required.
+	URL string `mapstructure:"url" validate:"required,amqp_url"`
+	// Prefix starts every exchange and queue name. Default "hookrelay".
+	Prefix string `mapstructure:"prefix" validate:"required,amqp_name"`
+}
+
+// Receiver configures the ingest HTTP server.
+type Receiver struct {
+	// Listen is host:port for webhooks, health and metrics. Default 127.0.0.1:8080.
+	Listen string `mapstructure:"listen" validate:"required,hostname_port"`
+	// MaxBodyBytes is the largest accepted request body. Default 1 MiB.
+	MaxBodyBytes int64 `mapstructure:"max_body_bytes" validate:"gte=1"`
+	// ShutdownTimeout bounds how long in-flight requests may finish after
+	// SIGTERM. Default 10s.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" validate:"gt=0"`
+}
+
+// Dispatcher configures the delivery process.
+type Dispatcher struct {
+	// Listen is host:port for health and metrics. Default 127.0.0.1:8081.
+	Listen string `mapstructure:"listen" validate:"required,hostname_port"`
+	// ShutdownTimeout bounds how long in-flight deliveries may finish after
+	// SIGTERM. Default 30s.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" validate:"gt=0"`
+}
+
+// Outbox configures the publisher that drains the outbox into RabbitMQ.
+type Outbox struct {
+	// BatchSize is how many rows one claim takes. Default 100.
+	BatchSize int `mapstructure:"batch_size" validate:"gte=1,lte=10000"`
+	// PollInterval is the fallback poll when no NOTIFY arrives. Default 1s.
+	PollInterval time.Duration `mapstructure:"poll_interval" validate:"gt=0"`
+	// PublishTimeout bounds the wait for a batch's publisher confirms.
+	// Default 10s.
+	PublishTimeout time.Duration `mapstructure:"publish_timeout" validate:"gt=0"`
+}
+
+// Retry configures redelivery.
+type Retry struct {
+	// Backoff is one delay per retry tier. Default
+	// [10s, 1m, 5m, 15m, 1h, 3h, 6h, 12h].
+	Backoff []time.Duration `mapstructure:"backoff" validate:"required,min=1,max=32,dive,gt=0"`
+}
+
+// Log configures the logger.
+type Log struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `mapstructure:"level" validate:"oneof=debug info warn error"`
+	// Format is json or console. Default json.
+	Format string `mapstructure:"format" validate:"oneof=json console"`
+}
+
+// Source is one webhook sender, reached at POST /webhooks/{name}.
+type Source struct {
+	Name        string      `mapstructure:"name" validate:"required,ident"`
+	Verify      Verify      `mapstructure:"verify"`
+	Idempotency Idempotency `mapstructure:"idempotency"`
+	EventType   EventType   `mapstructure:"event_type"`
+}
+
+// Verify says how a source's requests are authenticated.
+type Verify struct {
+	// Scheme is none or hmac.
+	Scheme string `mapstructure:"scheme" validate:"required,oneof=none hmac"`
+	// Secrets are accepted keys; several allow rotation.
+	Secrets []string `mapstructure:"secrets" validate:"dive,required"`
+	// Algorithm is sha1, sha256 or sha512 (hmac). Default sha256.
+	Algorithm string `mapstructure:"algorithm" validate:"omitempty,oneof=sha1 sha256 sha512"`
+	// Encoding is hex or base64 (hmac). Default hex.
+	Encoding string `mapstructure:"encoding" validate:"omitempty,oneof=hex base64"`
+	// Header carries the signature (hmac).
+	Header string `mapstructure:"header" validate:"omitempty,header_name"`
+	// Prefix is stripped from the header value, e.g. "sha256=".
+	Prefix string `mapstructure:"prefix"`
+}
+
+// Idempotency says where a source's deduplication key comes from: headers
+// and JSON paths, joined in that order. With none set, the key is the
+// SHA-256 of the raw body (the weakest choice: a re-serialised resend is a
+// new event).
+type Idempotency struct {
+	Header    string   `mapstructure:"header" validate:"omitempty,header_name"`
+	Headers   []string `mapstructure:"headers" validate:"dive,header_name"`
+	JSONPath  string   `mapstructure:"json_path"`
+	JSONPaths []string `mapstructure:"json_paths" validate:"dive,required"`
+}
+
+// EventType says where a source's event type comes from: exactly one of a
+// header or a JSON path.
+type EventType struct {
+	Header   string `mapstructure:"header" validate:"omitempty,header_name"`
+	JSONPath string `mapstructure:"json_path"`
+}
+
+// Route is one destination, fed by the events its bindings match.
+type Route struct {
+	Name string `mapstructure:"name" validate:"required,ident"`
+	// URL receives the POSTs.
+	URL string `mapstructure:"url" validate:"required,http_url"`
+	// Bindings are topic patterns over "<source>.<event_type>".
+	Bindings []string `mapstructure:"bindings" validate:"required,min=1,dive,topic_pattern"`
+	// Timeout bounds one delivery attempt. Default 10s.
+	Timeout time.Duration `mapstructure:"timeout" validate:"gt=0"`
+	// Concurrency is the number of consumers, each with prefetch 1. Default 1.
+	Concurrency int `mapstructure:"concurrency" validate:"gte=1,lte=256"`
+	// SigningSecret signs deliveries (Standard Webhooks, whsec_...).
+	SigningSecret string `mapstructure:"signing_secret"`
+	// MaxAttempts is the number of attempts before dead-lettering. Default
+	// len(retry.backoff)+1.
+	MaxAttempts int `mapstructure:"max_attempts" validate:"gte=1"`
+}
+
+// routeDefaults are applied to a route item that does not set the key.
+// max_attempts is derived from retry.backoff after decoding.
+var routeDefaults = map[string]any{
+	"timeout":     "10s",
+	"concurrency": 1,
+}
+
+func setDefaults(set func(key string, value any)) {
+	set("database.max_conns", 10)
+	set("amqp.prefix", "hookrelay")
+	set("receiver.listen", "127.0.0.1:8080")
+	set("receiver.max_body_bytes", 1<<20)
+	set("receiver.shutdown_timeout", "10s")
+	set("dispatcher.listen", "127.0.0.1:8081")
+	set("dispatcher.shutdown_timeout", "30s")
+	set("outbox.batch_size", 100)
+	set("outbox.poll_interval", "1s")
+	set("outbox.publish_timeout", "10s")
+	set("retry.backoff", []string{"10s", "1m", "5m", "15m", "1h", "3h", "6h", "12h"})
+	set("log.level", "info")
+	set("log.format", "json")
+}

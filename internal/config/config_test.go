@@ -1,0 +1,209 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const validYAML = `
+database: {url: "postgres://postgres@127.0.0.1:5432/hookrelay?sslmode=disable"}
+amqp: {url: "amqp://guest:guest@127.0.0.1:5672/"}
+retry: {backoff: [1s, 2s]}
+sources:
+  - name: acme
+    verify: {scheme: hmac, secrets: ["${ACME_SECRET}"], header: X-Acme-Signature, prefix: "sha256="}
+    idempotency: {json_paths: [order_id, event]}
+    event_type: {json_path: event}
+routes:
+  - name: billing
+    url: "http://127.0.0.1:9000/hooks"
+    bindings: ["acme.invoice.*", "acme.#"]
+`
+
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
+}
+
+func envMap(m map[string]string) LookupEnvFunc {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestLoadValid(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load(writeConfig(t, validYAML), envMap(map[string]string{"ACME_SECRET": "s3cret"}))
+	require.NoError(t, err)
+	require.Equal(t, "hookrelay", cfg.AMQP.Prefix)
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second}, cfg.Retry.Backoff)
+	require.Equal(t, []string{"s3cret"}, cfg.Sources[0].Verify.Secrets)
+	require.Equal(t, 10*time.Second, cfg.Routes[0].Timeout)
+	require.Equal(t, 1, cfg.Routes[0].Concurrency)
+	require.Equal(t, 3, cfg.Routes[0].MaxAttempts, "defaults to len(backoff)+1")
+	require.Equal(t, int64(1<<20), cfg.Receiver.MaxBodyBytes)
+}
+
+func TestLoadEnvOverrides(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load(writeConfig(t, validYAML), envMap(map[string]string{
+		"ACME_SECRET":                 "x",
+		"HOOKRELAY_DATABASE_URL":      "postgres://other:5432/db",
+		"HOOKRELAY_RECEIVER_LISTEN":   "0.0.0.0:9999",
+		"HOOKRELAY_OUTBOX_BATCH_SIZE": "7",
+		"HOOKRELAY_RETRY_BACKOFF":     "5s,10s,20s",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, "postgres://other:5432/db", cfg.Database.URL)
+	require.Equal(t, "0.0.0.0:9999", cfg.Receiver.Listen)
+	require.Equal(t, 7, cfg.Outbox.BatchSize)
+	require.Equal(t, []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second}, cfg.Retry.Backoff)
+	require.Equal(t, 4, cfg.Routes[0].MaxAttempts)
+}
+
+func TestLoadInvalid(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	tests := []struct {
+		name    string
+		edit    func(string) string
+		env     LookupEnvFunc
+		wantMsg string
+	}{
+		{
+			name:    "missing required key",
+			edit:    func(s string) string { return strings.Replace(s, `    url: "http://127.0.0.1:9000/hooks"`+"\n", "", 1) },
+			wantMsg: "routes[0].url: is required",
+		},
+		{
+			name:    "duration without unit as number",
+			edit:    func(s string) string { return strings.Replace(s, "backoff: [1s, 2s]", "backoff: [1s, 5]", 1) },
+			wantMsg: `retry.backoff[1]: duration 5 has no unit`,
+		},
+		{
+			name:    "duration without unit as string",
+			edit:    func(s string) string { return s + `    timeout: "5"` + "\n" },
+			wantMsg: `routes[0].timeout: duration "5": write it with a unit`,
+		},
+		{
+			name:    "duration without unit from env",
+			edit:    func(s string) string { return s },
+			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_OUTBOX_POLL_INTERVAL": "5"}),
+			wantMsg: `outbox.poll_interval: duration "5": write it with a unit`,
+		},
+		{
+			name:    "unknown top-level key",
+			edit:    func(s string) string { return s + "recevier: {listen: x}\n" },
+			wantMsg: "recevier: unknown key",
+		},
+		{
+			name: "unknown nested key",
+			edit: func(s string) string {
+				return strings.Replace(s, "retry: {backoff", "retry: {bakoff: [1s], backoff", 1)
+			},
+			wantMsg: "retry.bakoff: unknown key",
+		},
+		{
+			name:    "unknown key in a route",
+			edit:    func(s string) string { return s + "    concurency: 3\n" },
+			wantMsg: "concurency: unknown key",
+		},
+		{
+			name:    "invalid database url",
+			edit:    func(s string) string { return strings.Replace(s, "postgres://postgres@127.0.0.1:5432", "mysql://x", 1) },
+			wantMsg: "database.url: must be a postgres:// URL",
+		},
+		{
+			name:    "invalid route url",
+			edit:    func(s string) string { return strings.Replace(s, "http://127.0.0.1:9000/hooks", "ftp:/nowhere", 1) },
+			wantMsg: `routes[0].url: "ftp:/nowhere" must be an http:// or https:// URL`,
+		},
+		{
+			name:    "invalid binding pattern",
+			edit:    func(s string) string { return strings.Replace(s, `"acme.#"`, `"acme.inv*"`, 1) },
+			wantMsg: `routes[0].bindings[1]: "acme.inv*" is not a valid topic pattern`,
+		},
+		{
+			name:    "empty binding word",
+			edit:    func(s string) string { return strings.Replace(s, `"acme.#"`, `"acme..x"`, 1) },
+			wantMsg: `routes[0].bindings[1]: "acme..x" is not a valid topic pattern: word 2 is empty`,
+		},
+		{
+			name:    "unset secret variable",
+			edit:    func(s string) string { return s },
+			env:     envMap(nil),
+			wantMsg: "sources[0].verify.secrets[0]: environment variable ACME_SECRET is not set",
+		},
+		{
+			name:    "empty secret",
+			edit:    func(s string) string { return s },
+			env:     envMap(map[string]string{"ACME_SECRET": ""}),
+			wantMsg: "sources[0].verify.secrets[0]: is required",
+		},
+		{
+			name:    "unknown scheme",
+			edit:    func(s string) string { return strings.Replace(s, "scheme: hmac", "scheme: hmca", 1) },
+			wantMsg: `sources[0].verify.scheme: "hmca" is not one of: none, hmac`,
+		},
+		{
+			name:    "explicit zero concurrency is not replaced by the default",
+			edit:    func(s string) string { return s + "    concurrency: 0\n" },
+			wantMsg: "routes[0].concurrency: 0 is less than 1",
+		},
+		{
+			name:    "duplicate route name",
+			edit:    func(s string) string { return s + "  - {name: billing, url: \"http://x/\", bindings: [\"a.b\"]}\n" },
+			wantMsg: `routes[1].name: "billing" is already used by routes[0]`,
+		},
+		{
+			name: "event type needs exactly one rule",
+			edit: func(s string) string {
+				return strings.Replace(s, "event_type: {json_path: event}", "event_type: {}", 1)
+			},
+			wantMsg: "sources[0].event_type: set exactly one of header or json_path",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := tt.env
+			if e == nil {
+				e = env
+			}
+			_, err := Load(writeConfig(t, tt.edit(validYAML)), e)
+			require.Error(t, err)
+			require.True(t, IsInvalid(err), "want a content error, got %v", err)
+			require.Contains(t, err.Error(), tt.wantMsg)
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	t.Parallel()
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), envMap(nil))
+	require.Error(t, err)
+	require.False(t, IsInvalid(err))
+}
+
+func TestPath(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "a.yaml", Path("a.yaml", envMap(map[string]string{"HOOKRELAY_CONFIG": "b.yaml"})))
+	require.Equal(t, "b.yaml", Path("", envMap(map[string]string{"HOOKRELAY_CONFIG": "b.yaml"})))
+	require.Equal(t, DefaultPath, Path("", envMap(nil)))
+}
+
+// The shipped config.yaml must stay loadable.
+func TestRepositoryConfigLoads(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("../../config.yaml", envMap(map[string]string{
+		"HOOKRELAY_DEMO_SECRET":  "x",
+		"BILLING_SIGNING_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	}))
+	require.NoError(t, err)
+	require.NotEmpty(t, cfg.Routes)
+}

@@ -1,0 +1,299 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+)
+
+// EnvPrefix starts every environment variable that overrides a key:
+// database.url is HOOKRELAY_DATABASE_URL.
+const EnvPrefix = "HOOKRELAY_"
+
+// DefaultPath is used when neither --config nor HOOKRELAY_CONFIG is given.
+const DefaultPath = "config.yaml"
+
+// LookupEnvFunc reads one environment variable; os.LookupEnv in production,
+// a map in tests.
+type LookupEnvFunc func(key string) (string, bool)
+
+// Error lists every problem found in a configuration, each prefixed with the
+// key it concerns.
+type Error struct {
+	Path     string
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("invalid config %s:\n  %s", e.Path, strings.Join(e.Problems, "\n  "))
+}
+
+// Path returns the config path to use: the flag value if set, else
+// HOOKRELAY_CONFIG, else DefaultPath.
+func Path(flagValue string, lookup LookupEnvFunc) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if p, ok := lookup("HOOKRELAY_CONFIG"); ok && p != "" {
+		return p
+	}
+	return DefaultPath
+}
+
+// Load reads the YAML file at path, applies defaults and HOOKRELAY_*
+// overrides from lookup, expands ${VAR} references in string values, and
+// validates the result. A nil lookup means os.LookupEnv. The returned error
+// is an *Error when the content is invalid.
+func Load(path string, lookup LookupEnvFunc) (*Config, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	v := viper.New()
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	setDefaults(v.SetDefault)
+	if err := v.ReadInConfig(); err != nil {
+		return nil, fmt.Errorf("reading config %s: %w", path, err)
+	}
+	for _, key := range envKeys(reflect.TypeOf(Config{}), "") {
+		if val, ok := lookup(envName(key)); ok {
+			v.Set(key, val)
+		}
+	}
+	maxAttemptsSet, err := applyRouteDefaults(v)
+	if err != nil {
+		return nil, &Error{Path: path, Problems: []string{err.Error()}}
+	}
+
+	var cfg Config
+	err = v.UnmarshalExact(&cfg, func(dc *mapstructure.DecoderConfig) {
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			strictDurationHook,
+			commaListHook,
+		)
+	})
+	if err != nil {
+		return nil, &Error{Path: path, Problems: decodeProblems(err)}
+	}
+	for i := range cfg.Routes {
+		if !maxAttemptsSet[i] {
+			cfg.Routes[i].MaxAttempts = len(cfg.Retry.Backoff) + 1
+		}
+	}
+
+	problems := expandEnv(reflect.ValueOf(&cfg).Elem(), "", lookup)
+	problems = append(problems, validate(&cfg)...)
+	if len(problems) > 0 {
+		return nil, &Error{Path: path, Problems: problems}
+	}
+	return &cfg, nil
+}
+
+func envName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// envKeys lists the dotted keys that an environment variable may override:
+// every scalar or scalar list reachable through structs. Lists of structs
+// (sources, routes) take their secrets through ${VAR} instead.
+func envKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := f.Tag.Get("mapstructure")
+		if name == "" {
+			continue
+		}
+		key := prefix + name
+		switch {
+		case f.Type.Kind() == reflect.Struct:
+			keys = append(keys, envKeys(f.Type, key+".")...)
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			// Not overridable by environment.
+		default:
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// applyRouteDefaults fills per-route defaults into the raw route maps so that
+// an explicitly written zero still fails validation instead of being
+// replaced. It reports which routes set max_attempts themselves.
+func applyRouteDefaults(v *viper.Viper) (map[int]bool, error) {
+	set := map[int]bool{}
+	raw := v.Get("routes")
+	if raw == nil {
+		return set, nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("routes: must be a list, got %T", raw)
+	}
+	for i, item := range list {
+		m, ok := item.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("routes[%d]: must be a mapping, got %T", i, item)
+		}
+		for key, def := range routeDefaults {
+			if !hasKeyFold(m, key) {
+				m[key] = def
+			}
+		}
+		set[i] = hasKeyFold(m, "max_attempts")
+	}
+	v.Set("routes", list)
+	return set, nil
+}
+
+func hasKeyFold(m map[string]any, key string) bool {
+	for k := range m {
+		if strings.EqualFold(k, key) {
+			return true
+		}
+	}
+	return false
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// strictDurationHook rejects durations without a unit: "5" and 5 are errors,
+// "5s" is not. mapstructure would otherwise read a bare 5 as 5ns.
+func strictDurationHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	s, ok := data.(string)
+	if !ok {
+		return nil, fmt.Errorf("duration %v has no unit (write it like \"5s\" or \"1m\")", data)
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("duration %q: write it with a unit like \"5s\" or \"1m\"", s)
+	}
+	return d, nil
+}
+
+// commaListHook reads a list from one comma-separated string, as an
+// environment variable gives it: HOOKRELAY_RETRY_BACKOFF=1s,5s,30s.
+func commaListHook(from, to reflect.Type, data any) (any, error) {
+	s, ok := data.(string)
+	if !ok || to.Kind() != reflect.Slice {
+		return data, nil
+	}
+	if strings.TrimSpace(s) == "" {
+		return []string{}, nil
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts, nil
+}
+
+var (
+	quotedKey   = regexp.MustCompile(`^'([^']*)' (.*)$`)
+	invalidKeys = regexp.MustCompile(`^'([^']*)' has invalid keys: (.*)$`)
+)
+
+// decodeProblems turns mapstructure's error list into "key: problem" lines.
+func decodeProblems(err error) []string {
+	var problems []string
+	msg := err.Error()
+	for _, line := range strings.Split(msg, "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "decoding failed") {
+			continue
+		}
+		if m := invalidKeys.FindStringSubmatch(line); m != nil {
+			for _, k := range strings.Split(m[2], ", ") {
+				key := k
+				if m[1] != "" {
+					key = m[1] + "." + k
+				}
+				problems = append(problems, key+": unknown key")
+			}
+			continue
+		}
+		if m := quotedKey.FindStringSubmatch(line); m != nil {
+			problems = append(problems, m[1]+": "+m[2])
+			continue
+		}
+		problems = append(problems, line)
+	}
+	if len(problems) == 0 {
+		problems = append(problems, msg)
+	}
+	sort.Strings(problems)
+	return problems
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expandEnv replaces ${VAR} in every string of v with the variable's value.
+// An unset variable is an error naming the key; an empty value is left to
+// validation (a required secret then fails as empty).
+func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc) []string {
+	var problems []string
+	switch v.Kind() {
+	case reflect.String:
+		s := v.String()
+		if !strings.Contains(s, "${") {
+			return nil
+		}
+		out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
+			name := envRef.FindStringSubmatch(ref)[1]
+			val, ok := lookup(name)
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s: environment variable %s is not set", key, name))
+			}
+			return val
+		})
+		v.SetString(out)
+	case reflect.Struct:
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			name := t.Field(i).Tag.Get("mapstructure")
+			if name == "" {
+				continue
+			}
+			child := name
+			if key != "" {
+				child = key + "." + name
+			}
+			problems = append(problems, expandEnv(v.Field(i), child, lookup)...)
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			problems = append(problems, expandEnv(v.Index(i), fmt.Sprintf("%s[%d]", key, i), lookup)...)
+		}
+	case reflect.Map:
+		iter := v.MapRange()
+		for iter.Next() {
+			if iter.Value().Kind() != reflect.String {
+				continue
+			}
+			elem := reflect.New(iter.Value().Type()).Elem()
+			elem.Set(iter.Value())
+			problems = append(problems, expandEnv(elem, key+"."+iter.Key().String(), lookup)...)
+			v.SetMapIndex(iter.Key(), elem)
+		}
+	}
+	return problems
+}
+
+// IsInvalid reports whether err is a configuration content error (as opposed
+// to a missing file).
+func IsInvalid(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}

@@ -1,0 +1,188 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"github.com/go-playground/validator/v10"
+)
+
+var (
+	identRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	amqpNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$`)
+	headerRe   = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
+)
+
+func newValidator() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		return f.Tag.Get("mapstructure")
+	})
+	must := func(tag string, fn func(s string) bool) {
+		if err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
+			return fn(fl.Field().String())
+		}); err != nil {
+			panic(err) // programming error: a bad tag name
+		}
+	}
+	must("ident", identRe.MatchString)
+	must("amqp_name", amqpNameRe.MatchString)
+	must("header_name", headerRe.MatchString)
+	must("topic_pattern", func(s string) bool { return TopicPatternError(s) == nil })
+	must("postgres_url", func(s string) bool { return urlWithScheme(s, "postgres", "postgresql") })
+	must("amqp_url", func(s string) bool { return urlWithScheme(s, "amqp", "amqps") })
+	must("http_url", func(s string) bool { return urlWithScheme(s, "http", "https") })
+	return v
+}
+
+func urlWithScheme(s string, schemes ...string) bool {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	for _, sc := range schemes {
+		if u.Scheme == sc {
+			return true
+		}
+	}
+	return false
+}
+
+// TopicPatternError says why s is not a usable topic binding pattern: words
+// separated by dots, each either "*", "#" or a non-empty word without
+// wildcards, 255 bytes at most.
+func TopicPatternError(s string) error {
+	if s == "" {
+		return errors.New("empty pattern")
+	}
+	if len(s) > 255 {
+		return errors.New("longer than 255 bytes")
+	}
+	for i, w := range strings.Split(s, ".") {
+		switch {
+		case w == "":
+			return fmt.Errorf("word %d is empty", i+1)
+		case w == "*" || w == "#":
+		case strings.ContainsAny(w, "*#"):
+			return fmt.Errorf("word %q mixes a wildcard with text; a wildcard must be a whole word", w)
+		}
+	}
+	return nil
+}
+
+func validate(cfg *Config) []string {
+	var problems []string
+	err := newValidator().Struct(cfg)
+	var verrs validator.ValidationErrors
+	if errors.As(err, &verrs) {
+		for _, fe := range verrs {
+			problems = append(problems, fieldKey(fe)+": "+fieldProblem(fe))
+		}
+	} else if err != nil {
+		problems = append(problems, err.Error())
+	}
+	return append(problems, crossCheck(cfg)...)
+}
+
+// fieldKey turns "Config.routes[1].bindings[0]" into "routes[1].bindings[0]".
+func fieldKey(fe validator.FieldError) string {
+	ns := fe.Namespace()
+	if i := strings.IndexByte(ns, '.'); i >= 0 {
+		return ns[i+1:]
+	}
+	return ns
+}
+
+func fieldProblem(fe validator.FieldError) string {
+	val := fe.Value()
+	switch fe.Tag() {
+	case "required":
+		return "is required"
+	case "oneof":
+		return fmt.Sprintf("%q is not one of: %s", val, strings.ReplaceAll(fe.Param(), " ", ", "))
+	case "gte", "min":
+		if fe.Kind() == reflect.Slice {
+			return fmt.Sprintf("needs at least %s entries", fe.Param())
+		}
+		return fmt.Sprintf("%v is less than %s", val, fe.Param())
+	case "lte", "max":
+		if fe.Kind() == reflect.Slice {
+			return fmt.Sprintf("allows at most %s entries", fe.Param())
+		}
+		return fmt.Sprintf("%v is more than %s", val, fe.Param())
+	case "gt":
+		return fmt.Sprintf("%v must be greater than %s", val, fe.Param())
+	case "ident":
+		return fmt.Sprintf("%q must be lowercase letters, digits, '-' or '_' (at most 63, starting with a letter or digit)", val)
+	case "amqp_name":
+		return fmt.Sprintf("%q must be letters, digits, '.', '-' or '_'", val)
+	case "header_name":
+		return fmt.Sprintf("%q is not a valid HTTP header name", val)
+	case "topic_pattern":
+		return fmt.Sprintf("%q is not a valid topic pattern: %v", val, TopicPatternError(fmt.Sprint(val)))
+	case "postgres_url":
+		return "must be a postgres:// URL with a host"
+	case "amqp_url":
+		return "must be an amqp:// or amqps:// URL with a host"
+	case "http_url":
+		return fmt.Sprintf("%q must be an http:// or https:// URL with a host", val)
+	case "hostname_port":
+		return fmt.Sprintf("%q must be host:port", val)
+	}
+	return fmt.Sprintf("fails %q", fe.Tag())
+}
+
+// crossCheck holds the rules that involve more than one field.
+func crossCheck(cfg *Config) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	seen := map[string]int{}
+	for i, s := range cfg.Sources {
+		key := fmt.Sprintf("sources[%d]", i)
+		if j, dup := seen[s.Name]; dup && s.Name != "" {
+			add("%s.name: %q is already used by sources[%d]", key, s.Name, j)
+		}
+		seen[s.Name] = i
+
+		switch s.Verify.Scheme {
+		case "hmac":
+			if len(s.Verify.Secrets) == 0 {
+				add("%s.verify.secrets: scheme hmac needs at least one secret", key)
+			}
+			if s.Verify.Header == "" {
+				add("%s.verify.header: scheme hmac needs the header that carries the signature", key)
+			}
+		case "none":
+			if len(s.Verify.Secrets) > 0 || s.Verify.Header != "" {
+				add("%s.verify: scheme none takes no secrets or header", key)
+			}
+		}
+
+		id := s.Idempotency
+		if id.Header != "" && len(id.Headers) > 0 {
+			add("%s.idempotency: set header or headers, not both", key)
+		}
+		if id.JSONPath != "" && len(id.JSONPaths) > 0 {
+			add("%s.idempotency: set json_path or json_paths, not both", key)
+		}
+
+		et := s.EventType
+		if (et.Header == "") == (et.JSONPath == "") {
+			add("%s.event_type: set exactly one of header or json_path", key)
+		}
+	}
+
+	seen = map[string]int{}
+	for i, r := range cfg.Routes {
+		if j, dup := seen[r.Name]; dup && r.Name != "" {
+			add("routes[%d].name: %q is already used by routes[%d]", i, r.Name, j)
+		}
+		seen[r.Name] = i
+	}
+	return problems
+}

@@ -1,0 +1,165 @@
+// Package extract reads a webhook's idempotency key and event type from its
+// headers or JSON body, as a source's configuration says. A body or header it
+// cannot read is an *Error, which the receiver answers with 400.
+package extract
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// Limits on what ends up in a routing key and a unique index.
+const (
+	maxEventTypeLen = 200 // "<source>.<type>" must fit RabbitMQ's 255-byte routing key
+	maxKeyLen       = 1000
+)
+
+// Config says where the two values come from. Idempotency parts are taken
+// from IdempotencyHeaders, then IdempotencyPaths, and joined; with neither,
+// the key is the SHA-256 of the raw body. Exactly one of EventTypeHeader and
+// EventTypePath is set.
+type Config struct {
+	IdempotencyHeaders []string
+	IdempotencyPaths   []string
+	EventTypeHeader    string
+	EventTypePath      string
+}
+
+// Extractor applies one source's Config.
+type Extractor struct {
+	cfg      Config
+	needJSON bool
+}
+
+// New returns an Extractor for cfg.
+func New(cfg Config) (*Extractor, error) {
+	if (cfg.EventTypeHeader == "") == (cfg.EventTypePath == "") {
+		return nil, fmt.Errorf("set exactly one of event type header or JSON path")
+	}
+	return &Extractor{
+		cfg:      cfg,
+		needJSON: len(cfg.IdempotencyPaths) > 0 || cfg.EventTypePath != "",
+	}, nil
+}
+
+// Error is input the extractor cannot read; Message is safe to send back.
+type Error struct{ Message string }
+
+func (e *Error) Error() string { return e.Message }
+
+func fail(format string, args ...any) *Error { return &Error{Message: fmt.Sprintf(format, args...)} }
+
+// Result is what Extract found.
+type Result struct {
+	IdempotencyKey string
+	EventType      string
+}
+
+// Extract reads the idempotency key and event type. It returns an *Error for
+// input it cannot read.
+func (x *Extractor) Extract(h http.Header, body []byte) (Result, error) {
+	if x.needJSON && !gjson.ValidBytes(body) {
+		return Result{}, fail("body is not valid JSON")
+	}
+	var res Result
+
+	var parts []string
+	for _, name := range x.cfg.IdempotencyHeaders {
+		v := strings.TrimSpace(h.Get(name))
+		if v == "" {
+			return Result{}, fail("missing header %s (idempotency key)", name)
+		}
+		parts = append(parts, v)
+	}
+	for _, path := range x.cfg.IdempotencyPaths {
+		v, err := scalar(body, path)
+		if err != nil {
+			return Result{}, fail("idempotency key: %s", err.Message)
+		}
+		parts = append(parts, v)
+	}
+	if len(parts) == 0 {
+		sum := sha256.Sum256(body)
+		res.IdempotencyKey = "sha256:" + hex.EncodeToString(sum[:])
+	} else {
+		res.IdempotencyKey = joinKey(parts)
+	}
+	if len(res.IdempotencyKey) > maxKeyLen {
+		return Result{}, fail("idempotency key is longer than %d bytes", maxKeyLen)
+	}
+
+	if x.cfg.EventTypeHeader != "" {
+		res.EventType = strings.TrimSpace(h.Get(x.cfg.EventTypeHeader))
+		if res.EventType == "" {
+			return Result{}, fail("missing header %s (event type)", x.cfg.EventTypeHeader)
+		}
+	} else {
+		v, err := scalar(body, x.cfg.EventTypePath)
+		if err != nil {
+			return Result{}, fail("event type: %s", err.Message)
+		}
+		res.EventType = v
+	}
+	if err := checkEventType(res.EventType); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// scalar reads a string, number or boolean at path.
+func scalar(body []byte, path string) (string, *Error) {
+	r := gjson.GetBytes(body, path)
+	switch r.Type {
+	case gjson.String, gjson.Number, gjson.True, gjson.False:
+	case gjson.Null:
+		if r.Exists() {
+			return "", fail("field %q is null", path)
+		}
+		return "", fail("field %q is missing", path)
+	default:
+		return "", fail("field %q is not a string, number or boolean", path)
+	}
+	v := r.String()
+	if r.Type == gjson.Number {
+		v = r.Raw // keep 12345678901234567890 exact, not float-rounded
+	}
+	if strings.TrimSpace(v) == "" {
+		return "", fail("field %q is empty", path)
+	}
+	return v, nil
+}
+
+// joinKey joins key parts with ':' and escapes ':' and '\' inside parts, so
+// ("a:b", "c") and ("a", "b:c") never collide.
+func joinKey(parts []string) string {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	esc := strings.NewReplacer(`\`, `\\`, `:`, `\:`)
+	for i, p := range parts {
+		parts[i] = esc.Replace(p)
+	}
+	return strings.Join(parts, ":")
+}
+
+func checkEventType(t string) *Error {
+	if len(t) > maxEventTypeLen {
+		return fail("event type is longer than %d bytes", maxEventTypeLen)
+	}
+	if !utf8.ValidString(t) {
+		return fail("event type is not valid UTF-8")
+	}
+	for _, r := range t {
+		if unicode.IsControl(r) {
+			return fail("event type contains a control character")
+		}
+	}
+	return nil
+}

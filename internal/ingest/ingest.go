@@ -1,0 +1,234 @@
+// Package ingest is the receiver's HTTP handler for POST /webhooks/{source}:
+// size limit, signature verification on the raw bytes, idempotency key and
+// event type extraction, then one transaction that stores the event and its
+// outbox row. It answers 200 only after that transaction committed, and 503
+// when it did not, so the sender retries.
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/extract"
+	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Store is what ingest needs from Postgres.
+type Store interface {
+	// EventInsert stores the event and its outbox row in one transaction, or
+	// returns the id of the event already stored under the same key.
+	EventInsert(ctx context.Context, ev *webhook.Event) (id uuid.UUID, duplicate bool, err error)
+}
+
+// Source is one configured sender.
+type Source struct {
+	Name      string
+	Verifier  signature.Verifier
+	Extractor *extract.Extractor
+}
+
+// Config configures a Handler.
+type Config struct {
+	Sources      []Source
+	Store        Store
+	MaxBodyBytes int64
+	Metrics      *Metrics
+	Logger       zerolog.Logger
+	// NowFunc is the clock; time.Now when nil.
+	NowFunc func() time.Time
+	// StoreTimeout bounds the event transaction. Default 5s.
+	StoreTimeout time.Duration
+}
+
+// Handler serves POST /webhooks/{source}.
+type Handler struct {
+	sources      map[string]Source
+	store        Store
+	maxBody      int64
+	metrics      *Metrics
+	logger       zerolog.Logger
+	now          func() time.Time
+	storeTimeout time.Duration
+}
+
+// New returns a Handler for cfg.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Store == nil || cfg.Metrics == nil {
+		return nil, errors.New("ingest: Store and Metrics are required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		return nil, errors.New("ingest: MaxBodyBytes must be positive")
+	}
+	h := &Handler{
+		sources:      make(map[string]Source, len(cfg.Sources)),
+		store:        cfg.Store,
+		maxBody:      cfg.MaxBodyBytes,
+		metrics:      cfg.Metrics,
+		logger:       cfg.Logger.With().Str("component", "ingest").Logger(),
+		now:          cfg.NowFunc,
+		storeTimeout: cfg.StoreTimeout,
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.storeTimeout == 0 {
+		h.storeTimeout = 5 * time.Second
+	}
+	for _, s := range cfg.Sources {
+		if s.Verifier == nil || s.Extractor == nil {
+			return nil, fmt.Errorf("ingest: source %q needs a verifier and an extractor", s.Name)
+		}
+		h.sources[s.Name] = s
+	}
+	return h, nil
+}
+
+// Register adds the webhook route to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.Handle("/webhooks/{source}", h)
+}
+
+// Response is the 200 body.
+type Response struct {
+	ID        uuid.UUID `json:"id"`
+	Duplicate bool      `json:"duplicate"`
+}
+
+// Headers that carry credentials are not stored with the event.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// ServeHTTP implements the ingest pipeline.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.now()
+	name := r.PathValue("source")
+	src, ok := h.sources[name]
+	label := name
+	if !ok {
+		label = "unknown" // never a label from the URL: unbounded cardinality
+	}
+	outcome, reason := h.serve(w, r, src, ok, start)
+	h.metrics.requests.WithLabelValues(label, outcome, reason).Inc()
+	h.metrics.duration.WithLabelValues(label, outcome).Observe(time.Since(start).Seconds())
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, known bool, start time.Time) (outcome, reason string) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
+		return "rejected", "method"
+	}
+	if !known {
+		writeError(w, http.StatusNotFound, "unknown source")
+		return "rejected", "unknown_source"
+	}
+	log := h.logger.With().Str("source", src.Name).Logger()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody))
+			return "rejected", "too_large"
+		}
+		writeError(w, http.StatusBadRequest, "reading body failed")
+		return "rejected", "read_error"
+	}
+
+	err = src.Verifier.Verify(&signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
+	if err != nil {
+		var ve *signature.VerifyError
+		if !errors.As(err, &ve) {
+			log.Error().Err(err).Msg("verifier failed")
+			writeError(w, http.StatusInternalServerError, "verification failed")
+			return "error", "verifier"
+		}
+		log.Debug().Str("reason", ve.Reason).Msg("rejected signature")
+		writeError(w, http.StatusUnauthorized, ve.Reason)
+		return "rejected", "signature_" + ve.Kind()
+	}
+
+	res, err := src.Extractor.Extract(r.Header, body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "rejected", "bad_request"
+	}
+
+	headers := r.Header.Clone()
+	for _, k := range credentialHeaders {
+		headers.Del(k)
+	}
+	ev := &webhook.Event{
+		ID:             uuid.Must(uuid.NewV7()),
+		Source:         src.Name,
+		IdempotencyKey: res.IdempotencyKey,
+		EventType:      res.EventType,
+		ContentType:    r.Header.Get("Content-Type"),
+		Headers:        headers,
+		Body:           body,
+		ReceivedAt:     start,
+	}
+	// The sender hanging up must not abort a commit half-way: the outcome
+	// would be unknown to both sides. Bound it with its own timeout instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.storeTimeout)
+	defer cancel()
+	id, dup, err := h.store.EventInsert(ctx, ev)
+	if err != nil {
+		log.Error().Err(err).Msg("storing event")
+		writeError(w, http.StatusServiceUnavailable, "storage unavailable, retry later")
+		return "error", "storage"
+	}
+	writeJSON(w, http.StatusOK, Response{ID: id, Duplicate: dup})
+	if dup {
+		log.Debug().Stringer("event_id", id).Msg("duplicate event")
+		return "duplicate", ""
+	}
+	log.Debug().Stringer("event_id", id).Str("event_type", ev.EventType).Msg("event stored")
+	return "accepted", ""
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, struct {
+		Error string `json:"error"`
+	}{msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	// The status is sent; a write error means the client left, and there is
+	// nobody left to tell.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Metrics are the ingest counters.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewMetrics registers the ingest metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookrelay_ingest_requests_total",
+			Help: "Webhook requests by source, outcome (accepted, duplicate, rejected, error) and reason.",
+		}, []string{"source", "outcome", "reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "hookrelay_ingest_duration_seconds",
+			Help: "Time from request to response, by source and outcome.",
+			// Ingest is one insert transaction: most answers take milliseconds.
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"source", "outcome"}),
+	}
+	reg.MustRegister(m.requests, m.duration)
+	return m
+}

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrNotFound is returned when a looked-up row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// EventInsert stores ev and its outbox row in one transaction. When an event
+// with the same (source, idempotency key) exists, nothing is written and the
+// existing event's id is returned with duplicate true. ev.ID and
+// ev.ReceivedAt must be set by the caller.
+//
+// Concurrent inserts of one key are safe: INSERT ... ON CONFLICT DO NOTHING
+// waits for the other transaction, and the follow-up SELECT (a new snapshot
+// under READ COMMITTED) then sees its row.
+func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event) (id uuid.UUID, duplicate bool, err error) {
+	err = db.InTx(ctx, func(tx pgx.Tx) error {
+		headers := ev.Headers
+		if headers == nil {
+			headers = http.Header{}
+		}
+		err := tx.QueryRow(ctx, `
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			ON CONFLICT (source, idempotency_key) DO NOTHING
+			RETURNING id`,
+			ev.ID, ev.Source, ev.IdempotencyKey, ev.EventType, ev.ContentType, headers, ev.Body, ev.ReceivedAt,
+		).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			duplicate = true
+			err = tx.QueryRow(ctx,
+				`SELECT id FROM events WHERE source = $1 AND idempotency_key = $2`,
+				ev.Source, ev.IdempotencyKey,
+			).Scan(&id)
+			if err != nil {
+				return fmt.Errorf("reading duplicate event: %w", err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("inserting event: %w", err)
+		}
+		if _, err := tx.Exec(ctx,
+			`INSERT INTO outbox (event_id, routing_key) VALUES ($1, $2)`,
+			id, ev.RoutingKey(),
+		); err != nil {
+			return fmt.Errorf("inserting outbox row: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return uuid.Nil, false, err
+	}
+	return id, duplicate, nil
+}
+
+// EventGet returns one event by id, or ErrNotFound.
+func (db *DB) EventGet(ctx context.Context, id uuid.UUID) (*webhook.Event, error) {
+	var ev webhook.Event
+	err := db.pool.QueryRow(ctx, `
+		SELECT id, source, idempotency_key, event_type, content_type, headers, body, received_at
+		FROM events WHERE id = $1`, id,
+	).Scan(&ev.ID, &ev.Source, &ev.IdempotencyKey, &ev.EventType, &ev.ContentType, &ev.Headers, &ev.Body, &ev.ReceivedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading event: %w", err)
+	}
+	return &ev, nil
+}
+
+// EventCount counts events, optionally of one source (all when source is "").
+func (db *DB) EventCount(ctx context.Context, source string) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx,
+		`SELECT count(*) FROM events WHERE $1 = '' OR source = $1`, source,
+	).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("counting events: %w", err)
+	}
+	return n, nil
+}
+
+// OutboxStats reports the number of unpublished outbox rows and the age of
+// the oldest (zero when empty).
+func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Duration, err error) {
+	var ageSeconds float64
+	err = db.pool.QueryRow(ctx, `
+		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+		FROM outbox`,
+	).Scan(&backlog, &ageSeconds)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading outbox stats: %w", err)
+	}
+	return backlog, time.Duration(ageSeconds * float64(time.Second)), nil
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}

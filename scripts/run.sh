@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run the relay locally: services up, migrations, then receiver (and
+# dispatcher, once built) with config.yaml, until Ctrl-C.
+#
+#   scripts/run.sh [CONFIG]        (default: $HOOKRELAY_CONFIG or config.yaml)
+#
+# The default config.yaml reads two secrets from the environment. For a local
+# try-out this script sets demo values when they are unset and says so; set
+# real ones in any shared or production environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONFIG="${1:-${HOOKRELAY_CONFIG:-config.yaml}}"
+
+scripts/services.sh
+
+if [[ -z "${HOOKRELAY_DEMO_SECRET:-}" ]]; then
+	export HOOKRELAY_DEMO_SECRET=demo-secret
+	echo "run: HOOKRELAY_DEMO_SECRET unset, using the demo value 'demo-secret'" >&2
+fi
+if [[ -z "${BILLING_SIGNING_SECRET:-}" ]]; then
+	export BILLING_SIGNING_SECRET=whsec_ZGVtby1zaWduaW5nLXNlY3JldC0xMjM0NTY3ODkw
+	echo "run: BILLING_SIGNING_SECRET unset, using a demo value" >&2
+fi
+
+go build -o bin/ ./cmd/...
+bin/hookrelay --config "$CONFIG" migrate
+
+pids=()
+stop() {
+	trap - INT TERM
+	kill -TERM "${pids[@]}" 2>/dev/null || true
+	wait "${pids[@]}" 2>/dev/null || true
+}
+trap 'stop; exit 0' INT TERM
+
+bin/receiver --config "$CONFIG" &
+pids+=($!)
+if [[ -x bin/dispatcher ]]; then
+	bin/dispatcher --config "$CONFIG" &
+	pids+=($!)
+fi
+
+# When one process exits on its own, stop the other and report its status.
+status=0
+wait -n "${pids[@]}" || status=$?
+stop
+exit "$status"
