@@ -41,7 +41,7 @@ migrate: build ## apply migrations to the configured database
 
 .PHONY: topology
 topology: build ## regenerate topology/definitions.json from config.yaml
-	HOOKRELAY_DEMO_SECRET=unused BILLING_SIGNING_SECRET=unused bin/hookrelay --config config.yaml topology export
+	HOOKRELAY_DEMO_SECRET=unused BILLING_SIGNING_SECRET=whsec_ZGVtby1zaWduaW5nLXNlY3JldC0xMjM0NTY3ODkw bin/hookrelay --config config.yaml topology export
 
 .PHONY: verify
 verify: ## fail when formatting, vet or generated files are off

@@ -27,7 +27,7 @@ const usage = `usage: hookrelay [--config PATH] <command>
 commands:
   migrate                    apply the embedded database migrations (safe to run concurrently)
   topology export [--out F]  write the RabbitMQ definitions file (default topology/definitions.json)
-  topology apply             declare exchanges, queues and bindings on the broker
+  topology apply             declare exchanges, queues, bindings and policies on the broker
 `
 
 func main() {
@@ -80,7 +80,7 @@ func run(ctx context.Context, configPath string, args []string) error {
 	return usageError{fmt.Sprintf("unknown command %q", args[0])}
 }
 
-func topology(_ context.Context, cfg *config.Config, sub string, args []string) error {
+func topology(ctx context.Context, cfg *config.Config, sub string, args []string) error {
 	topo := app.Topology(cfg)
 	switch sub {
 	case "export":
@@ -118,7 +118,10 @@ func topology(_ context.Context, cfg *config.Config, sub string, args []string) 
 		if err := topo.Declare(ch); err != nil {
 			return err
 		}
-		fmt.Printf("declared %d exchanges, %d queues, %d bindings\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings))
+		if err := amqp.ApplyPolicies(ctx, cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies); err != nil {
+			return err
+		}
+		fmt.Printf("declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown topology command %q", sub)}

@@ -6,6 +6,8 @@ package amqp
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -15,6 +17,10 @@ type TopologyConfig struct {
 	// Prefix starts every name.
 	Prefix string
 	Routes []RouteConfig
+	// RetryDelays are the retry tiers, one queue each.
+	RetryDelays []time.Duration
+	// DeliveryLimit is applied to route queues by policy.
+	DeliveryLimit int
 }
 
 // RouteConfig is one route's queue and its binding patterns.
@@ -43,11 +49,22 @@ type Binding struct {
 	RoutingKey string
 }
 
+// Policy is a RabbitMQ policy. Policies hold the tunables, because a
+// queue's arguments cannot change without deleting it.
+type Policy struct {
+	Name       string
+	Pattern    string
+	ApplyTo    string
+	Priority   int
+	Definition map[string]any
+}
+
 // Topology is everything hookrelay declares, in declaration order.
 type Topology struct {
 	Exchanges []Exchange
 	Queues    []Queue
 	Bindings  []Binding
+	Policies  []Policy
 }
 
 // Names derives every RabbitMQ name from the prefix.
@@ -63,10 +80,46 @@ func (n Names) Unrouted() string { return n.Prefix + ".unrouted" }
 // RouteQueue is the queue a route's dispatchers consume.
 func (n Names) RouteQueue(route string) string { return n.Prefix + ".route." + route }
 
+// DeadQueue is where a route's undeliverable messages wait for an operator.
+func (n Names) DeadQueue(route string) string { return n.RouteQueue(route) + ".dead" }
+
+// Retry is the exchange and the queue of the retry tier with delay d. The
+// name carries the delay, so adding or changing a tier declares a new queue
+// instead of redeclaring an old one with another TTL (which fails).
+func (n Names) Retry(d time.Duration) string { return n.Prefix + ".retry." + FormatDelay(d) }
+
+// FormatDelay writes d in the largest unit that divides it: 10s, 5m, 2h,
+// 250ms.
+func FormatDelay(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	default:
+		return fmt.Sprintf("%dms", d/time.Millisecond)
+	}
+}
+
 // quorumArgs are the arguments of every hookrelay queue. Quorum queues
 // replicate with Raft and confirm a publish only once a majority stored it.
 func quorumArgs() amqp.Table {
 	return amqp.Table{"x-queue-type": "quorum"}
+}
+
+// deadLetterArgs make a quorum queue dead-letter at least once: without
+// reject-publish overflow, RabbitMQ silently falls back to at-most-once.
+// An empty exchange is the default exchange, which routes by queue name.
+func deadLetterArgs(args amqp.Table, routingKey string) amqp.Table {
+	args["x-dead-letter-exchange"] = ""
+	if routingKey != "" {
+		args["x-dead-letter-routing-key"] = routingKey
+	}
+	args["x-dead-letter-strategy"] = "at-least-once"
+	args["x-overflow"] = "reject-publish"
+	return args
 }
 
 // BuildTopology returns the topology for cfg.
@@ -76,6 +129,20 @@ func quorumArgs() amqp.Table {
 // patterns. An event that no pattern matches is not dropped: the exchange's
 // alternate exchange (<prefix>.unrouted, fanout) collects it in the quorum
 // queue <prefix>.unrouted, where an operator sees it.
+//
+// Retry tiers are shared by all routes: one fanout exchange and one quorum
+// queue per delay, with the delay as queue-level TTL (never per-message
+// expiration, which only expires at the head of a queue). A dispatcher
+// publishes a failed message to the tier's exchange with the route queue's
+// name as routing key; the fanout ignores the key but keeps it, and when the
+// TTL expires the tier dead-letters to the default exchange, which routes by
+// that key back to the route queue. Shared tiers keep the queue count at
+// routes + tiers instead of routes × tiers.
+//
+// Each route has a dead-letter queue <route queue>.dead. Dispatchers publish
+// there after the last attempt; the route queue also dead-letters there when
+// a message exceeds the delivery limit (a message that keeps crashing
+// dispatchers). The limit is a policy, so changing it redeclares nothing.
 func BuildTopology(cfg TopologyConfig) Topology {
 	n := Names{Prefix: cfg.Prefix}
 	t := Topology{
@@ -86,12 +153,36 @@ func BuildTopology(cfg TopologyConfig) Topology {
 		Queues:   []Queue{{Name: n.Unrouted(), Args: quorumArgs()}},
 		Bindings: []Binding{{Exchange: n.Unrouted(), Queue: n.Unrouted(), RoutingKey: ""}},
 	}
+	for _, d := range cfg.RetryDelays {
+		name := n.Retry(d)
+		args := deadLetterArgs(quorumArgs(), "")
+		args["x-message-ttl"] = d.Milliseconds()
+		t.Exchanges = append(t.Exchanges, Exchange{Name: name, Kind: amqp.ExchangeFanout})
+		t.Queues = append(t.Queues, Queue{Name: name, Args: args})
+		t.Bindings = append(t.Bindings, Binding{Exchange: name, Queue: name, RoutingKey: ""})
+	}
 	for _, r := range cfg.Routes {
 		q := n.RouteQueue(r.Name)
-		t.Queues = append(t.Queues, Queue{Name: q, Args: quorumArgs()})
+		t.Queues = append(t.Queues,
+			Queue{Name: q, Args: deadLetterArgs(quorumArgs(), n.DeadQueue(r.Name))},
+			// No delivery limit here: reading a message in the management UI
+			// counts as a delivery.
+			Queue{Name: n.DeadQueue(r.Name), Args: quorumArgs()},
+		)
 		for _, pattern := range r.Bindings {
 			t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: q, RoutingKey: pattern})
 		}
+	}
+	if cfg.DeliveryLimit > 0 {
+		t.Policies = append(t.Policies, Policy{
+			Name: cfg.Prefix + ".route-delivery-limit",
+			// Route queues only: names have no dot after the route, so the
+			// .dead queues do not match.
+			Pattern:    "^" + regexp.QuoteMeta(n.RouteQueue("")) + "[^.]+$",
+			ApplyTo:    "queues",
+			Priority:   10,
+			Definition: map[string]any{"delivery-limit": cfg.DeliveryLimit},
+		})
 	}
 	return t
 }
@@ -146,10 +237,22 @@ func (t Topology) Definitions() ([]byte, error) {
 		RoutingKey      string         `json:"routing_key"`
 		Arguments       map[string]any `json:"arguments"`
 	}
+	type policy struct {
+		VHost      string         `json:"vhost"`
+		Name       string         `json:"name"`
+		Pattern    string         `json:"pattern"`
+		ApplyTo    string         `json:"apply-to"`
+		Priority   int            `json:"priority"`
+		Definition map[string]any `json:"definition"`
+	}
 	var defs struct {
+		Policies  []policy   `json:"policies"`
 		Exchanges []exchange `json:"exchanges"`
 		Queues    []queue    `json:"queues"`
 		Bindings  []binding  `json:"bindings"`
+	}
+	for _, p := range t.Policies {
+		defs.Policies = append(defs.Policies, policy{VHost: "/", Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo, Priority: p.Priority, Definition: p.Definition})
 	}
 	args := func(t amqp.Table) map[string]any {
 		m := map[string]any{}

@@ -34,7 +34,11 @@ func NewLogger(cfg config.Log, w io.Writer) (zerolog.Logger, error) {
 
 // Topology returns the RabbitMQ topology for cfg.
 func Topology(cfg *config.Config) amqp.Topology {
-	tc := amqp.TopologyConfig{Prefix: cfg.AMQP.Prefix}
+	tc := amqp.TopologyConfig{
+		Prefix:        cfg.AMQP.Prefix,
+		RetryDelays:   cfg.Retry.Backoff,
+		DeliveryLimit: cfg.Dispatcher.DeliveryLimit,
+	}
 	for _, r := range cfg.Routes {
 		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: r.Bindings})
 	}

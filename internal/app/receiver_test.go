@@ -42,6 +42,8 @@ type harness struct {
 	ch    *amqp091.Channel
 	names hamqp.Names
 	base  string // receiver base URL once started
+
+	dispatcherBase string // dispatcher base URL once started
 }
 
 func newHarness(t *testing.T) *harness {
@@ -50,21 +52,32 @@ func newHarness(t *testing.T) *harness {
 	db, dbURL := storetest.Open(t)
 	prefix := amqptest.Prefix(t)
 	cfg := &config.Config{
-		Database: config.Database{URL: dbURL, MaxConns: 10},
-		AMQP:     config.AMQP{URL: testenv.AMQPURL(), Prefix: prefix},
-		Receiver: config.Receiver{Listen: "127.0.0.1:0", MaxBodyBytes: 4096, ShutdownTimeout: 5 * time.Second},
-		Outbox:   config.Outbox{BatchSize: 50, PollInterval: 200 * time.Millisecond, PublishTimeout: 5 * time.Second},
-		Log:      config.Log{Level: "warn", Format: "json"},
+		Database:   config.Database{URL: dbURL, MaxConns: 10},
+		AMQP:       config.AMQP{URL: testenv.AMQPURL(), Prefix: prefix, ManagementURL: testenv.ManagementURL()},
+		Receiver:   config.Receiver{Listen: "127.0.0.1:0", MaxBodyBytes: 4096, ShutdownTimeout: 5 * time.Second},
+		Outbox:     config.Outbox{BatchSize: 50, PollInterval: 200 * time.Millisecond, PublishTimeout: 5 * time.Second},
+		Dispatcher: config.Dispatcher{Listen: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second, DeliveryLimit: 20},
+		Retry:      config.Retry{Backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}},
+		Log:        config.Log{Level: "warn", Format: "json"},
 		Sources: []config.Source{{
 			Name:        "acme",
 			Verify:      config.Verify{Scheme: "hmac", Secrets: []string{acmeSecret}, Header: "X-Acme-Signature", Prefix: "sha256="},
 			Idempotency: config.Idempotency{JSONPath: "id"},
 			EventType:   config.EventType{JSONPath: "type"},
 		}},
-		Routes: []config.Route{{Name: "billing", URL: "http://127.0.0.1:9/", Bindings: []string{"acme.invoice.*"}}},
+		Routes: []config.Route{testRoute("billing", "http://127.0.0.1:9/", "acme.invoice.*")},
 	}
 	amqptest.DeleteTopology(t, app.Topology(cfg))
 	return &harness{t: t, cfg: cfg, db: db, dbURL: dbURL, ch: amqptest.Channel(t, conn), names: hamqp.Names{Prefix: prefix}}
+}
+
+const testSigningSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func testRoute(name, url string, bindings ...string) config.Route {
+	return config.Route{
+		Name: name, URL: url, Bindings: bindings, Timeout: 5 * time.Second, Concurrency: 4,
+		SigningSecret: testSigningSecret, MaxAttempts: 4,
+	}
 }
 
 // start runs the receiver until the test ends; the test fails if it does not

@@ -38,6 +38,10 @@ type AMQP struct {
 	URL string `mapstructure:"url" validate:"required,amqp_url"`
 	// Prefix starts every exchange and queue name. Default "hookrelay".
 	Prefix string `mapstructure:"prefix" validate:"required,amqp_name"`
+	// ManagementURL is the management HTTP API, used to apply the delivery
+	// limit policy. Without credentials in it, those of URL are used.
+	// Default http://127.0.0.1:15672.
+	ManagementURL string `mapstructure:"management_url" validate:"required,http_url"`
 }
 
 // Receiver configures the ingest HTTP server.
@@ -58,6 +62,11 @@ type Dispatcher struct {
 	// ShutdownTimeout bounds how long in-flight deliveries may finish after
 	// SIGTERM. Default 30s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" validate:"gt=0"`
+	// DeliveryLimit parks a message in its route's dead-letter queue after
+	// this many redeliveries without an outcome (a message that crashes
+	// dispatchers). Applied as a RabbitMQ policy, so changing it never needs
+	// a queue deleted. Default 20.
+	DeliveryLimit int `mapstructure:"delivery_limit" validate:"gte=1,lte=10000"`
 }
 
 // Outbox configures the publisher that drains the outbox into RabbitMQ.
@@ -139,8 +148,13 @@ type Route struct {
 	Timeout time.Duration `mapstructure:"timeout" validate:"gt=0"`
 	// Concurrency is the number of consumers, each with prefetch 1. Default 1.
 	Concurrency int `mapstructure:"concurrency" validate:"gte=1,lte=256"`
-	// SigningSecret signs deliveries (Standard Webhooks, whsec_...).
-	SigningSecret string `mapstructure:"signing_secret"`
+	// SigningSecret signs deliveries (Standard Webhooks: whsec_ followed by
+	// base64). Required.
+	SigningSecret string `mapstructure:"signing_secret" validate:"required,whsec"`
+	// Headers are added to every delivery.
+	Headers map[string]string `mapstructure:"headers"`
+	// NoRetryStatuses go straight to the dead-letter queue, like 410.
+	NoRetryStatuses []int `mapstructure:"no_retry_statuses" validate:"dive,gte=100,lte=599"`
 	// MaxAttempts is the number of attempts before dead-lettering. Default
 	// len(retry.backoff)+1.
 	MaxAttempts int `mapstructure:"max_attempts" validate:"gte=1"`
@@ -161,6 +175,8 @@ func setDefaults(set func(key string, value any)) {
 	set("receiver.shutdown_timeout", "10s")
 	set("dispatcher.listen", "127.0.0.1:8081")
 	set("dispatcher.shutdown_timeout", "30s")
+	set("dispatcher.delivery_limit", 20)
+	set("amqp.management_url", "http://127.0.0.1:15672")
 	set("outbox.batch_size", 100)
 	set("outbox.poll_interval", "1s")
 	set("outbox.publish_timeout", "10s")

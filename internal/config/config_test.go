@@ -22,6 +22,7 @@ sources:
 routes:
   - name: billing
     url: "http://127.0.0.1:9000/hooks"
+    signing_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     bindings: ["acme.invoice.*", "acme.#"]
 `
 

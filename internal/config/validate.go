@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -36,6 +37,7 @@ func newValidator() *validator.Validate {
 	must("postgres_url", func(s string) bool { return urlWithScheme(s, "postgres", "postgresql") })
 	must("amqp_url", func(s string) bool { return urlWithScheme(s, "amqp", "amqps") })
 	must("http_url", func(s string) bool { return urlWithScheme(s, "http", "https") })
+	must("whsec", func(s string) bool { return WhsecError(s) == nil })
 	return v
 }
 
@@ -70,6 +72,20 @@ func TopicPatternError(s string) error {
 		case strings.ContainsAny(w, "*#"):
 			return fmt.Errorf("word %q mixes a wildcard with text; a wildcard must be a whole word", w)
 		}
+	}
+	return nil
+}
+
+// WhsecError says why s is not a usable Standard Webhooks secret: "whsec_"
+// (optional) followed by standard base64 of at least 16 bytes. The message
+// never contains the secret.
+func WhsecError(s string) error {
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+	switch {
+	case err != nil:
+		return errors.New("must be whsec_ followed by standard base64")
+	case len(raw) < 16:
+		return errors.New("must decode to at least 16 bytes")
 	}
 	return nil
 }
@@ -130,6 +146,8 @@ func fieldProblem(fe validator.FieldError) string {
 		return "must be an amqp:// or amqps:// URL with a host"
 	case "http_url":
 		return fmt.Sprintf("%q must be an http:// or https:// URL with a host", val)
+	case "whsec":
+		return WhsecError(fmt.Sprint(val)).Error()
 	case "hostname_port":
 		return fmt.Sprintf("%q must be host:port", val)
 	}
@@ -175,6 +193,14 @@ func crossCheck(cfg *Config) []string {
 		if (et.Header == "") == (et.JSONPath == "") {
 			add("%s.event_type: set exactly one of header or json_path", key)
 		}
+	}
+
+	need := 2 // the dispatcher's LISTEN-free headroom: health checks and retries
+	for _, r := range cfg.Routes {
+		need += r.Concurrency
+	}
+	if int(cfg.Database.MaxConns) < need {
+		add("database.max_conns: %d is too small for the dispatcher, which holds a connection per in-flight delivery: set at least %d (sum of routes[].concurrency + 2)", cfg.Database.MaxConns, need)
 	}
 
 	seen = map[string]int{}

@@ -48,3 +48,41 @@ const (
 	HeaderSource    = "x-hookrelay-source"
 	HeaderEventType = "x-hookrelay-event-type"
 )
+
+// More AMQP headers: the position of a delivery in its attempt series, and
+// when the series began. They travel with retries and dead letters.
+const (
+	HeaderAttempt        = "x-hookrelay-attempt"
+	HeaderFirstAttemptAt = "x-hookrelay-first-attempt-at"
+)
+
+// DeliveryState is where the delivery of one event to one route stands.
+type DeliveryState string
+
+// Delivery states, as stored in deliveries.state.
+const (
+	StatePending   DeliveryState = "pending"
+	StateDelivered DeliveryState = "delivered"
+	StateRetrying  DeliveryState = "retrying"
+	StateDead      DeliveryState = "dead"
+)
+
+// Attempt is one HTTP attempt to deliver an event to a route, and what it
+// led to.
+type Attempt struct {
+	EventID uuid.UUID
+	Route   string
+	// Number is the attempt's position in its series, from 1.
+	Number    int
+	StartedAt time.Time
+	Duration  time.Duration
+	// Status is the HTTP status, 0 when no response arrived.
+	Status          int
+	ResponseHeaders http.Header
+	// ResponseBody is the first KiB of the response body.
+	ResponseBody []byte
+	// Error is the network error or the reason for failure, "" on success.
+	Error string
+	// Outcome is the state the delivery moves to.
+	Outcome DeliveryState
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -76,6 +77,19 @@ func DeleteTopology(t testing.TB, topo hamqp.Topology) {
 				t.Errorf("cleanup: deleting exchange %s: %v", e.Name, err)
 				return
 			}
+		}
+		for _, p := range topo.Policies {
+			req, err := http.NewRequest(http.MethodDelete, testenv.ManagementURL()+"/api/policies/%2F/"+url.PathEscape(p.Name), nil)
+			if err != nil {
+				t.Errorf("cleanup: %v", err)
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Errorf("cleanup: deleting policy %s: %v", p.Name, err)
+				return
+			}
+			resp.Body.Close()
 		}
 	})
 }

@@ -1,0 +1,143 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
+	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+)
+
+// DispatcherOptions are the parts of a dispatcher that tests replace.
+type DispatcherOptions struct {
+	Logger zerolog.Logger
+	// Listener serves health and metrics; nil means cfg.Dispatcher.Listen.
+	Listener net.Listener
+	// Registry collects metrics; nil means a new one.
+	Registry *prometheus.Registry
+	// Client makes the deliveries; nil means deliver.NewClient().
+	Client *http.Client
+}
+
+// RunDispatcher consumes every route queue and delivers until ctx is done.
+// It refuses to start on a schema that is behind, and applies the delivery
+// limit policy first. On shutdown it stops consuming, lets in-flight
+// deliveries finish, record and ack, and returns nil.
+func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptions) error {
+	logger := opts.Logger.With().Str("process", "dispatcher").Logger()
+	reg := opts.Registry
+	if reg == nil {
+		reg = newRegistry()
+	}
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-dispatcher"})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.RequireSchema(ctx); err != nil {
+		return err
+	}
+
+	topo := Topology(cfg)
+	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies); err != nil {
+		return err
+	}
+	names := amqp.Names{Prefix: cfg.AMQP.Prefix}
+	var tiers []deliver.Tier
+	for _, d := range cfg.Retry.Backoff {
+		tiers = append(tiers, deliver.Tier{Name: amqp.FormatDelay(d), Delay: d, Exchange: names.Retry(d)})
+	}
+	var routes []deliver.Route
+	var routeNames []string
+	for i, r := range cfg.Routes {
+		key, err := signature.DecodeStandardSecret(r.SigningSecret)
+		if err != nil {
+			return fmt.Errorf("routes[%d].signing_secret: %w", i, err)
+		}
+		noRetry := map[int]bool{}
+		for _, s := range r.NoRetryStatuses {
+			noRetry[s] = true
+		}
+		routes = append(routes, deliver.Route{
+			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
+			MaxAttempts: r.MaxAttempts, SigningKeys: [][]byte{key},
+			Queue: names.RouteQueue(r.Name), DeadQueue: names.DeadQueue(r.Name),
+		})
+		routeNames = append(routeNames, r.Name)
+	}
+	handler, err := deliver.New(deliver.Config{
+		Routes:  routes,
+		Tiers:   tiers,
+		Store:   deliverStore{db},
+		Client:  opts.Client,
+		Metrics: deliver.NewMetrics(reg, routeNames),
+		Logger:  logger,
+	})
+	if err != nil {
+		return err
+	}
+	var groups []amqp.ConsumerGroup
+	for _, r := range cfg.Routes {
+		route := r.Name
+		groups = append(groups, amqp.ConsumerGroup{
+			Queue:       names.RouteQueue(route),
+			Concurrency: r.Concurrency,
+			Handle: func(ctx context.Context, d *amqp.Delivery) error {
+				return handler.Handle(ctx, route, d.Delivery, d)
+			},
+		})
+	}
+	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
+		URL:            cfg.AMQP.URL,
+		ConnectionName: "hookrelay-dispatcher@" + hostname(),
+		Topology:       topo,
+		Groups:         groups,
+		ConfirmTimeout: cfg.Outbox.PublishTimeout,
+		Logger:         logger,
+	})
+
+	mux := http.NewServeMux()
+	httpserver.Health(mux,
+		httpserver.Check{Name: "postgres", Func: db.Ping},
+		httpserver.Check{Name: "rabbitmq", Func: consumers.Ping},
+	)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	ln, err := listen(opts.Listener, cfg.Dispatcher.Listen)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return httpserver.Run(gctx, ln, &http.Server{Handler: mux}, cfg.Dispatcher.ShutdownTimeout)
+	})
+	g.Go(func() error { return consumers.Run(gctx) })
+	logger.Info().Str("listen", ln.Addr().String()).Int("routes", len(routes)).Msg("dispatcher started")
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	logger.Info().Msg("dispatcher stopped")
+	return nil
+}
+
+// deliverStore adapts *store.DB to deliver.Store.
+type deliverStore struct{ db *store.DB }
+
+func (s deliverStore) DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (deliver.Lock, error) {
+	return s.db.DeliveryLock(ctx, eventID, route)
+}
+
+func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) error {
+	return s.db.AttemptRecord(ctx, a)
+}

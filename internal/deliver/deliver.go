@@ -1,0 +1,463 @@
+// Package deliver is the dispatcher's handler: for one message of a route
+// queue it locks the (event, route) delivery in Postgres, skips it if it was
+// already delivered, POSTs the event to the route's URL with Standard
+// Webhooks headers, records the attempt, and then either is done (2xx),
+// republishes the message to the next retry tier, or parks it in the route's
+// dead-letter queue. The caller acks only when Handle returns nil, so every
+// outcome is stored (and any republish confirmed) before the ack.
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/backoff"
+	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// Lock is a locked (event, route) delivery.
+type Lock interface {
+	State() webhook.DeliveryState
+	// Record stores the attempt and releases the lock.
+	Record(ctx context.Context, a *webhook.Attempt) error
+	// Release gives the lock back without recording.
+	Release(ctx context.Context) error
+}
+
+// Store is what delivery needs from Postgres.
+type Store interface {
+	DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (Lock, error)
+	// AttemptRecord stores an attempt without a held lock (the lock's
+	// connection was lost during the attempt).
+	AttemptRecord(ctx context.Context, a *webhook.Attempt) error
+}
+
+// Publisher publishes on the channel the message came from and waits for
+// the broker's confirm.
+type Publisher interface {
+	Publish(ctx context.Context, exchange, key string, p amqp.Publishing) error
+}
+
+// Route is one destination.
+type Route struct {
+	Name        string
+	URL         string
+	Timeout     time.Duration
+	Headers     map[string]string
+	NoRetry     map[int]bool
+	MaxAttempts int
+	// SigningKeys sign each delivery; every key adds a signature.
+	SigningKeys [][]byte
+	// Queue is the route queue, the routing key retries come back with.
+	Queue string
+	// DeadQueue receives what cannot be delivered.
+	DeadQueue string
+}
+
+// Tier is a retry tier.
+type Tier struct {
+	// Name labels the tier in metrics, e.g. "10s".
+	Name     string
+	Delay    time.Duration
+	Exchange string
+}
+
+// Config configures a Handler.
+type Config struct {
+	Routes []Route
+	// Tiers are ordered by attempt: a failed attempt n goes to tier n-1 (the
+	// last tier repeats).
+	Tiers   []Tier
+	Store   Store
+	Client  *http.Client
+	Metrics *Metrics
+	Logger  zerolog.Logger
+	// NowFunc is the clock; time.Now when nil.
+	NowFunc func() time.Time
+	// StoreRetryFor bounds how long an outcome is retried against Postgres
+	// while the message is held unacked. Default 2m.
+	StoreRetryFor time.Duration
+}
+
+// Handler delivers messages.
+type Handler struct {
+	cfg    Config
+	routes map[string]*Route
+	logger zerolog.Logger
+	now    func() time.Time
+}
+
+// New returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Store == nil || cfg.Metrics == nil || len(cfg.Tiers) == 0 {
+		return nil, errors.New("deliver: Store, Metrics and at least one Tier are required")
+	}
+	if cfg.Client == nil {
+		cfg.Client = NewClient()
+	}
+	if cfg.StoreRetryFor == 0 {
+		cfg.StoreRetryFor = 2 * time.Minute
+	}
+	h := &Handler{cfg: cfg, routes: map[string]*Route{}, logger: cfg.Logger.With().Str("component", "deliver").Logger(), now: cfg.NowFunc}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if r.MaxAttempts < 1 || r.Timeout <= 0 || len(r.SigningKeys) == 0 {
+			return nil, fmt.Errorf("deliver: route %q needs MaxAttempts, Timeout and a signing key", r.Name)
+		}
+		h.routes[r.Name] = r
+	}
+	return h, nil
+}
+
+// NewClient returns the HTTP client for deliveries: it does not follow
+// redirects (a 3xx is a failed attempt, its Location recorded in the
+// response headers) and bounds connection setup.
+func NewClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	tr.ResponseHeaderTimeout = 0 // each request has its own deadline
+	return &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// Message is a route queue message as the dispatcher reads it.
+type Message struct {
+	EventID        uuid.UUID
+	Source         string
+	EventType      string
+	ContentType    string
+	Body           []byte
+	Attempt        int
+	FirstAttemptAt time.Time
+}
+
+// Parse reads a Message from a delivery's properties and headers.
+func Parse(d amqp.Delivery) (Message, error) {
+	m := Message{ContentType: d.ContentType, Body: d.Body, Attempt: 1}
+	id := headerString(d.Headers, webhook.HeaderEventID)
+	if id == "" {
+		id = d.MessageId
+	}
+	var err error
+	if m.EventID, err = uuid.Parse(id); err != nil {
+		return m, fmt.Errorf("message has no valid event id")
+	}
+	m.Source = headerString(d.Headers, webhook.HeaderSource)
+	m.EventType = headerString(d.Headers, webhook.HeaderEventType)
+	if n, ok := headerInt(d.Headers, webhook.HeaderAttempt); ok && n >= 1 {
+		m.Attempt = n
+	}
+	if s := headerString(d.Headers, webhook.HeaderFirstAttemptAt); s != "" {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			m.FirstAttemptAt = t
+		}
+	}
+	return m, nil
+}
+
+func headerString(h amqp.Table, key string) string {
+	if s, ok := h[key].(string); ok {
+		return s
+	}
+	return ""
+}
+
+func headerInt(h amqp.Table, key string) (int, bool) {
+	switch v := h[key].(type) {
+	case int32:
+		return int(v), true
+	case int64:
+		return int(v), true
+	case int:
+		return v, true
+	case string:
+		n, err := strconv.Atoi(v)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// Handle delivers one message of route's queue. It returns nil when the
+// outcome is stored and any republish confirmed: the caller then acks. Any
+// error means "do not ack".
+func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub Publisher) error {
+	r, ok := h.routes[route]
+	if !ok {
+		return fmt.Errorf("no route %q", route)
+	}
+	log := h.logger.With().Str("route", route).Logger()
+	msg, err := Parse(d)
+	if err != nil {
+		// Nothing to deliver or record against: park it for an operator.
+		log.Error().Err(err).Str("message_id", d.MessageId).Msg("malformed message; dead-lettering")
+		return h.publishDead(ctx, pub, r, d, Message{Body: d.Body, ContentType: d.ContentType, Attempt: 1}, &webhook.Attempt{
+			Route: route, Number: 0, StartedAt: h.now(), Error: err.Error(),
+		})
+	}
+	log = log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
+
+	lock, err := h.cfg.Store.DeliveryLock(ctx, msg.EventID, route)
+	if err != nil {
+		return fmt.Errorf("locking delivery: %w", err)
+	}
+	if lock.State() == webhook.StateDelivered {
+		if err := lock.Release(ctx); err != nil {
+			log.Warn().Err(err).Msg("releasing delivery lock")
+		}
+		h.cfg.Metrics.outcome(route, "skipped_duplicate")
+		log.Debug().Msg("already delivered; skipping")
+		return nil
+	}
+
+	h.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
+	attempt, retryAfter := h.post(ctx, r, msg)
+	h.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
+	h.cfg.Metrics.duration.WithLabelValues(route).Observe(attempt.Duration.Seconds())
+
+	tier := -1
+	switch {
+	case attempt.Status >= 200 && attempt.Status < 300:
+		attempt.Outcome = webhook.StateDelivered
+	case attempt.Status == http.StatusGone || r.NoRetry[attempt.Status]:
+		attempt.Outcome = webhook.StateDead
+	case msg.Attempt >= r.MaxAttempts:
+		attempt.Outcome = webhook.StateDead
+	default:
+		attempt.Outcome = webhook.StateRetrying
+		tier = h.tierFor(msg.Attempt, retryAfter)
+	}
+
+	if err := h.record(ctx, lock, attempt, log); err != nil {
+		return err
+	}
+
+	switch attempt.Outcome {
+	case webhook.StateRetrying:
+		if err := h.publishRetry(ctx, pub, r, msg, tier); err != nil {
+			return err
+		}
+		h.cfg.Metrics.outcome(route, "retry_scheduled")
+		h.cfg.Metrics.retries.WithLabelValues(route, h.cfg.Tiers[tier].Name).Inc()
+		log.Info().Int("status", attempt.Status).Str("error", attempt.Error).Dur("retry_in", h.cfg.Tiers[tier].Delay).Msg("delivery failed; retry scheduled")
+	case webhook.StateDead:
+		if err := h.publishDead(ctx, pub, r, d, msg, attempt); err != nil {
+			return err
+		}
+		h.cfg.Metrics.outcome(route, "dead")
+		log.Warn().Int("status", attempt.Status).Str("error", attempt.Error).Msg("delivery dead-lettered")
+	default:
+		h.cfg.Metrics.outcome(route, "delivered")
+		log.Debug().Int("status", attempt.Status).Msg("delivered")
+	}
+	return nil
+}
+
+// record stores the attempt on the held lock; if that connection failed, it
+// retries in fresh transactions with backoff while the message stays
+// unacked (holding it does not count as a redelivery).
+func (h *Handler) record(ctx context.Context, lock Lock, a *webhook.Attempt, log zerolog.Logger) error {
+	err := lock.Record(ctx, a)
+	if err == nil {
+		return nil
+	}
+	deadline := time.Now().Add(h.cfg.StoreRetryFor)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
+	for time.Now().Before(deadline) {
+		log.Warn().Err(err).Msg("recording attempt failed; retrying")
+		if !backoff.Sleep(ctx, retry.Next()) {
+			break
+		}
+		if err = h.cfg.Store.AttemptRecord(ctx, a); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("recording attempt: %w", err)
+}
+
+// tierFor picks the tier after failed attempt n: tier n-1 (the last one
+// repeats), or later when the destination asked for a longer pause with
+// Retry-After.
+func (h *Handler) tierFor(n int, retryAfter time.Duration) int {
+	last := len(h.cfg.Tiers) - 1
+	tier := min(n-1, last)
+	for tier < last && h.cfg.Tiers[tier].Delay < retryAfter {
+		tier++
+	}
+	return tier
+}
+
+const maxBodySnippet = 1024
+
+// post makes one HTTP attempt and reports it, with the Retry-After delay
+// asked for by a 429 or 503.
+func (h *Handler) post(ctx context.Context, r *Route, msg Message) (*webhook.Attempt, time.Duration) {
+	start := h.now()
+	a := &webhook.Attempt{EventID: msg.EventID, Route: r.Name, Number: msg.Attempt, StartedAt: start}
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, strings.NewReader(string(msg.Body)))
+	if err != nil {
+		a.Error = "building request: " + err.Error()
+		return a, 0
+	}
+	for k, v := range r.Headers {
+		req.Header.Set(k, v)
+	}
+	contentType := msg.ContentType
+	if contentType == "" {
+		contentType = "application/octet-stream"
+	}
+	id := msg.EventID.String()
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("User-Agent", "hookrelay")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
+	req.Header.Set("webhook-signature", signature.SignStandard(r.SigningKeys, id, start, msg.Body))
+	req.Header.Set("X-Hookrelay-Source", msg.Source)
+	req.Header.Set("X-Hookrelay-Event-Type", msg.EventType)
+	req.Header.Set("X-Hookrelay-Attempt", strconv.Itoa(msg.Attempt))
+
+	resp, err := h.cfg.Client.Do(req)
+	a.Duration = time.Since(start)
+	if err != nil {
+		a.Error = describeError(err, r.Timeout)
+		return a, 0
+	}
+	defer resp.Body.Close()
+	a.Status = resp.StatusCode
+	a.ResponseHeaders = resp.Header
+	a.ResponseBody, _ = io.ReadAll(io.LimitReader(resp.Body, maxBodySnippet))
+	// Read a little more so the connection can be reused; a huge body is
+	// cut off by Close instead.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	a.Duration = time.Since(start)
+	if a.Status < 200 || a.Status >= 300 {
+		a.Error = "HTTP " + strconv.Itoa(a.Status)
+	}
+	var retryAfter time.Duration
+	if a.Status == http.StatusTooManyRequests || a.Status == http.StatusServiceUnavailable {
+		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), h.now())
+	}
+	return a, retryAfter
+}
+
+// describeError names a network failure without the URL (which may carry
+// credentials in its query).
+func describeError(err error, timeout time.Duration) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return fmt.Sprintf("timeout after %s", timeout)
+	}
+	return err.Error()
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP date; 0 when absent or
+// invalid.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+func (h *Handler) publishRetry(ctx context.Context, pub Publisher, r *Route, msg Message, tier int) error {
+	first := msg.FirstAttemptAt
+	if first.IsZero() {
+		first = h.now()
+	}
+	id := msg.EventID.String()
+	err := pub.Publish(ctx, h.cfg.Tiers[tier].Exchange, r.Queue, amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		ContentType:  msg.ContentType,
+		MessageId:    id,
+		Type:         msg.EventType,
+		AppId:        "hookrelay",
+		Timestamp:    h.now(),
+		Headers: amqp.Table{
+			webhook.HeaderEventID:        id,
+			webhook.HeaderSource:         msg.Source,
+			webhook.HeaderEventType:      msg.EventType,
+			webhook.HeaderAttempt:        int32(msg.Attempt + 1),
+			webhook.HeaderFirstAttemptAt: first.UTC().Format(time.RFC3339Nano),
+		},
+		Body: msg.Body,
+	})
+	if err != nil {
+		return fmt.Errorf("scheduling retry: %w", err)
+	}
+	return nil
+}
+
+// Dead-letter headers an operator reads in the management UI.
+const (
+	HeaderRoute         = "x-hookrelay-route"
+	HeaderAttempts      = "x-hookrelay-attempts"
+	HeaderLastStatus    = "x-hookrelay-last-status"
+	HeaderLastError     = "x-hookrelay-last-error"
+	HeaderLastAttemptAt = "x-hookrelay-last-attempt-at"
+)
+
+func (h *Handler) publishDead(ctx context.Context, pub Publisher, r *Route, d amqp.Delivery, msg Message, a *webhook.Attempt) error {
+	first := msg.FirstAttemptAt
+	if first.IsZero() {
+		first = a.StartedAt
+	}
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	if msg.EventID != uuid.Nil {
+		headers[webhook.HeaderEventID] = msg.EventID.String()
+	}
+	headers[HeaderRoute] = r.Name
+	headers[HeaderAttempts] = int32(msg.Attempt)
+	headers[HeaderLastStatus] = int32(a.Status)
+	headers[HeaderLastError] = a.Error
+	headers[webhook.HeaderFirstAttemptAt] = first.UTC().Format(time.RFC3339Nano)
+	headers[HeaderLastAttemptAt] = a.StartedAt.UTC().Format(time.RFC3339Nano)
+	err := pub.Publish(ctx, "", r.DeadQueue, amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		ContentType:  d.ContentType,
+		MessageId:    d.MessageId,
+		Type:         d.Type,
+		AppId:        "hookrelay",
+		Timestamp:    h.now(),
+		Headers:      headers,
+		Body:         d.Body,
+	})
+	if err != nil {
+		return fmt.Errorf("dead-lettering: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5"
+)
+
+// DeliveryLock holds the row lock on one (event, route) delivery for the
+// length of an HTTP attempt. A second dispatcher that receives a duplicate
+// message for the same pair waits on the lock, then sees the outcome: it
+// never POSTs while the first is in flight, and never after a delivered
+// one. If the process dies, Postgres drops the connection and the lock with
+// it, so a redelivered message can proceed at once.
+type DeliveryLock struct {
+	tx    pgx.Tx
+	id    int64
+	state webhook.DeliveryState
+}
+
+// DeliveryLock creates the delivery row if needed and locks it.
+func (db *DB) DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (*DeliveryLock, error) {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("beginning delivery: %w", err)
+	}
+	id, state, err := lockDelivery(ctx, tx, eventID, route)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return &DeliveryLock{tx: tx, id: id, state: state}, nil
+}
+
+func lockDelivery(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, route string) (int64, webhook.DeliveryState, error) {
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO deliveries (event_id, route) VALUES ($1, $2)
+		ON CONFLICT (event_id, route) DO NOTHING`, eventID, route); err != nil {
+		return 0, "", fmt.Errorf("creating delivery: %w", err)
+	}
+	var (
+		id    int64
+		state string
+	)
+	err := tx.QueryRow(ctx, `
+		SELECT id, state FROM deliveries WHERE event_id = $1 AND route = $2 FOR UPDATE`,
+		eventID, route).Scan(&id, &state)
+	if err != nil {
+		return 0, "", fmt.Errorf("locking delivery: %w", err)
+	}
+	return id, webhook.DeliveryState(state), nil
+}
+
+// State is the delivery's state when it was locked.
+func (l *DeliveryLock) State() webhook.DeliveryState { return l.state }
+
+// Record stores the attempt, moves the delivery to a.Outcome, and commits,
+// releasing the lock.
+func (l *DeliveryLock) Record(ctx context.Context, a *webhook.Attempt) error {
+	if err := recordAttempt(ctx, l.tx, l.id, a); err != nil {
+		_ = l.tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := l.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing attempt: %w", err)
+	}
+	return nil
+}
+
+// Release gives the lock back without recording anything.
+func (l *DeliveryLock) Release(ctx context.Context) error {
+	if err := l.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("releasing delivery: %w", err)
+	}
+	return nil
+}
+
+// AttemptRecord stores an attempt in a transaction of its own, for when the
+// lock's connection was lost during the attempt.
+func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) error {
+	return db.InTx(ctx, func(tx pgx.Tx) error {
+		id, _, err := lockDelivery(ctx, tx, a.EventID, a.Route)
+		if err != nil {
+			return err
+		}
+		return recordAttempt(ctx, tx, id, a)
+	})
+}
+
+func recordAttempt(ctx context.Context, tx pgx.Tx, deliveryID int64, a *webhook.Attempt) error {
+	var status *int
+	if a.Status != 0 {
+		status = &a.Status
+	}
+	var errText *string
+	if a.Error != "" {
+		errText = &a.Error
+	}
+	headers := a.ResponseHeaders
+	if headers == nil && status != nil {
+		headers = http.Header{}
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO delivery_attempts
+			(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		deliveryID, a.Number, a.StartedAt, a.Duration.Milliseconds(), status, headers, a.ResponseBody, errText, string(a.Outcome))
+	if err != nil {
+		return fmt.Errorf("inserting attempt: %w", err)
+	}
+	// A delivered pair stays delivered: a late record of a failed duplicate
+	// attempt must not make it look undelivered.
+	_, err = tx.Exec(ctx, `
+		UPDATE deliveries SET
+			state            = CASE WHEN state = 'delivered' THEN 'delivered' ELSE $2 END,
+			attempts         = attempts + 1,
+			last_status      = $3,
+			last_error       = $4,
+			first_attempt_at = COALESCE(first_attempt_at, $5),
+			last_attempt_at  = $5,
+			delivered_at     = CASE WHEN $2 = 'delivered' AND delivered_at IS NULL THEN now() ELSE delivered_at END,
+			updated_at       = now()
+		WHERE id = $1`,
+		deliveryID, string(a.Outcome), status, errText, a.StartedAt)
+	if err != nil {
+		return fmt.Errorf("updating delivery: %w", err)
+	}
+	return nil
+}
+
+// DeliveryGet returns the state and attempt count of one pair, or
+// ErrNotFound.
+func (db *DB) DeliveryGet(ctx context.Context, eventID uuid.UUID, route string) (webhook.DeliveryState, int, error) {
+	var (
+		state    string
+		attempts int
+	)
+	err := db.pool.QueryRow(ctx, `SELECT state, attempts FROM deliveries WHERE event_id = $1 AND route = $2`,
+		eventID, route).Scan(&state, &attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, ErrNotFound
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("reading delivery: %w", err)
+	}
+	return webhook.DeliveryState(state), attempts, nil
+}
