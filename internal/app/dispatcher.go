@@ -101,7 +101,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}
 	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
 		URL:            cfg.AMQP.URL,
-		ConnectionName: "hookrelay-dispatcher@" + hostname(),
+		ConnectionName: "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
 		Topology:       topo,
 		Groups:         groups,
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,

@@ -63,6 +63,7 @@ func (d *destination) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
+	arrived := time.Now()
 	route := strings.TrimPrefix(r.URL.Path, "/")
 	id := r.Header.Get("webhook-id")
 	d.mu.Lock()
@@ -75,7 +76,7 @@ func (d *destination) serve(w http.ResponseWriter, r *http.Request) {
 	d.mu.Unlock()
 	status := d.respond(w, r, body, route, prior)
 	d.mu.Lock()
-	d.requests = append(d.requests, received{at: time.Now(), route: route, eventID: id, attempt: r.Header.Get("X-Hookrelay-Attempt"), status: status, header: r.Header.Clone(), body: body})
+	d.requests = append(d.requests, received{at: arrived, route: route, eventID: id, attempt: r.Header.Get("X-Hookrelay-Attempt"), status: status, header: r.Header.Clone(), body: body})
 	d.mu.Unlock()
 	select {
 	case d.notify <- struct{}{}:

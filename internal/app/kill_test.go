@@ -21,11 +21,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMain doubles as the child process of
-// TestPublisherKilledBeforeDeleteRepublishes when the environment says so.
+// TestMain doubles as the child process of the tests that kill one, when
+// the environment says so.
 func TestMain(m *testing.M) {
-	if os.Getenv("HOOKRELAY_TEST_CHILD") == "kill-after-publish" {
+	switch os.Getenv("HOOKRELAY_TEST_CHILD") {
+	case "kill-after-publish":
 		runKillAfterPublishChild()
+		return
+	case "dispatcher":
+		runDispatcherChild()
 		return
 	}
 	os.Exit(m.Run())
@@ -86,3 +90,5 @@ func TestPublisherKilledBeforeDeleteRepublishes(t *testing.T) {
 	msgs := amqptest.Drain(t, h.ch, h.names.RouteQueue("billing"))
 	require.Equal(t, []string{id.String(), id.String()}, eventIDs(msgs))
 }
+
+func zerologStderr() zerolog.Logger { return zerolog.New(os.Stderr).Level(zerolog.WarnLevel) }

@@ -74,7 +74,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		Exchange:       amqp.Names{Prefix: cfg.AMQP.Prefix}.Events(),
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,
 		MaxBatch:       cfg.Outbox.BatchSize,
-		ConnectionName: "hookrelay-receiver@" + hostname(),
+		ConnectionName: "hookrelay-receiver " + cfg.AMQP.Prefix + "@" + hostname(),
 		Logger:         logger,
 		Confirms:       amqp.NewConfirmsCounter(reg),
 	})

@@ -44,6 +44,8 @@ type harness struct {
 	base  string // receiver base URL once started
 
 	dispatcherBase string // dispatcher base URL once started
+
+	client *http.Client // the senders' client
 }
 
 func newHarness(t *testing.T) *harness {
@@ -68,7 +70,10 @@ func newHarness(t *testing.T) *harness {
 		Routes: []config.Route{testRoute("billing", "http://127.0.0.1:9/", "acme.invoice.*")},
 	}
 	amqptest.DeleteTopology(t, app.Topology(cfg))
-	return &harness{t: t, cfg: cfg, db: db, dbURL: dbURL, ch: amqptest.Channel(t, conn), names: hamqp.Names{Prefix: prefix}}
+	return &harness{
+		t: t, cfg: cfg, db: db, dbURL: dbURL, ch: amqptest.Channel(t, conn), names: hamqp.Names{Prefix: prefix},
+		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 30 * time.Second},
+	}
 }
 
 const testSigningSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -93,6 +98,9 @@ func (h *harness) start(opts app.ReceiverOptions) {
 	done := make(chan error, 1)
 	go func() { done <- app.RunReceiver(ctx, h.cfg, opts) }()
 	h.t.Cleanup(func() {
+		// Connections the client opened but never used would hold the
+		// server's Shutdown for 5s (net/http treats them as new, not idle).
+		h.client.CloseIdleConnections()
 		cancel()
 		select {
 		case err := <-done:
@@ -125,7 +133,7 @@ func (h *harness) post(source string, body []byte, header http.Header) reply {
 		req.Header = http.Header{}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	require.NoError(h.t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
