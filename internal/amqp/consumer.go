@@ -216,7 +216,7 @@ func (cc *consumer) run(ctx context.Context, handle HandleFunc) {
 }
 
 func (cc *consumer) handle(ctx context.Context, d amqp.Delivery, handle HandleFunc) {
-	err := safeHandle(context.WithoutCancel(ctx), &Delivery{Delivery: d, c: cc}, handle)
+	err := safeHandle(context.WithoutCancel(ctx), &Delivery{Delivery: d, c: cc, stopping: ctx.Done()}, handle)
 	if err == nil {
 		if err := d.Ack(false); err != nil {
 			// The channel is gone: the broker redelivers the message.
@@ -245,8 +245,13 @@ func safeHandle(ctx context.Context, d *Delivery, handle HandleFunc) (err error)
 // Delivery is a consumed message and the channel it came on.
 type Delivery struct {
 	amqp.Delivery
-	c *consumer
+	c        *consumer
+	stopping <-chan struct{}
 }
+
+// Stopping is closed when the consumers shut down. A handler waiting for a
+// dependency gives up then; its message is requeued.
+func (d *Delivery) Stopping() <-chan struct{} { return d.stopping }
 
 // Publish publishes p on the delivery's channel and waits for the broker's
 // confirm. It fails when the broker nacks or returns the message (mandatory)

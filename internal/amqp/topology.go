@@ -245,12 +245,13 @@ func (t Topology) Definitions() ([]byte, error) {
 		Priority   int            `json:"priority"`
 		Definition map[string]any `json:"definition"`
 	}
-	var defs struct {
+	// Empty lists, never null: the import rejects null with a 500.
+	defs := struct {
 		Policies  []policy   `json:"policies"`
 		Exchanges []exchange `json:"exchanges"`
 		Queues    []queue    `json:"queues"`
 		Bindings  []binding  `json:"bindings"`
-	}
+	}{Policies: []policy{}, Exchanges: []exchange{}, Queues: []queue{}, Bindings: []binding{}}
 	for _, p := range t.Policies {
 		defs.Policies = append(defs.Policies, policy{VHost: "/", Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo, Priority: p.Priority, Definition: p.Definition})
 	}

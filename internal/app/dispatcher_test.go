@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -141,7 +142,22 @@ func (h *harness) startDispatcher(opts app.DispatcherOptions) (stop func()) {
 	}
 	h.t.Cleanup(stop)
 	h.dispatcherBase = "http://" + ln.Addr().String()
+	waitReady(h.t, h.dispatcherBase)
 	return stop
+}
+
+// waitReady waits until base/readyz answers 200: connected to Postgres and
+// RabbitMQ, topology declared.
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond, "%s never became ready", base)
 }
 
 // queuesEmpty waits until every queue of the harness's topology has no
@@ -432,4 +448,41 @@ func amqpPublishing(eventID string) amqp091.Publishing {
 		},
 		Body: []byte(`{"id":"evt_once"}`),
 	}
+}
+
+// While Postgres cannot be reached, the dispatcher holds the message
+// unacked (no POST, no ack, no drift toward the delivery limit) and delivers
+// it once Postgres is back.
+func TestDispatcherHoldsMessageWhilePostgresIsDown(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.start(app.ReceiverOptions{}) // the receiver talks to Postgres directly
+
+	u, err := url.Parse(h.dbURL)
+	require.NoError(t, err)
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	dcfg := *h.cfg
+	dcfg.Database.URL = u.String()
+	hd := *h
+	hd.cfg = &dcfg
+	hd.startDispatcher(app.DispatcherOptions{})
+
+	proxy.Cut()
+	r := h.postSigned("evt_pg_down", "invoice.paid")
+	require.Equal(t, http.StatusOK, r.status)
+	// The dispatcher took the message off the queue and holds it.
+	amqptest.WaitCount(t, h.ch, h.names.RouteQueue("billing"), 0, 15*time.Second)
+	require.Empty(t, dest.snapshot(), "no POST before the delivery can be recorded")
+
+	proxy.Restore()
+	dest.waitFor(60*time.Second, "the delivery after Postgres is back", func(rs []received) bool { return len(rs) == 1 })
+	require.Eventually(t, func() bool {
+		state, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(r.ID), "billing")
+		return err == nil && state == webhook.StateDelivered
+	}, 15*time.Second, 20*time.Millisecond)
+	h.waitQueuesEmpty(10 * time.Second)
+	require.Len(t, dest.snapshot(), 1)
 }

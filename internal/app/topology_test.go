@@ -2,17 +2,21 @@ package app_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"os"
 	"sort"
 	"testing"
+	"time"
 
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,7 +50,9 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 	amqptest.RequireManagement(t)
 	prefix := amqptest.Prefix(t)
 	cfg := &config.Config{
-		AMQP: config.AMQP{Prefix: prefix},
+		AMQP:       config.AMQP{Prefix: prefix},
+		Retry:      config.Retry{Backoff: []time.Duration{time.Second, 5 * time.Minute}},
+		Dispatcher: config.Dispatcher{DeliveryLimit: 5},
 		Routes: []config.Route{
 			{Name: "billing", Bindings: []string{"stripe.invoice.*", "stripe.payment_intent.#"}},
 			{Name: "crm", Bindings: []string{"*.customer.*"}},
@@ -79,6 +85,68 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 		sort.Strings(want)
 		require.Equal(t, want, got, "bindings of %s", q.Name)
 	}
+
+	// The delivery limit policy applies to route queues, not to dead ones
+	// (the management API shows it after its next stats tick).
+	require.Eventually(t, func() bool {
+		return queuePolicy(t, prefix+".route.billing") == prefix+".route-delivery-limit"
+	}, 20*time.Second, 200*time.Millisecond)
+	require.Equal(t, "", queuePolicy(t, prefix+".route.billing.dead"))
+}
+
+// A message that keeps coming back without an outcome (a dispatcher that
+// crashes on it) is parked in the dead-letter queue by the delivery limit,
+// at least once, instead of looping forever.
+func TestDeliveryLimitParksPoisonMessage(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Dial(t)
+	amqptest.RequireManagement(t)
+	prefix := amqptest.Prefix(t)
+	cfg := &config.Config{
+		AMQP:       config.AMQP{URL: testenv.AMQPURL(), Prefix: prefix, ManagementURL: testenv.ManagementURL()},
+		Dispatcher: config.Dispatcher{DeliveryLimit: 2},
+		Retry:      config.Retry{Backoff: []time.Duration{time.Second}},
+		Routes:     []config.Route{{Name: "billing", Bindings: []string{"acme.#"}}},
+	}
+	topo := app.Topology(cfg)
+	amqptest.DeleteTopology(t, topo)
+	ch := amqptest.Channel(t, conn)
+	require.NoError(t, topo.Declare(ch))
+	require.NoError(t, hamqp.ApplyPolicies(context.Background(), cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies))
+	names := hamqp.Names{Prefix: prefix}
+	require.NoError(t, ch.PublishWithContext(context.Background(), names.Events(), "acme.invoice.paid", false, false,
+		amqp091.Publishing{MessageId: "poison", Body: []byte("x")}))
+	amqptest.WaitCount(t, ch, names.RouteQueue("billing"), 1, 5*time.Second)
+
+	// Deliveries 1..3 are returned without an outcome; the limit of 2
+	// redeliveries parks the message.
+	for i := 0; ; i++ {
+		d, ok, err := ch.Get(names.RouteQueue("billing"), false)
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		require.Less(t, i, 5, "the delivery limit never parked the message")
+		require.NoError(t, d.Nack(false, true))
+	}
+	amqptest.WaitCount(t, ch, names.DeadQueue("billing"), 1, 10*time.Second)
+	dead := amqptest.Drain(t, ch, names.DeadQueue("billing"))
+	require.Equal(t, "poison", dead[0].MessageId)
+	deaths, _ := dead[0].Headers["x-death"].([]any)
+	require.NotEmpty(t, deaths)
+	require.Equal(t, "delivery_limit", deaths[0].(amqp091.Table)["reason"])
+}
+
+func queuePolicy(t *testing.T, queue string) string {
+	t.Helper()
+	resp, err := http.Get(testenv.ManagementURL() + "/api/queues/%2F/" + url.PathEscape(queue))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var q struct {
+		Policy string `json:"policy"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&q))
+	return q.Policy
 }
 
 type mgmtBinding struct {

@@ -45,9 +45,11 @@ type Store interface {
 }
 
 // Publisher publishes on the channel the message came from and waits for
-// the broker's confirm.
+// the broker's confirm. Stopping is closed when the dispatcher shuts down:
+// waits for a dependency end early then, and the message is requeued.
 type Publisher interface {
 	Publish(ctx context.Context, exchange, key string, p amqp.Publishing) error
+	Stopping() <-chan struct{}
 }
 
 // Route is one destination.
@@ -86,8 +88,10 @@ type Config struct {
 	Logger  zerolog.Logger
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
-	// StoreRetryFor bounds how long an outcome is retried against Postgres
-	// while the message is held unacked. Default 2m.
+	// StoreRetryFor bounds how long a Postgres failure is retried while the
+	// message is held unacked. Holding does not count as a redelivery, so a
+	// Postgres outage does not push messages toward the delivery limit; it
+	// stays well under RabbitMQ's 30-minute consumer timeout. Default 10m.
 	StoreRetryFor time.Duration
 }
 
@@ -108,7 +112,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Client = NewClient()
 	}
 	if cfg.StoreRetryFor == 0 {
-		cfg.StoreRetryFor = 2 * time.Minute
+		cfg.StoreRetryFor = 10 * time.Minute
 	}
 	h := &Handler{cfg: cfg, routes: map[string]*Route{}, logger: cfg.Logger.With().Str("component", "deliver").Logger(), now: cfg.NowFunc}
 	if h.now == nil {
@@ -215,9 +219,13 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 	}
 	log = log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
 
-	lock, err := h.cfg.Store.DeliveryLock(ctx, msg.EventID, route)
+	var lock Lock
+	err = h.retryStore(ctx, pub.Stopping(), log, "locking delivery", func() (err error) {
+		lock, err = h.cfg.Store.DeliveryLock(ctx, msg.EventID, route)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("locking delivery: %w", err)
+		return err
 	}
 	if lock.State() == webhook.StateDelivered {
 		if err := lock.Release(ctx); err != nil {
@@ -246,8 +254,16 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 		tier = h.tierFor(msg.Attempt, retryAfter)
 	}
 
-	if err := h.record(ctx, lock, attempt, log); err != nil {
-		return err
+	if err := lock.Record(ctx, attempt); err != nil {
+		// The lock's connection failed during the attempt: record in a
+		// transaction of its own.
+		log.Warn().Err(err).Msg("recording attempt failed; retrying")
+		err = h.retryStore(ctx, pub.Stopping(), log, "recording attempt", func() error {
+			return h.cfg.Store.AttemptRecord(ctx, attempt)
+		})
+		if err != nil {
+			return err
+		}
 	}
 
 	switch attempt.Outcome {
@@ -271,26 +287,33 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 	return nil
 }
 
-// record stores the attempt on the held lock; if that connection failed, it
-// retries in fresh transactions with backoff while the message stays
-// unacked (holding it does not count as a redelivery).
-func (h *Handler) record(ctx context.Context, lock Lock, a *webhook.Attempt, log zerolog.Logger) error {
-	err := lock.Record(ctx, a)
+// retryStore runs op until it succeeds, retrying with backoff for up to
+// StoreRetryFor while the message stays unacked, or until stop closes.
+func (h *Handler) retryStore(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, what string, op func() error) error {
+	err := op()
 	if err == nil {
 		return nil
 	}
 	deadline := time.Now().Add(h.cfg.StoreRetryFor)
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 	for time.Now().Before(deadline) {
-		log.Warn().Err(err).Msg("recording attempt failed; retrying")
-		if !backoff.Sleep(ctx, retry.Next()) {
-			break
+		wait := retry.Next()
+		log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; holding the message", what)
+		t := time.NewTimer(wait)
+		select {
+		case <-stop:
+			t.Stop()
+			return fmt.Errorf("%s: %w (shutting down)", what, err)
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-t.C:
 		}
-		if err = h.cfg.Store.AttemptRecord(ctx, a); err == nil {
+		if err = op(); err == nil {
 			return nil
 		}
 	}
-	return fmt.Errorf("recording attempt: %w", err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // tierFor picks the tier after failed attempt n: tier n-1 (the last one
