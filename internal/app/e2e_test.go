@@ -141,6 +141,28 @@ func TestEndToEndThousandEventsThreeRoutes(t *testing.T) {
 	count, err := h.db.EventCount(context.Background(), "acme")
 	require.NoError(t, err)
 	require.EqualValues(t, n, count)
+
+	// The dispatcher's metrics tell the same story.
+	m := scrape(t, h.dispatcherBase)
+	perRoute := map[string]int{}
+	flakyPerRoute := map[string]int{}
+	for i := range n {
+		for _, r := range routesOf[eventType(i)] {
+			perRoute[r]++
+			if i%10 == 0 {
+				flakyPerRoute[r]++
+			}
+		}
+	}
+	for _, r := range []string{"billing", "ledger", "audit"} {
+		require.Equal(t, float64(perRoute[r]), m[`hookrelay_deliveries_total{outcome="delivered",route="`+r+`"}`], r)
+		require.Equal(t, float64(2*flakyPerRoute[r]), m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="`+r+`"}`], r)
+		require.Equal(t, float64(flakyPerRoute[r]), m[`hookrelay_retries_total{route="`+r+`",tier="100ms"}`], r)
+		require.Equal(t, float64(flakyPerRoute[r]), m[`hookrelay_retries_total{route="`+r+`",tier="200ms"}`], r)
+		require.Equal(t, 0.0, m[`hookrelay_deliveries_total{outcome="dead",route="`+r+`"}`], r)
+		require.Equal(t, 0.0, m[`hookrelay_deliveries_in_flight{route="`+r+`"}`], r)
+		require.Equal(t, float64(perRoute[r]+2*flakyPerRoute[r]), m[`hookrelay_delivery_duration_seconds_count{route="`+r+`"}`], r)
+	}
 }
 
 // The child process of TestDispatcherKilledMidRun: a dispatcher whose
