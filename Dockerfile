@@ -15,8 +15,8 @@ COPY go.mod go.sum ./
 RUN go mod download && go mod verify
 
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/... \
-	&& for bin in receiver dispatcher hookrelay; do \
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/... ./examples/destination \
+	&& for bin in receiver dispatcher hookrelay destination; do \
 		test -x "/out/$bin" || { echo "missing binary: $bin (expected ./cmd/$bin)" >&2; exit 1; }; \
 	done
 

@@ -191,6 +191,17 @@ func TestLoadMissingFile(t *testing.T) {
 	require.False(t, IsInvalid(err))
 }
 
+func TestLoadExpandsDefaults(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(validYAML, `"http://127.0.0.1:9000/hooks"`, `"${BILLING_URL:-http://127.0.0.1:9000/hooks}"`, 1)
+	cfg, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:9000/hooks", cfg.Routes[0].URL, "unset: the default")
+	cfg, err = Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x", "BILLING_URL": "http://dest:9000/h"}))
+	require.NoError(t, err)
+	require.Equal(t, "http://dest:9000/h", cfg.Routes[0].URL, "set: the value")
+}
+
 func TestPath(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "a.yaml", Path("a.yaml", envMap(map[string]string{"HOOKRELAY_CONFIG": "b.yaml"})))

@@ -237,11 +237,13 @@ func decodeProblems(err error) []string {
 	return problems
 }
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
-// expandEnv replaces ${VAR} in every string of v with the variable's value.
-// An unset variable is an error naming the key; an empty value is left to
-// validation (a required secret then fails as empty).
+// expandEnv replaces ${VAR} in every string of v with the variable's value,
+// and ${VAR:-default} with the value or, when VAR is unset or empty, the
+// default written in the config. An unset variable without a default is an
+// error naming the key; an empty value is left to validation (a required
+// secret then fails as empty).
 func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc) []string {
 	var problems []string
 	switch v.Kind() {
@@ -251,10 +253,13 @@ func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc) []string {
 			return nil
 		}
 		out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
-			name := envRef.FindStringSubmatch(ref)[1]
-			val, ok := lookup(name)
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: environment variable %s is not set", key, name))
+			m := envRef.FindStringSubmatch(ref)
+			val, ok := lookup(m[1])
+			switch {
+			case m[2] != "" && (!ok || val == ""):
+				return m[3]
+			case !ok:
+				problems = append(problems, fmt.Sprintf("%s: environment variable %s is not set", key, m[1]))
 			}
 			return val
 		})
