@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -460,12 +459,8 @@ func TestDispatcherHoldsMessageWhilePostgresIsDown(t *testing.T) {
 	h.cfg.Routes[0].URL = dest.url("billing")
 	h.start(app.ReceiverOptions{}) // the receiver talks to Postgres directly
 
-	u, err := url.Parse(h.dbURL)
-	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
 	dcfg := *h.cfg
-	dcfg.Database.URL = u.String()
+	proxy := proxied(t, &dcfg.Database.URL)
 	hd := *h
 	hd.cfg = &dcfg
 	hd.startDispatcher(app.DispatcherOptions{})

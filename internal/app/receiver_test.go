@@ -111,6 +111,18 @@ func (h *harness) start(opts app.ReceiverOptions) {
 	})
 }
 
+// proxied puts a TCP proxy between *rawURL's host and the code under test,
+// rewriting *rawURL to go through it.
+func proxied(t *testing.T, rawURL *string) *testenv.Proxy {
+	t.Helper()
+	u, err := url.Parse(*rawURL)
+	require.NoError(t, err)
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	*rawURL = u.String()
+	return proxy
+}
+
 func sign(secret string, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write(body)
@@ -217,11 +229,8 @@ func TestConcurrentDuplicatePostsStoreAndPublishOnce(t *testing.T) {
 func TestPostgresUnreachableAnswers503AndStoresNothing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	u, err := url.Parse(h.dbURL)
-	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	h.cfg.Database.URL = u.String()
+	h.cfg.Database.URL = h.dbURL
+	proxy := proxied(t, &h.cfg.Database.URL)
 	h.start(app.ReceiverOptions{})
 
 	require.Equal(t, http.StatusOK, h.postSigned("evt_before", "invoice.paid").status)
@@ -249,11 +258,7 @@ func TestPostgresUnreachableAnswers503AndStoresNothing(t *testing.T) {
 func TestRabbitMQDownOutboxGrowsAndDrainsWhenBack(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	u, err := url.Parse(h.cfg.AMQP.URL)
-	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	h.cfg.AMQP.URL = u.String()
+	proxy := proxied(t, &h.cfg.AMQP.URL)
 	h.start(app.ReceiverOptions{})
 
 	// Connected first, so the cut also breaks a live connection.
@@ -349,11 +354,7 @@ func TestReceiverRefusesSchemaBehind(t *testing.T) {
 func TestReadiness(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	u, err := url.Parse(h.cfg.AMQP.URL)
-	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	h.cfg.AMQP.URL = u.String()
+	proxy := proxied(t, &h.cfg.AMQP.URL)
 	h.start(app.ReceiverOptions{})
 
 	get := func(path string) (int, map[string]string) {
