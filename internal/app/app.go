@@ -50,29 +50,22 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 	out := make([]ingest.Source, 0, len(cfg.Sources))
 	for i, s := range cfg.Sources {
 		key := fmt.Sprintf("sources[%d]", i)
-		var v signature.Verifier
-		switch s.Verify.Scheme {
-		case "none":
+		v, err := verifier(s.Verify)
+		if err != nil {
+			return nil, fmt.Errorf("%s.verify: %w", key, err)
+		}
+		if s.Verify.Scheme == "none" {
 			logger.Warn().Str("source", s.Name).Msg("source accepts unsigned requests (verify.scheme none)")
-			v = signature.None{}
-		case "hmac":
-			h, err := signature.NewHMAC(signature.HMACConfig{
-				Secrets: s.Verify.Secrets, Algorithm: s.Verify.Algorithm, Encoding: s.Verify.Encoding,
-				Header: s.Verify.Header, Prefix: s.Verify.Prefix,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("%s.verify: %w", key, err)
-			}
-			v = h
-		default:
-			return nil, fmt.Errorf("%s.verify.scheme: unknown scheme %q", key, s.Verify.Scheme)
 		}
 		idem := s.Idempotency
 		ec := extract.Config{
 			IdempotencyHeaders: idem.Headers,
 			IdempotencyPaths:   idem.JSONPaths,
 			EventTypeHeader:    s.EventType.Header,
-			EventTypePath:      s.EventType.JSONPath,
+			EventTypePaths:     s.EventType.JSONPaths,
+		}
+		if s.EventType.JSONPath != "" {
+			ec.EventTypePaths = []string{s.EventType.JSONPath}
 		}
 		if idem.Header != "" {
 			ec.IdempotencyHeaders = []string{idem.Header}
@@ -87,6 +80,39 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x})
 	}
 	return out, nil
+}
+
+// verifier builds the signature.Verifier for a validated verify block.
+func verifier(v config.Verify) (signature.Verifier, error) {
+	switch v.Scheme {
+	case "none":
+		return signature.None{}, nil
+	case "hmac":
+		return signature.NewHMAC(signature.HMACConfig{
+			Secrets: v.Secrets, Algorithm: v.Algorithm, Encoding: v.Encoding,
+			Header: v.Header, Query: v.Query, Prefix: v.Prefix,
+			TimestampHeader: v.TimestampHeader, SignedContent: v.SignedContent, Tolerance: v.Tolerance,
+		})
+	case "standard-webhooks":
+		return signature.NewStandard(signature.StandardConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
+	case "stripe":
+		return signature.NewStripe(signature.StripeConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
+	case "github":
+		return signature.NewGitHub(signature.GitHubConfig{Secrets: v.Secrets, AllowSHA1: v.AllowSHA1})
+	case "shopify":
+		return signature.NewShopify(signature.ShopifyConfig{Secrets: v.Secrets})
+	case "slack":
+		return signature.NewSlack(signature.SlackConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
+	case "paddle":
+		return signature.NewPaddle(signature.PaddleConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
+	case "kiwify":
+		return signature.NewKiwify(signature.KiwifyConfig{Secrets: v.Secrets})
+	case "token":
+		return signature.NewToken(signature.TokenConfig{Secrets: v.Secrets, Header: v.Header})
+	case "basic":
+		return signature.NewBasic(signature.BasicConfig{Username: v.Username, Secrets: v.Secrets})
+	}
+	return nil, fmt.Errorf("unknown scheme %q", v.Scheme)
 }
 
 // newRegistry returns a registry with the Go runtime and process collectors.

@@ -62,9 +62,16 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	var routes []deliver.Route
 	var routeNames []string
 	for i, r := range cfg.Routes {
-		key, err := signature.DecodeStandardSecret(r.SigningSecret)
-		if err != nil {
-			return fmt.Errorf("routes[%d].signing_secret: %w", i, err)
+		var keys [][]byte
+		for _, secret := range append([]string{r.SigningSecret}, r.SigningSecrets...) {
+			if secret == "" {
+				continue
+			}
+			key, err := signature.DecodeStandardSecret(secret)
+			if err != nil {
+				return fmt.Errorf("routes[%d]: signing secret: %w", i, err)
+			}
+			keys = append(keys, key)
 		}
 		noRetry := map[int]bool{}
 		for _, s := range r.NoRetryStatuses {
@@ -72,7 +79,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		}
 		routes = append(routes, deliver.Route{
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
-			MaxAttempts: r.MaxAttempts, SigningKeys: [][]byte{key},
+			MaxAttempts: r.MaxAttempts, SigningKeys: keys,
 			Queue: names.RouteQueue(r.Name), DeadQueue: names.DeadQueue(r.Name),
 		})
 		routeNames = append(routeNames, r.Name)

@@ -193,6 +193,8 @@ func TestDeliverySignedAndRecorded(t *testing.T) {
 	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
 	h.cfg.Routes[0].URL = dest.url("billing")
 	h.cfg.Routes[0].Headers = map[string]string{"X-Api-Key": "k1"}
+	// A second secret, as during a rotation: both sign.
+	h.cfg.Routes[0].SigningSecrets = []string{otherStandard}
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
 
@@ -201,9 +203,12 @@ func TestDeliverySignedAndRecorded(t *testing.T) {
 	dest.waitFor(15*time.Second, "one delivery", func(rs []received) bool { return len(rs) == 1 })
 
 	got := dest.snapshot()[0]
-	wh, err := standardwebhooks.NewWebhook(testSigningSecret)
-	require.NoError(t, err)
-	require.NoError(t, wh.Verify(got.body, got.header), "the reference library accepts our signature")
+	for _, secret := range []string{testSigningSecret, otherStandard} {
+		wh, err := standardwebhooks.NewWebhook(secret)
+		require.NoError(t, err)
+		require.NoError(t, wh.Verify(got.body, got.header), "the reference library accepts our signature")
+	}
+	require.Len(t, strings.Fields(got.header.Get("webhook-signature")), 2, "one signature per secret")
 	require.Equal(t, r.ID, got.header.Get("webhook-id"))
 	require.Equal(t, "acme", got.header.Get("X-Hookrelay-Source"))
 	require.Equal(t, "invoice.paid", got.header.Get("X-Hookrelay-Event-Type"))

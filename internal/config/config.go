@@ -97,7 +97,11 @@ type Log struct {
 
 // Source is one webhook sender, reached at POST /webhooks/{name}.
 type Source struct {
-	Name        string      `mapstructure:"name" validate:"required,ident"`
+	Name string `mapstructure:"name" validate:"required,ident"`
+	// Preset fills verify.scheme (and its header), idempotency and
+	// event_type for a known provider; whatever the source sets itself
+	// wins. See Presets.
+	Preset      string      `mapstructure:"preset" validate:"omitempty,preset"`
 	Verify      Verify      `mapstructure:"verify"`
 	Idempotency Idempotency `mapstructure:"idempotency"`
 	EventType   EventType   `mapstructure:"event_type"`
@@ -105,18 +109,35 @@ type Source struct {
 
 // Verify says how a source's requests are authenticated.
 type Verify struct {
-	// Scheme is none or hmac.
-	Scheme string `mapstructure:"scheme" validate:"required,oneof=none hmac"`
-	// Secrets are accepted keys; several allow rotation.
+	// Scheme is one of Schemes. Required, unless a preset sets it.
+	Scheme string `mapstructure:"scheme" validate:"required,scheme"`
+	// Secrets are accepted keys (tokens for token, passwords for basic);
+	// several allow rotation.
 	Secrets []string `mapstructure:"secrets" validate:"dive,required"`
 	// Algorithm is sha1, sha256 or sha512 (hmac). Default sha256.
 	Algorithm string `mapstructure:"algorithm" validate:"omitempty,oneof=sha1 sha256 sha512"`
 	// Encoding is hex or base64 (hmac). Default hex.
 	Encoding string `mapstructure:"encoding" validate:"omitempty,oneof=hex base64"`
-	// Header carries the signature (hmac).
+	// Header carries the signature (hmac) or the token (token).
 	Header string `mapstructure:"header" validate:"omitempty,header_name"`
-	// Prefix is stripped from the header value, e.g. "sha256=".
+	// Query names the query parameter that carries the signature (hmac),
+	// instead of Header.
+	Query string `mapstructure:"query"`
+	// Prefix is stripped from the signature, e.g. "sha256=" (hmac).
 	Prefix string `mapstructure:"prefix"`
+	// TimestampHeader carries a Unix timestamp signed with the body (hmac).
+	TimestampHeader string `mapstructure:"timestamp_header" validate:"omitempty,header_name"`
+	// SignedContent is what is signed when TimestampHeader is set, with
+	// {timestamp} and {body}. Default "{timestamp}.{body}" (hmac).
+	SignedContent string `mapstructure:"signed_content"`
+	// Tolerance is how far a signed timestamp may be from now, either way
+	// (standard-webhooks, stripe, slack, paddle, hmac). Default 5m.
+	Tolerance time.Duration `mapstructure:"tolerance" validate:"gte=0"`
+	// AllowSHA1 accepts GitHub's legacy X-Hub-Signature when the SHA-256
+	// header is absent (github). Default false.
+	AllowSHA1 bool `mapstructure:"allow_sha1"`
+	// Username is the expected user (basic).
+	Username string `mapstructure:"username"`
 }
 
 // Idempotency says where a source's deduplication key comes from: headers
@@ -130,11 +151,13 @@ type Idempotency struct {
 	JSONPaths []string `mapstructure:"json_paths" validate:"dive,required"`
 }
 
-// EventType says where a source's event type comes from: exactly one of a
-// header or a JSON path.
+// EventType says where a source's event type comes from: a header, a JSON
+// path, or a list of JSON paths of which the first present wins (Slack's
+// event.type, then type). Exactly one of the three.
 type EventType struct {
-	Header   string `mapstructure:"header" validate:"omitempty,header_name"`
-	JSONPath string `mapstructure:"json_path"`
+	Header    string   `mapstructure:"header" validate:"omitempty,header_name"`
+	JSONPath  string   `mapstructure:"json_path"`
+	JSONPaths []string `mapstructure:"json_paths" validate:"dive,required"`
 }
 
 // Route is one destination, fed by the events its bindings match.
@@ -149,8 +172,11 @@ type Route struct {
 	// Concurrency is the number of consumers, each with prefetch 1. Default 1.
 	Concurrency int `mapstructure:"concurrency" validate:"gte=1,lte=256"`
 	// SigningSecret signs deliveries (Standard Webhooks: whsec_ followed by
-	// base64). Required.
-	SigningSecret string `mapstructure:"signing_secret" validate:"required,whsec"`
+	// base64). This or SigningSecrets is required.
+	SigningSecret string `mapstructure:"signing_secret" validate:"omitempty,whsec"`
+	// SigningSecrets all sign every delivery (webhook-signature carries one
+	// signature each), so a destination can rotate without downtime.
+	SigningSecrets []string `mapstructure:"signing_secrets" validate:"dive,whsec"`
 	// Headers are added to every delivery.
 	Headers map[string]string `mapstructure:"headers"`
 	// NoRetryStatuses go straight to the dead-letter queue, like 410.

@@ -149,7 +149,7 @@ func TestLoadInvalid(t *testing.T) {
 		{
 			name:    "unknown scheme",
 			edit:    func(s string) string { return strings.Replace(s, "scheme: hmac", "scheme: hmca", 1) },
-			wantMsg: `sources[0].verify.scheme: "hmca" is not one of: none, hmac`,
+			wantMsg: `sources[0].verify.scheme: "hmca" is not a scheme; use one of: none, hmac,`,
 		},
 		{
 			name:    "explicit zero concurrency is not replaced by the default",
@@ -166,7 +166,7 @@ func TestLoadInvalid(t *testing.T) {
 			edit: func(s string) string {
 				return strings.Replace(s, "event_type: {json_path: event}", "event_type: {}", 1)
 			},
-			wantMsg: "sources[0].event_type: set exactly one of header or json_path",
+			wantMsg: "sources[0].event_type: set exactly one of header, json_path or json_paths",
 		},
 	}
 	for _, tt := range tests {
@@ -189,6 +189,33 @@ func TestLoadMissingFile(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), envMap(nil))
 	require.Error(t, err)
 	require.False(t, IsInvalid(err))
+}
+
+func TestPresetsFillWhatTheSourceLeavesOut(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(validYAML, "sources:\n", `sources:
+  - name: gh
+    preset: github
+    verify: {secrets: [s]}
+  - name: hot
+    preset: hotmart
+    verify: {secrets: [t]}
+  - name: kiw
+    preset: kiwify
+    verify: {secrets: [k]}
+    event_type: {json_path: type}
+`, 1)
+	cfg, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
+	require.NoError(t, err)
+	gh, hot, kiw := cfg.Sources[0], cfg.Sources[1], cfg.Sources[2]
+	require.Equal(t, "github", gh.Verify.Scheme)
+	require.Equal(t, []string{"X-GitHub-Hook-ID", "X-GitHub-Delivery"}, gh.Idempotency.Headers)
+	require.Equal(t, "X-GitHub-Event", gh.EventType.Header)
+	require.Equal(t, "token", hot.Verify.Scheme)
+	require.Equal(t, "X-HOTMART-HOTTOK", hot.Verify.Header)
+	require.Equal(t, []string{"data.purchase.transaction", "event"}, hot.Idempotency.JSONPaths)
+	require.Equal(t, []string{"order_id", "webhook_event_type"}, kiw.Idempotency.JSONPaths)
+	require.Equal(t, "type", kiw.EventType.JSONPath, "the source's own event_type wins over the preset's")
 }
 
 func TestLoadExpandsDefaults(t *testing.T) {

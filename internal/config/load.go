@@ -83,6 +83,9 @@ func Load(path string, lookup LookupEnvFunc) (*Config, error) {
 	if err != nil {
 		return nil, &Error{Path: path, Problems: decodeProblems(err)}
 	}
+	for i := range cfg.Sources {
+		applyPreset(&cfg.Sources[i])
+	}
 	for i := range cfg.Routes {
 		if !maxAttemptsSet[i] {
 			cfg.Routes[i].MaxAttempts = len(cfg.Retry.Backoff) + 1

@@ -38,6 +38,8 @@ func newValidator() *validator.Validate {
 	must("amqp_url", func(s string) bool { return urlWithScheme(s, "amqp", "amqps") })
 	must("http_url", func(s string) bool { return urlWithScheme(s, "http", "https") })
 	must("whsec", func(s string) bool { return WhsecError(s) == nil })
+	must("scheme", func(s string) bool { return contains(Schemes, s) })
+	must("preset", func(s string) bool { _, ok := presets[s]; return ok })
 	return v
 }
 
@@ -148,6 +150,10 @@ func fieldProblem(fe validator.FieldError) string {
 		return fmt.Sprintf("%q must be an http:// or https:// URL with a host", val)
 	case "whsec":
 		return WhsecError(fmt.Sprint(val)).Error()
+	case "scheme":
+		return fmt.Sprintf("%q is not a scheme; use one of: %s", val, strings.Join(Schemes, ", "))
+	case "preset":
+		return fmt.Sprintf("%q is not a preset; use one of: %s", val, strings.Join(Presets(), ", "))
 	case "hostname_port":
 		return fmt.Sprintf("%q must be host:port", val)
 	}
@@ -167,19 +173,7 @@ func crossCheck(cfg *Config) []string {
 		}
 		seen[s.Name] = i
 
-		switch s.Verify.Scheme {
-		case "hmac":
-			if len(s.Verify.Secrets) == 0 {
-				add("%s.verify.secrets: scheme hmac needs at least one secret", key)
-			}
-			if s.Verify.Header == "" {
-				add("%s.verify.header: scheme hmac needs the header that carries the signature", key)
-			}
-		case "none":
-			if len(s.Verify.Secrets) > 0 || s.Verify.Header != "" {
-				add("%s.verify: scheme none takes no secrets or header", key)
-			}
-		}
+		problems = append(problems, checkVerify(key, s.Verify)...)
 
 		id := s.Idempotency
 		if id.Header != "" && len(id.Headers) > 0 {
@@ -190,8 +184,14 @@ func crossCheck(cfg *Config) []string {
 		}
 
 		et := s.EventType
-		if (et.Header == "") == (et.JSONPath == "") {
-			add("%s.event_type: set exactly one of header or json_path", key)
+		set := 0
+		for _, isSet := range []bool{et.Header != "", et.JSONPath != "", len(et.JSONPaths) > 0} {
+			if isSet {
+				set++
+			}
+		}
+		if set != 1 {
+			add("%s.event_type: set exactly one of header, json_path or json_paths", key)
 		}
 	}
 
@@ -209,6 +209,9 @@ func crossCheck(cfg *Config) []string {
 			add("routes[%d].name: %q is already used by routes[%d]", i, r.Name, j)
 		}
 		seen[r.Name] = i
+		if r.SigningSecret == "" && len(r.SigningSecrets) == 0 {
+			add("routes[%d]: set signing_secret or signing_secrets (deliveries are always signed)", i)
+		}
 	}
 	return problems
 }

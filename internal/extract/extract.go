@@ -23,13 +23,14 @@ const (
 
 // Config says where the two values come from. Idempotency parts are taken
 // from IdempotencyHeaders, then IdempotencyPaths, and joined; with neither,
-// the key is the SHA-256 of the raw body. Exactly one of EventTypeHeader and
-// EventTypePath is set.
+// the key is the SHA-256 of the raw body. The event type comes from
+// EventTypeHeader, or the first of EventTypePaths that is present: exactly
+// one of the two is set.
 type Config struct {
 	IdempotencyHeaders []string
 	IdempotencyPaths   []string
 	EventTypeHeader    string
-	EventTypePath      string
+	EventTypePaths     []string
 }
 
 // Extractor applies one source's Config.
@@ -40,12 +41,12 @@ type Extractor struct {
 
 // New returns an Extractor for cfg.
 func New(cfg Config) (*Extractor, error) {
-	if (cfg.EventTypeHeader == "") == (cfg.EventTypePath == "") {
-		return nil, fmt.Errorf("set exactly one of event type header or JSON path")
+	if (cfg.EventTypeHeader == "") == (len(cfg.EventTypePaths) == 0) {
+		return nil, fmt.Errorf("set exactly one of event type header or JSON paths")
 	}
 	return &Extractor{
 		cfg:      cfg,
-		needJSON: len(cfg.IdempotencyPaths) > 0 || cfg.EventTypePath != "",
+		needJSON: len(cfg.IdempotencyPaths) > 0 || len(cfg.EventTypePaths) > 0,
 	}, nil
 }
 
@@ -101,11 +102,15 @@ func (x *Extractor) Extract(h http.Header, body []byte) (Result, error) {
 			return Result{}, fail("missing header %s (event type)", x.cfg.EventTypeHeader)
 		}
 	} else {
-		v, err := scalar(body, x.cfg.EventTypePath)
+		var err *Error
+		for _, path := range x.cfg.EventTypePaths {
+			if res.EventType, err = scalar(body, path); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			return Result{}, fail("event type: %s", err.Message)
 		}
-		res.EventType = v
 	}
 	if err := checkEventType(res.EventType); err != nil {
 		return Result{}, err

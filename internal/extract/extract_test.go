@@ -20,19 +20,19 @@ func TestExtract(t *testing.T) {
 	}{
 		{
 			name: "json paths",
-			cfg:  Config{IdempotencyPaths: []string{"id"}, EventTypePath: "type"},
+			cfg:  Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}},
 			body: `{"id":"evt_1","type":"invoice.paid"}`,
 			want: Result{IdempotencyKey: "evt_1", EventType: "invoice.paid"},
 		},
 		{
 			name: "nested and joined paths, escaped",
-			cfg:  Config{IdempotencyPaths: []string{"order.id", "event"}, EventTypePath: "event"},
+			cfg:  Config{IdempotencyPaths: []string{"order.id", "event"}, EventTypePaths: []string{"event"}},
 			body: `{"order":{"id":"o:1"},"event":"order_approved"}`,
 			want: Result{IdempotencyKey: `o\:1:order_approved`, EventType: "order_approved"},
 		},
 		{
 			name: "big number kept exact",
-			cfg:  Config{IdempotencyPaths: []string{"id"}, EventTypePath: "t"},
+			cfg:  Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"t"}},
 			body: `{"id":12345678901234567890,"t":"x"}`,
 			want: Result{IdempotencyKey: "12345678901234567890", EventType: "x"},
 		},
@@ -50,13 +50,25 @@ func TestExtract(t *testing.T) {
 			body:   `abc`,
 			want:   Result{IdempotencyKey: "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", EventType: "push"},
 		},
-		{name: "invalid json", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePath: "type"}, body: `{"id":`, wantErr: "body is not valid JSON"},
-		{name: "missing key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePath: "type"}, body: `{"type":"a"}`, wantErr: `idempotency key: field "id" is missing`},
-		{name: "null key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePath: "type"}, body: `{"id":null,"type":"a"}`, wantErr: `field "id" is null`},
-		{name: "object key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePath: "type"}, body: `{"id":{},"type":"a"}`, wantErr: `field "id" is not a string`},
-		{name: "empty type", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePath: "type"}, body: `{"id":"1","type":" "}`, wantErr: `event type: field "type" is empty`},
+		{
+			name: "first present of several type paths",
+			cfg:  Config{IdempotencyPaths: []string{"event_id"}, EventTypePaths: []string{"event.type", "type"}},
+			body: `{"event_id":"Ev1","type":"url_verification"}`,
+			want: Result{IdempotencyKey: "Ev1", EventType: "url_verification"},
+		},
+		{
+			name: "first path wins when present",
+			cfg:  Config{IdempotencyPaths: []string{"event_id"}, EventTypePaths: []string{"event.type", "type"}},
+			body: `{"event_id":"Ev1","type":"event_callback","event":{"type":"message"}}`,
+			want: Result{IdempotencyKey: "Ev1", EventType: "message"},
+		},
+		{name: "invalid json", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"id":`, wantErr: "body is not valid JSON"},
+		{name: "missing key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"type":"a"}`, wantErr: `idempotency key: field "id" is missing`},
+		{name: "null key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"id":null,"type":"a"}`, wantErr: `field "id" is null`},
+		{name: "object key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"id":{},"type":"a"}`, wantErr: `field "id" is not a string`},
+		{name: "empty type", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"id":"1","type":" "}`, wantErr: `event type: field "type" is empty`},
 		{name: "missing header", cfg: Config{EventTypeHeader: "X-Event"}, body: `x`, wantErr: "missing header X-Event (event type)"},
-		{name: "control char in type", cfg: Config{EventTypePath: "t"}, body: `{"t":"a\u0000b"}`, wantErr: "control character"},
+		{name: "control char in type", cfg: Config{EventTypePaths: []string{"t"}}, body: `{"t":"a\u0000b"}`, wantErr: "control character"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,7 +94,7 @@ func FuzzExtract(f *testing.F) {
 	f.Add([]byte(`{"id":"a","type":"\u0000"}`))           // control char
 	f.Add([]byte(`[{"id":1}]`))                           // not an object
 	f.Add([]byte{0xff, 0xfe})                             // not UTF-8
-	x, err := New(Config{IdempotencyPaths: []string{"id", "data.purchase.transaction"}, EventTypePath: "type"})
+	x, err := New(Config{IdempotencyPaths: []string{"id", "data.purchase.transaction"}, EventTypePaths: []string{"type"}})
 	if err != nil {
 		f.Fatal(err)
 	}

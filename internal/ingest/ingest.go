@@ -166,6 +166,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	for _, k := range credentialHeaders {
 		headers.Del(k)
 	}
+	if sh, ok := src.Verifier.(interface{ SecretHeaders() []string }); ok {
+		for _, k := range sh.SecretHeaders() {
+			headers.Del(k)
+		}
+	}
 	ev := &webhook.Event{
 		ID:             uuid.Must(uuid.NewV7()),
 		Source:         src.Name,

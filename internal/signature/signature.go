@@ -9,6 +9,7 @@ import (
 	"crypto/sha1" //nolint:gosec // some senders still sign with HMAC-SHA1; only used when configured
 	"crypto/sha256"
 	"crypto/sha512"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -81,23 +82,39 @@ type None struct{}
 func (None) Verify(*Request) error { return nil }
 
 // HMACConfig configures a generic HMAC verifier: a hex or base64 HMAC of the
-// raw body in a header, optionally after a prefix such as "sha256=".
+// raw body (or of a template over a timestamp and the body) in a header or a
+// query parameter, optionally after a prefix such as "sha256=".
 type HMACConfig struct {
 	Secrets   []string
 	Algorithm string // sha1, sha256 (default) or sha512
 	Encoding  string // hex (default) or base64
-	Header    string
-	Prefix    string
+	// Header carries the signature; or Query names the query parameter that
+	// does. Exactly one is set.
+	Header string
+	Query  string
+	Prefix string
+	// TimestampHeader, when set, carries a Unix timestamp that is signed
+	// with the body and must be within Tolerance (default 5m) of now.
+	TimestampHeader string
+	// SignedContent is the signed text with {timestamp} and {body}, default
+	// "{timestamp}.{body}". Only with TimestampHeader.
+	SignedContent string
+	Tolerance     time.Duration
 }
 
-// HMAC verifies a generic body HMAC.
+// HMAC verifies a generic HMAC.
 type HMAC struct {
-	secrets  [][]byte
-	newHash  func() hash.Hash
-	decode   func(string) ([]byte, error)
-	header   string
-	prefix   string
-	hashSize int
+	secrets   [][]byte
+	newHash   func() hash.Hash
+	decode    func(string) ([]byte, error)
+	header    string
+	query     string
+	prefix    string
+	hashSize  int
+	tsHeader  string
+	before    string // template text before {body}, with {timestamp}
+	after     string // template text after {body}
+	tolerance time.Duration
 }
 
 // NewHMAC validates cfg and returns the verifier.
@@ -105,10 +122,28 @@ func NewHMAC(cfg HMACConfig) (*HMAC, error) {
 	if len(cfg.Secrets) == 0 {
 		return nil, errors.New("at least one secret is required")
 	}
-	if cfg.Header == "" {
-		return nil, errors.New("the signature header is required")
+	if (cfg.Header == "") == (cfg.Query == "") {
+		return nil, errors.New("set exactly one of the signature header or query parameter")
 	}
-	v := &HMAC{header: cfg.Header, prefix: cfg.Prefix}
+	v := &HMAC{header: cfg.Header, query: cfg.Query, prefix: cfg.Prefix, tsHeader: cfg.TimestampHeader, tolerance: cfg.Tolerance}
+	if v.tsHeader != "" {
+		tpl := cfg.SignedContent
+		if tpl == "" {
+			tpl = "{timestamp}.{body}"
+		}
+		before, after, ok := strings.Cut(tpl, "{body}")
+		if !ok || strings.Contains(after, "{body}") {
+			return nil, errors.New("signed content must contain {body} once")
+		}
+		v.before, v.after = before, after
+		tol, err := toleranceOrDefault(cfg.Tolerance)
+		if err != nil {
+			return nil, err
+		}
+		v.tolerance = tol
+	} else if cfg.SignedContent != "" {
+		return nil, errors.New("signed content needs a timestamp header")
+	}
 	for i, s := range cfg.Secrets {
 		if s == "" {
 			return nil, fmt.Errorf("secret %d is empty", i)
@@ -151,28 +186,166 @@ func decodeBase64(s string) ([]byte, error) {
 	return base64.RawStdEncoding.DecodeString(s)
 }
 
-// Verify checks the header against an HMAC of the body under each secret.
+// Verify checks the signature against an HMAC under each secret.
 func (v *HMAC) Verify(r *Request) error {
-	raw := strings.TrimSpace(r.Header.Get(v.header))
+	where, raw := "header "+v.header, r.Header.Get(v.header)
+	if v.query != "" {
+		where, raw = "query parameter "+v.query, r.Query.Get(v.query)
+	}
+	raw = strings.TrimSpace(raw)
 	if raw == "" {
-		return reject(ErrMissing, "missing header %s", v.header)
+		return reject(ErrMissing, "missing %s", where)
 	}
 	if v.prefix != "" {
 		if !strings.HasPrefix(raw, v.prefix) {
-			return reject(ErrMalformed, "header %s must start with %q", v.header, v.prefix)
+			return reject(ErrMalformed, "%s must start with %q", where, v.prefix)
 		}
 		raw = raw[len(v.prefix):]
 	}
 	got, err := v.decode(raw)
 	if err != nil || len(got) != v.hashSize {
-		return reject(ErrMalformed, "header %s is not a valid signature encoding", v.header)
+		return reject(ErrMalformed, "%s is not a valid signature encoding", where)
+	}
+	msg := r.Body
+	if v.tsHeader != "" {
+		ts := strings.TrimSpace(r.Header.Get(v.tsHeader))
+		if ts == "" {
+			return reject(ErrMissing, "missing header %s", v.tsHeader)
+		}
+		if _, ok := parseUnix(ts); !ok {
+			return reject(ErrMalformed, "header %s is not a Unix timestamp", v.tsHeader)
+		}
+		if !withinTolerance(r.Now, ts, v.tolerance) {
+			return reject(ErrExpired, "timestamp outside tolerance (%s either way)", v.tolerance)
+		}
+		before := strings.ReplaceAll(v.before, "{timestamp}", ts)
+		after := strings.ReplaceAll(v.after, "{timestamp}", ts)
+		msg = make([]byte, 0, len(before)+len(r.Body)+len(after))
+		msg = append(append(append(msg, before...), r.Body...), after...)
 	}
 	for _, secret := range v.secrets {
-		if hmac.Equal(got, Sum(v.newHash, secret, r.Body)) {
+		if hmac.Equal(got, Sum(v.newHash, secret, msg)) {
 			return nil
 		}
 	}
 	return reject(ErrMismatch, "signature mismatch")
+}
+
+// TokenConfig configures a static shared token in a header (Hotmart's
+// X-HOTMART-HOTTOK, Asaas's asaas-access-token).
+type TokenConfig struct {
+	Secrets []string
+	Header  string
+}
+
+// Token compares a header with the configured tokens in constant time.
+type Token struct {
+	tokens [][]byte
+	header string
+}
+
+// NewToken returns the verifier.
+func NewToken(cfg TokenConfig) (*Token, error) {
+	if cfg.Header == "" {
+		return nil, errors.New("the token header is required")
+	}
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("at least one token is required")
+	}
+	v := &Token{header: cfg.Header}
+	for i, s := range cfg.Secrets {
+		if s == "" {
+			return nil, fmt.Errorf("token %d is empty", i)
+		}
+		v.tokens = append(v.tokens, []byte(s))
+	}
+	return v, nil
+}
+
+// Verify accepts the request when the header equals one of the tokens.
+func (v *Token) Verify(r *Request) error {
+	got := []byte(r.Header.Get(v.header))
+	if len(got) == 0 {
+		return reject(ErrMissing, "missing header %s", v.header)
+	}
+	if anyEqual(got, v.tokens) {
+		return nil
+	}
+	return reject(ErrMismatch, "token mismatch")
+}
+
+// SecretHeaders names the header that carries the token, which must not be
+// stored with the event.
+func (v *Token) SecretHeaders() []string { return []string{v.header} }
+
+// anyEqual compares got with every candidate in constant time (per
+// candidate, and without stopping at a match).
+func anyEqual(got []byte, candidates [][]byte) bool {
+	ok := 0
+	for _, c := range candidates {
+		// ConstantTimeCompare returns at once on a length difference, which
+		// reveals only the length; hashing first hides that too.
+		a, b := sha256.Sum256(got), sha256.Sum256(c)
+		ok |= subtle.ConstantTimeCompare(a[:], b[:])
+	}
+	return ok == 1
+}
+
+// BasicConfig configures HTTP Basic authentication.
+type BasicConfig struct {
+	Username string
+	// Secrets are accepted passwords.
+	Secrets []string
+}
+
+// Basic verifies HTTP Basic credentials.
+type Basic struct {
+	user      []byte
+	passwords [][]byte
+}
+
+// NewBasic returns the verifier.
+func NewBasic(cfg BasicConfig) (*Basic, error) {
+	if cfg.Username == "" {
+		return nil, errors.New("the username is required")
+	}
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("at least one password is required")
+	}
+	v := &Basic{user: []byte(cfg.Username)}
+	for i, s := range cfg.Secrets {
+		if s == "" {
+			return nil, fmt.Errorf("password %d is empty", i)
+		}
+		v.passwords = append(v.passwords, []byte(s))
+	}
+	return v, nil
+}
+
+// Verify checks the Authorization header.
+func (v *Basic) Verify(r *Request) error {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return reject(ErrMissing, "missing header Authorization")
+	}
+	scheme, enc, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return reject(ErrMalformed, "header Authorization is not Basic credentials")
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return reject(ErrMalformed, "header Authorization is not Basic credentials")
+	}
+	user, pass, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return reject(ErrMalformed, "header Authorization is not Basic credentials")
+	}
+	userOK := anyEqual([]byte(user), [][]byte{v.user})
+	passOK := anyEqual([]byte(pass), v.passwords)
+	if userOK && passOK {
+		return nil
+	}
+	return reject(ErrMismatch, "credentials mismatch")
 }
 
 // Sum returns the HMAC of msg under key.

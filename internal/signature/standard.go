@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -37,4 +39,87 @@ func SignStandard(keys [][]byte, msgID string, ts time.Time, body []byte) string
 		sigs[i] = "v1," + base64.StdEncoding.EncodeToString(Sum(sha256.New, k, content))
 	}
 	return strings.Join(sigs, " ")
+}
+
+// StandardConfig configures a Standard Webhooks verifier.
+type StandardConfig struct {
+	// Secrets are whsec_ secrets (base64 after the prefix).
+	Secrets []string
+	// Tolerance is how far webhook-timestamp may be from now, either way.
+	// Default 5m.
+	Tolerance time.Duration
+}
+
+// Standard verifies Standard Webhooks (and Svix, which uses the same scheme
+// under svix- header names): webhook-signature holds space-separated
+// "v1,<base64>" signatures of "id.timestamp.body".
+type Standard struct {
+	keys      [][]byte
+	tolerance time.Duration
+}
+
+// NewStandard decodes the secrets and returns the verifier.
+func NewStandard(cfg StandardConfig) (*Standard, error) {
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("at least one secret is required")
+	}
+	tol, err := toleranceOrDefault(cfg.Tolerance)
+	if err != nil {
+		return nil, err
+	}
+	v := &Standard{tolerance: tol}
+	for i, s := range cfg.Secrets {
+		k, err := DecodeStandardSecret(s)
+		if err != nil {
+			return nil, fmt.Errorf("secret %d: %w", i, err)
+		}
+		v.keys = append(v.keys, k)
+	}
+	return v, nil
+}
+
+// standardHeaders returns the id, timestamp and signature headers, from the
+// webhook- names or, when those are absent, the svix- names.
+func standardHeaders(h http.Header) (id, ts, sig string, names [3]string) {
+	for _, p := range []string{"webhook", "svix"} {
+		names = [3]string{p + "-id", p + "-timestamp", p + "-signature"}
+		id, ts, sig = h.Get(names[0]), h.Get(names[1]), h.Get(names[2])
+		if id != "" || ts != "" || sig != "" {
+			return
+		}
+	}
+	return "", "", "", [3]string{"webhook-id", "webhook-timestamp", "webhook-signature"}
+}
+
+// Verify checks the signature and the timestamp.
+func (v *Standard) Verify(r *Request) error {
+	id, ts, sigs, names := standardHeaders(r.Header)
+	for i, val := range []string{id, ts, sigs} {
+		if val == "" {
+			return reject(ErrMissing, "missing header %s", names[i])
+		}
+	}
+	if _, ok := parseUnix(ts); !ok {
+		return reject(ErrMalformed, "header %s is not a Unix timestamp", names[1])
+	}
+	if !withinTolerance(r.Now, ts, v.tolerance) {
+		return reject(ErrExpired, "timestamp outside tolerance (%s either way)", v.tolerance)
+	}
+	var got [][]byte
+	for _, s := range strings.Fields(sigs) {
+		version, b64, ok := strings.Cut(s, ",")
+		if !ok || version != "v1" {
+			continue // other versions are allowed in the list, just not ours
+		}
+		if b, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			got = append(got, b)
+		}
+	}
+	if len(got) == 0 {
+		return reject(ErrMalformed, "header %s has no v1 signature", names[2])
+	}
+	if anyMatch(sha256.New, v.keys, got, []byte(id), []byte{'.'}, []byte(ts), []byte{'.'}, r.Body) {
+		return nil
+	}
+	return reject(ErrMismatch, "signature mismatch")
 }

@@ -1,0 +1,194 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+)
+
+// Schemes are the verification schemes a source may use.
+var Schemes = []string{
+	"none", "hmac", "standard-webhooks", "stripe", "github", "shopify",
+	"slack", "paddle", "kiwify", "token", "basic",
+}
+
+// schemeFields lists the verify keys each scheme reads; setting another is
+// an error, not a silently ignored line.
+var schemeFields = map[string][]string{
+	"none":              {},
+	"hmac":              {"secrets", "algorithm", "encoding", "header", "query", "prefix", "timestamp_header", "signed_content", "tolerance"},
+	"standard-webhooks": {"secrets", "tolerance"},
+	"stripe":            {"secrets", "tolerance"},
+	"github":            {"secrets", "allow_sha1"},
+	"shopify":           {"secrets"},
+	"slack":             {"secrets", "tolerance"},
+	"paddle":            {"secrets", "tolerance"},
+	"kiwify":            {"secrets"},
+	"token":             {"secrets", "header"},
+	"basic":             {"secrets", "username"},
+}
+
+// preset is what a provider preset fills in.
+type preset struct {
+	scheme      string
+	header      string // for token
+	idempotency Idempotency
+	eventType   EventType
+}
+
+// presets: per provider, how it signs, its stable event id, and where the
+// event type is. The README explains each choice.
+var presets = map[string]preset{
+	"stripe": {
+		scheme:      "stripe",
+		idempotency: Idempotency{JSONPath: "id"}, // evt_..., stable across Stripe's retries
+		eventType:   EventType{JSONPath: "type"},
+	},
+	"github": {
+		scheme: "github",
+		// X-GitHub-Delivery is unique per delivery, and a redelivery from
+		// the UI keeps it; the hook id scopes it to the webhook.
+		idempotency: Idempotency{Headers: []string{"X-GitHub-Hook-ID", "X-GitHub-Delivery"}},
+		eventType:   EventType{Header: "X-GitHub-Event"},
+	},
+	"shopify": {
+		scheme:      "shopify",
+		idempotency: Idempotency{Header: "X-Shopify-Webhook-Id"}, // the same on Shopify's retries
+		eventType:   EventType{Header: "X-Shopify-Topic"},
+	},
+	"standard-webhooks": {
+		scheme:      "standard-webhooks",
+		idempotency: Idempotency{Header: "webhook-id"},
+		eventType:   EventType{JSONPath: "type"},
+	},
+	"svix": {
+		scheme:      "standard-webhooks",
+		idempotency: Idempotency{Header: "svix-id"},
+		eventType:   EventType{JSONPath: "type"},
+	},
+	"slack": {
+		scheme:      "slack",
+		idempotency: Idempotency{JSONPath: "event_id"},
+		eventType:   EventType{JSONPaths: []string{"event.type", "type"}},
+	},
+	"paddle": {
+		scheme:      "paddle",
+		idempotency: Idempotency{JSONPath: "event_id"},
+		eventType:   EventType{JSONPath: "event_type"},
+	},
+	"kiwify": {
+		scheme: "kiwify",
+		// One order legitimately sends several events (paid, refunded, ...):
+		// the order id alone would drop all but the first.
+		idempotency: Idempotency{JSONPaths: []string{"order_id", "webhook_event_type"}},
+		eventType:   EventType{JSONPath: "webhook_event_type"},
+	},
+	"hotmart": {
+		scheme: "token",
+		header: "X-HOTMART-HOTTOK",
+		// A transaction sends several events (approved, refunded, ...).
+		idempotency: Idempotency{JSONPaths: []string{"data.purchase.transaction", "event"}},
+		eventType:   EventType{JSONPath: "event"},
+	},
+	"asaas": {
+		scheme:      "token",
+		header:      "asaas-access-token",
+		idempotency: Idempotency{JSONPath: "id"}, // evt_..., unique per event
+		eventType:   EventType{JSONPath: "event"},
+	},
+}
+
+// Presets lists the preset names.
+func Presets() []string {
+	names := make([]string, 0, len(presets))
+	for n := range presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// applyPreset fills what the source leaves unset from its preset.
+func applyPreset(s *Source) {
+	p, ok := presets[s.Preset]
+	if !ok {
+		return // validation reports the unknown preset
+	}
+	if s.Verify.Scheme == "" {
+		s.Verify.Scheme = p.scheme
+		if s.Verify.Header == "" {
+			s.Verify.Header = p.header
+		}
+	}
+	if reflect.ValueOf(s.Idempotency).IsZero() {
+		s.Idempotency = p.idempotency
+	}
+	if reflect.ValueOf(s.EventType).IsZero() {
+		s.EventType = p.eventType
+	}
+}
+
+// checkVerify reports verify keys the scheme does not read, and what the
+// scheme needs but lacks.
+func checkVerify(key string, v Verify) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	allowed, known := schemeFields[v.Scheme]
+	if !known {
+		return nil // the scheme itself is reported by validation
+	}
+	rv, rt := reflect.ValueOf(v), reflect.TypeOf(v)
+	for i := 0; i < rt.NumField(); i++ {
+		name := rt.Field(i).Tag.Get("mapstructure")
+		if name == "scheme" || rv.Field(i).IsZero() {
+			continue
+		}
+		if !contains(allowed, name) {
+			add("%s.verify.%s: not used by scheme %s", key, name, v.Scheme)
+		}
+	}
+	if v.Scheme != "none" && len(v.Secrets) == 0 {
+		add("%s.verify.secrets: scheme %s needs at least one secret", key, v.Scheme)
+	}
+	switch v.Scheme {
+	case "hmac":
+		if (v.Header == "") == (v.Query == "") {
+			add("%s.verify: scheme hmac needs exactly one of header or query (where the signature is)", key)
+		}
+		if v.SignedContent != "" {
+			if v.TimestampHeader == "" {
+				add("%s.verify.signed_content: needs timestamp_header", key)
+			}
+			if strings.Count(v.SignedContent, "{body}") != 1 {
+				add("%s.verify.signed_content: must contain {body} exactly once", key)
+			}
+		}
+	case "standard-webhooks":
+		for i, s := range v.Secrets {
+			if s != "" {
+				if err := WhsecError(s); err != nil {
+					add("%s.verify.secrets[%d]: %v", key, i, err)
+				}
+			}
+		}
+	case "token":
+		if v.Header == "" {
+			add("%s.verify.header: scheme token needs the header that carries the token", key)
+		}
+	case "basic":
+		if v.Username == "" {
+			add("%s.verify.username: scheme basic needs the expected username", key)
+		}
+	}
+	return problems
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
