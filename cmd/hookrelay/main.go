@@ -1,9 +1,5 @@
-// Command hookrelay is the operator CLI.
-//
-//	hookrelay [--config PATH] migrate                 apply the embedded migrations
-//	hookrelay [--config PATH] topology export [--out FILE]
-//	                                                  write the RabbitMQ definitions file
-//	hookrelay [--config PATH] topology apply          declare the topology on the broker
+// Command hookrelay is the operator CLI; `hookrelay` alone prints the
+// commands.
 package main
 
 import (
@@ -11,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,12 +19,22 @@ import (
 	"github.com/hookrelay/hookrelay/internal/store"
 )
 
-const usage = `usage: hookrelay [--config PATH] <command>
+const usage = `usage: hookrelay [--config PATH] <command> [flags]
 
 commands:
-  migrate                    apply the embedded database migrations (safe to run concurrently)
-  topology export [--out F]  write the RabbitMQ definitions file (default topology/definitions.json)
-  topology apply             declare exchanges, queues, bindings and policies on the broker
+  migrate                      apply the embedded database migrations (safe to run concurrently)
+  topology export [--out F]    write the RabbitMQ definitions file (default topology/definitions.json)
+  topology apply               declare exchanges, queues, bindings and policies on the broker
+  events list [filters]        events with each route's delivery state, newest first
+  events show ID               one event, its deliveries and every attempt
+  replay --event ID | filters  deliver again through the outbox [--route R] [--include-delivered] [--dry-run]
+  dead list --route R          read the dead-letter queue without consuming it [--limit N]
+  dead requeue --route R       move dead letters back with a fresh attempt count [--limit N]
+  purge --older-than AGE       delete old deliveries and events, keeping dedupe keys [--batch N]
+
+filters: --source S --event-type T --state pending|retrying|delivered|dead --route R
+         --since T --until T (RFC 3339, or an age: 2h, 3d) --limit N
+output:  a table; --json for scripts
 `
 
 func main() {
@@ -39,7 +46,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, config.Path(*configPath, os.LookupEnv), fs.Args()); err != nil {
+	if err := run(ctx, config.Path(*configPath, os.LookupEnv), fs.Args(), os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "hookrelay:", err)
 		stop()
 		var ue usageError
@@ -55,7 +62,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func run(ctx context.Context, configPath string, args []string) error {
+func run(ctx context.Context, configPath string, args []string, out io.Writer) error {
 	if len(args) == 0 {
 		return usageError{"no command given"}
 	}
@@ -64,28 +71,30 @@ func run(ctx context.Context, configPath string, args []string) error {
 		return err
 	}
 	switch args[0] {
+	case "events", "replay", "dead", "purge":
+		return operate(ctx, cfg, args, out)
 	case "migrate":
 		v, err := store.Migrate(ctx, cfg.Database.URL)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("database schema at version %d\n", v)
+		fmt.Fprintf(out, "database schema at version %d\n", v)
 		return nil
 	case "topology":
 		if len(args) < 2 {
 			return usageError{"topology needs export or apply"}
 		}
-		return topology(ctx, cfg, args[1], args[2:])
+		return topology(ctx, cfg, args[1], args[2:], out)
 	}
 	return usageError{fmt.Sprintf("unknown command %q", args[0])}
 }
 
-func topology(ctx context.Context, cfg *config.Config, sub string, args []string) error {
+func topology(ctx context.Context, cfg *config.Config, sub string, args []string, out io.Writer) error {
 	topo := app.Topology(cfg)
 	switch sub {
 	case "export":
 		fs := flag.NewFlagSet("topology export", flag.ContinueOnError)
-		out := fs.String("out", filepath.Join("topology", "definitions.json"), "file to write, - for stdout")
+		file := fs.String("out", filepath.Join("topology", "definitions.json"), "file to write, - for stdout")
 		if err := fs.Parse(args); err != nil {
 			return usageError{err.Error()}
 		}
@@ -93,17 +102,17 @@ func topology(ctx context.Context, cfg *config.Config, sub string, args []string
 		if err != nil {
 			return err
 		}
-		if *out == "-" {
-			_, err = os.Stdout.Write(defs)
+		if *file == "-" {
+			_, err = out.Write(defs)
 			return err
 		}
-		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-			return fmt.Errorf("creating %s: %w", filepath.Dir(*out), err)
+		if err := os.MkdirAll(filepath.Dir(*file), 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", filepath.Dir(*file), err)
 		}
-		if err := os.WriteFile(*out, defs, 0o644); err != nil {
-			return fmt.Errorf("writing %s: %w", *out, err)
+		if err := os.WriteFile(*file, defs, 0o644); err != nil {
+			return fmt.Errorf("writing %s: %w", *file, err)
 		}
-		fmt.Printf("wrote %s\n", *out)
+		fmt.Fprintf(out, "wrote %s\n", *file)
 		return nil
 	case "apply":
 		conn, err := amqp.Dial(cfg.AMQP.URL, "hookrelay-cli")
@@ -121,7 +130,7 @@ func topology(ctx context.Context, cfg *config.Config, sub string, args []string
 		if err := amqp.ApplyPolicies(ctx, cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies); err != nil {
 			return err
 		}
-		fmt.Printf("declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))
+		fmt.Fprintf(out, "declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown topology command %q", sub)}

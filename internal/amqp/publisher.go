@@ -49,6 +49,9 @@ type PublisherConfig struct {
 	Topology Topology
 	// Exchange receives the messages.
 	Exchange string
+	// Names maps a message's Route (a replay to one route) to its queue,
+	// published to through the default exchange.
+	Names Names
 	// ConfirmTimeout bounds the wait for a batch's confirms.
 	ConfirmTimeout time.Duration
 	// MaxBatch is the largest batch Publish is given; it sizes the return
@@ -243,7 +246,11 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 	for i, m := range msgs {
 		id := m.EventID.String()
 		index[id] = i
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, m.RoutingKey, true, false, amqp.Publishing{
+		exchange, key := p.cfg.Exchange, m.RoutingKey
+		if m.Route != "" {
+			exchange, key = "", p.cfg.Names.RouteQueue(m.Route)
+		}
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
 			ContentType:  m.ContentType,
 			MessageId:    id,

@@ -14,7 +14,9 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/ingest"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
@@ -43,6 +45,23 @@ func Topology(cfg *config.Config) amqp.Topology {
 		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: r.Bindings})
 	}
 	return amqp.BuildTopology(tc)
+}
+
+// RoutesFor returns a function naming the routes whose bindings match a
+// routing key, as the topic exchange will route it.
+func RoutesFor(cfg *config.Config) func(routingKey string) []string {
+	return func(key string) []string {
+		var out []string
+		for _, r := range cfg.Routes {
+			for _, b := range r.Bindings {
+				if amqp.TopicMatch(b, key) {
+					out = append(out, r.Name)
+					break
+				}
+			}
+		}
+		return out
+	}
 }
 
 // Sources builds the ingest sources from cfg.
@@ -141,4 +160,20 @@ func hostname() string {
 		return "unknown"
 	}
 	return h
+}
+
+// Ops returns the operator service over db for cfg.
+func Ops(cfg *config.Config, db *store.DB) *ops.Service {
+	var routes []string
+	for _, r := range cfg.Routes {
+		routes = append(routes, r.Name)
+	}
+	return &ops.Service{
+		DB:           db,
+		AMQPURL:      cfg.AMQP.URL,
+		Names:        amqp.Names{Prefix: cfg.AMQP.Prefix},
+		RoutesFunc:   RoutesFor(cfg),
+		Routes:       routes,
+		DedupeWindow: cfg.Retention.DedupeWindow,
+	}
 }

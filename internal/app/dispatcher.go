@@ -95,6 +95,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), routeNames))
 	var groups []amqp.ConsumerGroup
 	for _, r := range cfg.Routes {
 		route := r.Name
@@ -136,6 +137,21 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}
 	logger.Info().Msg("dispatcher stopped")
 	return nil
+}
+
+// routeStats adapts store.RouteStatsList to the collector.
+func routeStats(db *store.DB) deliver.RouteStatsFunc {
+	return func(ctx context.Context) ([]deliver.RouteStat, error) {
+		list, err := db.RouteStatsList(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]deliver.RouteStat, len(list))
+		for i, s := range list {
+			out[i] = deliver.RouteStat(s)
+		}
+		return out, nil
+	}
 }
 
 // deliverStore adapts *store.DB to deliver.Store.

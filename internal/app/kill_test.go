@@ -63,7 +63,7 @@ func TestPublisherKilledBeforeDeleteRepublishes(t *testing.T) {
 	id, _, err := h.db.EventInsert(ctx, &webhook.Event{
 		ID: uuid.Must(uuid.NewV7()), Source: "acme", IdempotencyKey: "evt_kill", EventType: "invoice.paid",
 		ContentType: "application/json", Headers: http.Header{}, Body: []byte(`{"id":"evt_kill"}`), ReceivedAt: time.Now(),
-	})
+	}, nil)
 	require.NoError(t, err)
 
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)

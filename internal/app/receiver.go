@@ -10,6 +10,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ingest"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/outbox"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,9 @@ type ReceiverOptions struct {
 	AfterPublishFunc func()
 	// DisablePublisher runs ingest only (tests that inspect the outbox).
 	DisablePublisher bool
+	// AdminListener serves the admin API; nil means cfg.Admin.Listen, and
+	// the API is off when that is empty too.
+	AdminListener net.Listener
 }
 
 // RunReceiver runs the receiver (ingest HTTP server plus outbox publisher)
@@ -60,6 +64,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		Sources:      sources,
 		Store:        db,
 		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
+		RoutesFunc:   RoutesFor(cfg),
 		Metrics:      ingest.NewMetrics(reg),
 		Logger:       logger,
 	})
@@ -72,6 +77,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		URL:            cfg.AMQP.URL,
 		Topology:       topo,
 		Exchange:       amqp.Names{Prefix: cfg.AMQP.Prefix}.Events(),
+		Names:          amqp.Names{Prefix: cfg.AMQP.Prefix},
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,
 		MaxBatch:       cfg.Outbox.BatchSize,
 		ConnectionName: "hookrelay-receiver " + cfg.AMQP.Prefix + "@" + hostname(),
@@ -118,6 +124,17 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 		g.Go(func() error { return db.Listen(gctx, store.OutboxChannel, wake, logger) })
 		g.Go(func() error { return relay.Run(gctx) })
+	}
+	if opts.AdminListener != nil || cfg.Admin.Listen != "" {
+		aln, err := listen(opts.AdminListener, cfg.Admin.Listen)
+		if err != nil {
+			return err
+		}
+		admin := ops.Handler(Ops(cfg, db), cfg.Admin.Token, logger)
+		g.Go(func() error {
+			return httpserver.Run(gctx, aln, &http.Server{Handler: admin}, cfg.Receiver.ShutdownTimeout)
+		})
+		logger.Info().Str("listen", aln.Addr().String()).Msg("admin API started")
 	}
 	logger.Info().Str("listen", ln.Addr().String()).Int("sources", len(sources)).Msg("receiver started")
 	if err := g.Wait(); err != nil {

@@ -19,6 +19,8 @@ type Config struct {
 	Outbox     Outbox     `mapstructure:"outbox"`
 	Retry      Retry      `mapstructure:"retry"`
 	Log        Log        `mapstructure:"log"`
+	Admin      Admin      `mapstructure:"admin"`
+	Retention  Retention  `mapstructure:"retention"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -85,6 +87,24 @@ type Retry struct {
 	// Backoff is one delay per retry tier. Default
 	// [10s, 1m, 5m, 15m, 1h, 3h, 6h, 12h].
 	Backoff []time.Duration `mapstructure:"backoff" validate:"required,min=1,max=32,dive,gt=0"`
+}
+
+// Admin configures the admin HTTP API, served by the receiver.
+type Admin struct {
+	// Listen is host:port; empty (the default) turns the API off.
+	Listen string `mapstructure:"listen" validate:"omitempty,hostname_port"`
+	// Token is the bearer token every request must carry; required, at
+	// least 16 characters, when Listen is set. Give it from the environment:
+	// token: "${HOOKRELAY_ADMIN_TOKEN}".
+	Token string `mapstructure:"token"`
+}
+
+// Retention configures what purge keeps.
+type Retention struct {
+	// DedupeWindow keeps an event's deduplication key this long, so a late
+	// resend is still recognised; longer than any provider retries. Default
+	// 30d.
+	DedupeWindow time.Duration `mapstructure:"dedupe_window" validate:"gt=0"`
 }
 
 // Log configures the logger.
@@ -207,6 +227,7 @@ func setDefaults(set func(key string, value any)) {
 	set("outbox.poll_interval", "1s")
 	set("outbox.publish_timeout", "10s")
 	set("retry.backoff", []string{"10s", "1m", "5m", "15m", "1h", "3h", "6h", "12h"})
+	set("retention.dedupe_window", "30d")
 	set("log.level", "info")
 	set("log.format", "json")
 }

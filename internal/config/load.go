@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -178,11 +179,25 @@ func strictDurationHook(from, to reflect.Type, data any) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("duration %v has no unit (write it like \"5s\" or \"1m\")", data)
 	}
-	d, err := time.ParseDuration(strings.TrimSpace(s))
+	d, err := ParseDuration(s)
 	if err != nil {
 		return nil, fmt.Errorf("duration %q: write it with a unit like \"5s\" or \"1m\"", s)
 	}
 	return d, nil
+}
+
+// ParseDuration reads a Go duration ("90s", "1h30m") or a whole number of
+// days ("30d"). A number without a unit is an error.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100000 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }
 
 // commaListHook reads a list from one comma-separated string, as an

@@ -195,6 +195,10 @@ func crossCheck(cfg *Config) []string {
 		}
 	}
 
+	if cfg.Admin.Listen != "" && len(cfg.Admin.Token) < 16 {
+		add("admin.token: required, at least 16 characters, when admin.listen is set")
+	}
+
 	need := 2 // the dispatcher's LISTEN-free headroom: health checks and retries
 	for _, r := range cfg.Routes {
 		need += r.Concurrency

@@ -175,6 +175,13 @@ func Parse(d amqp.Delivery) (Message, error) {
 			m.FirstAttemptAt = t
 		}
 	}
+	if _, wasDead := d.Headers[HeaderRoute]; wasDead {
+		// Only dead letters carry the route header: this one was moved back
+		// by an operator (the management UI's "Move messages" keeps every
+		// header). It starts a fresh series instead of going straight back
+		// to the dead-letter queue.
+		m.Attempt, m.FirstAttemptAt = 1, time.Time{}
+	}
 	return m, nil
 }
 

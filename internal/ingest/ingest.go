@@ -24,9 +24,10 @@ import (
 
 // Store is what ingest needs from Postgres.
 type Store interface {
-	// EventInsert stores the event and its outbox row in one transaction, or
-	// returns the id of the event already stored under the same key.
-	EventInsert(ctx context.Context, ev *webhook.Event) (id uuid.UUID, duplicate bool, err error)
+	// EventInsert stores the event, its outbox row and a pending delivery
+	// per route in one transaction, or returns the id of the event already
+	// stored under the same key.
+	EventInsert(ctx context.Context, ev *webhook.Event, routes []string) (id uuid.UUID, duplicate bool, err error)
 }
 
 // Source is one configured sender.
@@ -47,6 +48,9 @@ type Config struct {
 	NowFunc func() time.Time
 	// StoreTimeout bounds the event transaction. Default 5s.
 	StoreTimeout time.Duration
+	// RoutesFunc names the routes whose bindings match a routing key. Nil
+	// means none are recorded at ingest.
+	RoutesFunc func(routingKey string) []string
 }
 
 // Handler serves POST /webhooks/{source}.
@@ -58,6 +62,7 @@ type Handler struct {
 	logger       zerolog.Logger
 	now          func() time.Time
 	storeTimeout time.Duration
+	routes       func(string) []string
 }
 
 // New returns a Handler for cfg.
@@ -76,6 +81,7 @@ func New(cfg Config) (*Handler, error) {
 		logger:       cfg.Logger.With().Str("component", "ingest").Logger(),
 		now:          cfg.NowFunc,
 		storeTimeout: cfg.StoreTimeout,
+		routes:       cfg.RoutesFunc,
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -185,7 +191,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	// would be unknown to both sides. Bound it with its own timeout instead.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.storeTimeout)
 	defer cancel()
-	id, dup, err := h.store.EventInsert(ctx, ev)
+	var routes []string
+	if h.routes != nil {
+		routes = h.routes(ev.RoutingKey())
+	}
+	id, dup, err := h.store.EventInsert(ctx, ev, routes)
 	if err != nil {
 		log.Error().Err(err).Msg("storing event")
 		writeError(w, http.StatusServiceUnavailable, "storage unavailable, retry later")

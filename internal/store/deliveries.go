@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -149,4 +150,37 @@ func (db *DB) DeliveryGet(ctx context.Context, eventID uuid.UUID, route string) 
 		return "", 0, fmt.Errorf("reading delivery: %w", err)
 	}
 	return webhook.DeliveryState(state), attempts, nil
+}
+
+// RouteStats is what Postgres knows of one route's deliveries.
+type RouteStats struct {
+	Route string
+	// Undelivered counts pairs pending or retrying.
+	Undelivered int64
+	// OldestUndelivered is the age of the oldest such pair.
+	OldestUndelivered time.Duration
+	// Dead counts pairs in the dead-letter state.
+	Dead int64
+}
+
+// RouteStatsList reports undelivered and dead pairs per route.
+func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
+	rows, err := db.pool.Query(ctx, `
+		SELECT route,
+		       count(*) FILTER (WHERE state IN ('pending', 'retrying')),
+		       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('pending', 'retrying'))), 0)::float8,
+		       count(*) FILTER (WHERE state = 'dead')
+		FROM deliveries
+		WHERE state <> 'delivered'
+		GROUP BY route`)
+	if err != nil {
+		return nil, fmt.Errorf("reading route stats: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RouteStats, error) {
+		var s RouteStats
+		var age float64
+		err := row.Scan(&s.Route, &s.Undelivered, &age, &s.Dead)
+		s.OldestUndelivered = time.Duration(age * float64(time.Second))
+		return s, err
+	})
 }

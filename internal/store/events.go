@@ -16,15 +16,16 @@ import (
 // ErrNotFound is returned when a looked-up row does not exist.
 var ErrNotFound = errors.New("not found")
 
-// EventInsert stores ev and its outbox row in one transaction. When an event
-// with the same (source, idempotency key) exists, nothing is written and the
-// existing event's id is returned with duplicate true. ev.ID and
+// EventInsert stores ev, its outbox row, and a pending delivery for each of
+// routes (the routes whose bindings match it) in one transaction. When an
+// event with the same (source, idempotency key) exists, nothing is written
+// and the existing event's id is returned with duplicate true. ev.ID and
 // ev.ReceivedAt must be set by the caller.
 //
 // Concurrent inserts of one key are safe: INSERT ... ON CONFLICT DO NOTHING
 // waits for the other transaction, and the follow-up SELECT (a new snapshot
 // under READ COMMITTED) then sees its row.
-func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event) (id uuid.UUID, duplicate bool, err error) {
+func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []string) (id uuid.UUID, duplicate bool, err error) {
 	err = db.InTx(ctx, func(tx pgx.Tx) error {
 		headers := ev.Headers
 		if headers == nil {
@@ -56,6 +57,16 @@ func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event) (id uuid.UUID,
 			id, ev.RoutingKey(),
 		); err != nil {
 			return fmt.Errorf("inserting outbox row: %w", err)
+		}
+		if len(routes) > 0 {
+			// Pending from the moment of acceptance: "which events have not
+			// arrived" has an answer even before a dispatcher saw them.
+			if _, err := tx.Exec(ctx,
+				`INSERT INTO deliveries (event_id, route) SELECT $1, unnest($2::text[])`,
+				id, routes,
+			); err != nil {
+				return fmt.Errorf("inserting deliveries: %w", err)
+			}
 		}
 		return nil
 	})

@@ -28,7 +28,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		return nil, fmt.Errorf("beginning outbox claim: %w", err)
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT o.id, o.routing_key, e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
+		SELECT o.id, o.routing_key, COALESCE(o.route, ''), e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
 		FROM outbox o
 		JOIN events e ON e.id = o.event_id
 		ORDER BY o.id
@@ -40,7 +40,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 	}
 	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
 		var m webhook.Message
-		err := row.Scan(&m.OutboxID, &m.RoutingKey, &m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt)
+		err := row.Scan(&m.OutboxID, &m.RoutingKey, &m.Route, &m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt)
 		return m, err
 	})
 	if err != nil {

@@ -40,7 +40,7 @@ func TestEventInsertConcurrentDuplicates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id, dup, err := db.EventInsert(ctx, newEvent("acme", "evt_1"))
+			id, dup, err := db.EventInsert(ctx, newEvent("acme", "evt_1"), nil)
 			require.NoError(t, err)
 			ids[i], dups[i] = id, dup
 		}()
@@ -68,13 +68,24 @@ func TestEventStoredByteForByte(t *testing.T) {
 	ctx := context.Background()
 	ev := newEvent("acme", "raw")
 	ev.Body = []byte("{\"a\" :  1,\n \"b\":\"\xc3\xa9\"}\x00 trailing")
-	id, dup, err := db.EventInsert(ctx, ev)
+	id, dup, err := db.EventInsert(ctx, ev, []string{"billing", "crm"})
 	require.NoError(t, err)
 	require.False(t, dup)
 	got, err := db.EventGet(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, ev.Body, got.Body)
 	require.Equal(t, "1", got.Headers.Get("X-Test"))
+
+	for _, route := range []string{"billing", "crm"} {
+		state, attempts, err := db.DeliveryGet(ctx, id, route)
+		require.NoError(t, err)
+		require.Equal(t, webhook.StatePending, state, "pending from the moment of acceptance")
+		require.Zero(t, attempts)
+	}
+	stats, err := db.RouteStatsList(ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 2)
+	require.EqualValues(t, 1, stats[0].Undelivered)
 }
 
 func TestOutboxClaimSkipsLockedRows(t *testing.T) {
@@ -82,7 +93,7 @@ func TestOutboxClaimSkipsLockedRows(t *testing.T) {
 	db, _ := storetest.Open(t)
 	ctx := context.Background()
 	for i := range 5 {
-		_, _, err := db.EventInsert(ctx, newEvent("acme", fmt.Sprint("k", i)))
+		_, _, err := db.EventInsert(ctx, newEvent("acme", fmt.Sprint("k", i)), nil)
 		require.NoError(t, err)
 	}
 	a, err := db.OutboxClaim(ctx, 3)

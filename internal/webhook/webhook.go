@@ -31,9 +31,12 @@ func RoutingKey(source, eventType string) string { return source + "." + eventTy
 type Message struct {
 	// OutboxID identifies the outbox row to delete once the publish is
 	// confirmed.
-	OutboxID    int64
-	EventID     uuid.UUID
-	RoutingKey  string
+	OutboxID   int64
+	EventID    uuid.UUID
+	RoutingKey string
+	// Route, when set, sends the message to that route's queue only (a
+	// replay) instead of through the topic exchange.
+	Route       string
 	Source      string
 	EventType   string
 	ContentType string

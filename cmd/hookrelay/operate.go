@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
+)
+
+// operate runs the commands that need the database.
+func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writer) error {
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: 4, ApplicationName: "hookrelay-cli"})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.RequireSchema(ctx); err != nil {
+		return err
+	}
+	svc := app.Ops(cfg, db)
+	cmd := args[0]
+	if len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+		cmd += " " + args[1]
+		args = args[2:]
+	} else {
+		args = args[1:]
+	}
+	switch cmd {
+	case "events list":
+		fs, f, asJSON := filterFlags("events list")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		filter, err := f()
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		list, err := db.EventList(ctx, filter)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(out, list)
+		}
+		return printEvents(out, list)
+	case "events show":
+		fs := flag.NewFlagSet("events show", flag.ContinueOnError)
+		asJSON := fs.Bool("json", false, "print JSON")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usageError{"events show needs one event id"}
+		}
+		id, err := uuid.Parse(fs.Arg(0))
+		if err != nil {
+			return usageError{"invalid event id"}
+		}
+		ev, err := db.EventShow(ctx, id)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(out, ev)
+		}
+		return printEvent(out, ev)
+	case "replay":
+		fs, f, asJSON := filterFlags("replay")
+		event := fs.String("event", "", "replay one event by id")
+		includeDelivered := fs.Bool("include-delivered", false, "replay pairs already delivered too")
+		dryRun := fs.Bool("dry-run", false, "print what would be replayed, change nothing")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		filter, err := f()
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		req := ops.ReplayRequest{Filter: filter, IncludeDelivered: *includeDelivered, DryRun: *dryRun}
+		if *event != "" {
+			if req.EventID, err = uuid.Parse(*event); err != nil {
+				return usageError{"--event: invalid event id"}
+			}
+		} else if filter == (store.EventFilter{}) {
+			return usageError{"refusing to replay everything: give --event or a filter"}
+		}
+		res, err := svc.Replay(ctx, req)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(out, res)
+		}
+		return printReplay(out, res)
+	case "dead list":
+		fs := flag.NewFlagSet("dead list", flag.ContinueOnError)
+		route := fs.String("route", "", "route (required)")
+		limit := fs.Int("limit", 100, "most messages to show")
+		asJSON := fs.Bool("json", false, "print JSON")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		list, err := svc.DeadList(ctx, *route, *limit)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(out, list)
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
+		for _, d := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.EventID, d.Source, d.EventType, d.Attempts, d.LastStatus, d.LastError, d.LastAttemptAt, d.Reason)
+		}
+		fmt.Fprintf(tw, "%d dead letter(s) in %s\n", len(list), svc.Names.DeadQueue(*route))
+		return tw.Flush()
+	case "dead requeue":
+		fs := flag.NewFlagSet("dead requeue", flag.ContinueOnError)
+		route := fs.String("route", "", "route (required)")
+		limit := fs.Int("limit", 0, "most messages to move (0: all)")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		n, err := svc.DeadRequeue(ctx, *route, *limit)
+		fmt.Fprintf(out, "requeued %d message(s) from %s to %s\n", n, svc.Names.DeadQueue(*route), svc.Names.RouteQueue(*route))
+		return err
+	case "purge":
+		fs := flag.NewFlagSet("purge", flag.ContinueOnError)
+		olderThan := fs.String("older-than", "", "age, e.g. 30d or 720h (required)")
+		batch := fs.Int("batch", 1000, "rows per statement")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		age, err := config.ParseDuration(*olderThan)
+		if err != nil || age <= 0 {
+			return usageError{"--older-than: want an age like 30d or 720h"}
+		}
+		res, err := svc.Purge(ctx, age, *batch)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "purged: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
+			res.Deliveries, res.Events, res.Stripped, cfg.Retention.DedupeWindow, res.Batches)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return usageError{fs.Name() + ": " + err.Error()}
+	}
+	return nil
+}
+
+// filterFlags declares the event filter flags; the returned function reads
+// them after parsing, with the admin API's rules.
+func filterFlags(name string) (*flag.FlagSet, func() (store.EventFilter, error), *bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	q := map[string]*string{}
+	for _, k := range []string{"source", "event-type", "state", "route", "since", "until", "limit"} {
+		q[k] = fs.String(k, "", k)
+	}
+	asJSON := fs.Bool("json", false, "print JSON")
+	return fs, func() (store.EventFilter, error) {
+		v := url.Values{}
+		for k, p := range q {
+			if *p != "" {
+				v.Set(strings.ReplaceAll(k, "-", "_"), *p)
+			}
+		}
+		return ops.FilterFromQuery(v)
+	}, asJSON
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printEvents(w io.Writer, list []store.EventSummary) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tTYPE\tKEY\tDELIVERIES")
+	for _, e := range list {
+		var ds []string
+		for _, d := range e.Deliveries {
+			ds = append(ds, fmt.Sprintf("%s:%s(%d)", d.Route, d.State, d.Attempts))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.ReceivedAt.UTC().Format(time.RFC3339), e.Source, e.EventType, e.IdempotencyKey, strings.Join(ds, " "))
+	}
+	fmt.Fprintf(tw, "%d event(s)\n", len(list))
+	return tw.Flush()
+}
+
+func printEvent(w io.Writer, ev *store.EventDetail) error {
+	fmt.Fprintf(w, "event      %s\nsource     %s\ntype       %s\nkey        %s\nreceived   %s\nbody       %s\n",
+		ev.ID, ev.Source, ev.EventType, ev.IdempotencyKey, ev.ReceivedAt.UTC().Format(time.RFC3339Nano), snippet(ev.Body, 200))
+	if ev.Purged {
+		fmt.Fprintln(w, "           (purged: body and headers no longer stored)")
+	}
+	for _, d := range ev.Deliveries {
+		fmt.Fprintf(w, "\nroute %s: %s after %d attempt(s)\n", d.Route, d.State, d.Attempts)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  #\tSTARTED\tDURATION\tSTATUS\tOUTCOME\tERROR\tRESPONSE")
+		for _, a := range d.AttemptRows {
+			status := "-"
+			if a.Status != nil {
+				status = strconv.Itoa(*a.Status)
+			}
+			errText := ""
+			if a.Error != nil {
+				errText = *a.Error
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%dms\t%s\t%s\t%s\t%s\n", a.Attempt, a.StartedAt.UTC().Format(time.RFC3339), a.DurationMS, status, a.Outcome, errText, snippet(a.ResponseBody, 80))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printReplay(w io.Writer, res *ops.ReplayResult) error {
+	verb := "replayed"
+	if res.DryRun {
+		verb = "would replay"
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT\tRECEIVED\tROUTE\tWAS\tRESULT")
+	for _, it := range res.Replayed {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), verb)
+	}
+	for _, it := range res.Skipped {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tskipped: %s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), it.Skipped)
+	}
+	fmt.Fprintf(tw, "%s %d pair(s), skipped %d\n", verb, len(res.Replayed), len(res.Skipped))
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// snippet shortens s to n runes on one line.
+func snippet(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}

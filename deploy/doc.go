@@ -1,0 +1,2 @@
+// Package deploy holds the Grafana dashboard and Prometheus rules; its test checks they name only metrics hookrelay exports.
+package deploy

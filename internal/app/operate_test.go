@@ -1,0 +1,343 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
+	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+)
+
+const adminToken = "test-admin-token-0123456789"
+
+// A destination down for a window dead-letters its events; replaying the
+// window to that route delivers each exactly once more and nothing outside
+// it; dead requeue empties a dead-letter queue into delivered events; the
+// admin API's replay agrees with the service the CLI uses.
+func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Retry.Backoff = []time.Duration{100 * time.Millisecond}
+	var billingDown, crmDown atomic.Bool
+	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, route string, _ int) int {
+		if (route == "billing" && billingDown.Load()) || (route == "crm" && crmDown.Load()) {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	billing := testRoute("billing", dest.url("billing"), "acme.invoice.*")
+	billing.MaxAttempts = 2
+	crm := testRoute("crm", dest.url("crm"), "acme.customer.*")
+	crm.MaxAttempts = 2
+	h.cfg.Routes = []config.Route{billing, crm}
+	h.cfg.Admin.Token = adminToken
+	amqptestCleanup(t, h)
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.start(app.ReceiverOptions{AdminListener: adminLn})
+	h.startDispatcher(app.DispatcherOptions{})
+	svc := app.Ops(h.cfg, h.db)
+	ctx := context.Background()
+
+	stateOf := func(id, route string) webhook.DeliveryState {
+		state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), route)
+		require.NoError(t, err)
+		return state
+	}
+	waitState := func(id, route string, want webhook.DeliveryState) {
+		require.Eventually(t, func() bool { return stateOf(id, route) == want }, 20*time.Second, 20*time.Millisecond,
+			"%s on %s should be %s, is %s", id, route, want, stateOf(id, route))
+	}
+
+	before := h.postSigned("evt_before", "invoice.paid").ID
+	waitState(before, "billing", webhook.StateDelivered)
+
+	billingDown.Store(true)
+	since := time.Now()
+	var window []string
+	for i := range 4 {
+		id := h.postSigned(fmt.Sprint("evt_window_", i), "invoice.paid").ID
+		window = append(window, id)
+		waitState(id, "billing", webhook.StateDead)
+	}
+	until := time.Now()
+	billingDown.Store(false)
+	after := h.postSigned("evt_after", "invoice.paid").ID
+	waitState(after, "billing", webhook.StateDelivered)
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 4, 10*time.Second)
+
+	// Replay the window to billing, as `hookrelay replay --since --until
+	// --route billing` does. First the admin API and the service agree on
+	// what a dry run would do.
+	filter := store.EventFilter{Since: since, Until: until, Route: "billing"}
+	dry, err := svc.Replay(ctx, ops.ReplayRequest{Filter: filter, DryRun: true})
+	require.NoError(t, err)
+	require.Len(t, dry.Replayed, 4)
+	status, apiDry := adminReplay(t, adminLn.Addr().String(), adminToken, ops.ReplayRequest{Filter: filter, DryRun: true})
+	require.Equal(t, http.StatusOK, status)
+	wantJSON, err := json.Marshal(dry)
+	require.NoError(t, err)
+	require.JSONEq(t, string(wantJSON), apiDry, "the admin API's replay is the CLI's")
+	status, _ = adminReplay(t, adminLn.Addr().String(), "wrong-token", ops.ReplayRequest{Filter: filter, DryRun: true})
+	require.Equal(t, http.StatusUnauthorized, status)
+
+	res, err := svc.Replay(ctx, ops.ReplayRequest{Filter: filter})
+	require.NoError(t, err)
+	var replayed []string
+	for _, it := range res.Replayed {
+		replayed = append(replayed, it.EventID.String())
+		require.Equal(t, "dead", it.State)
+	}
+	require.ElementsMatch(t, window, replayed, "exactly the window")
+	for _, id := range window {
+		waitState(id, "billing", webhook.StateDelivered)
+	}
+	succ := dest.successes()
+	for _, id := range window {
+		require.Equal(t, 1, succ["billing "+id], "each window event delivered exactly once more")
+	}
+	require.Equal(t, 1, succ["billing "+before], "nothing before the window again")
+	require.Equal(t, 1, succ["billing "+after], "nothing after the window again")
+
+	// Replaying again skips them: delivered.
+	again, err := svc.Replay(ctx, ops.ReplayRequest{Filter: filter, DryRun: true})
+	require.NoError(t, err)
+	require.Empty(t, again.Replayed)
+	require.Len(t, again.Skipped, 4)
+
+	// Dead letters of crm, requeued once crm is back.
+	crmDown.Store(true)
+	var crmEvents []string
+	for i := range 3 {
+		id := h.postSigned(fmt.Sprint("evt_crm_", i), "customer.created").ID
+		crmEvents = append(crmEvents, id)
+		waitState(id, "crm", webhook.StateDead)
+	}
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 10*time.Second)
+	listed, err := svc.DeadList(ctx, "crm", 10)
+	require.NoError(t, err)
+	require.Len(t, listed, 3)
+	require.Equal(t, "HTTP 503", listed[0].LastError)
+	require.EqualValues(t, 2, listed[0].Attempts)
+	// Listing consumed nothing: the messages go back to the queue.
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 5*time.Second)
+
+	crmDown.Store(false)
+	moved, err := svc.DeadRequeue(ctx, "crm", 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, moved)
+	for _, id := range crmEvents {
+		waitState(id, "crm", webhook.StateDelivered)
+	}
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 0, 5*time.Second)
+	for _, id := range crmEvents {
+		require.Equal(t, 1, dest.successes()["crm "+id])
+	}
+
+	// billing's dead letters were already replayed: requeueing them empties
+	// the queue and the dispatcher skips the delivered pairs.
+	moved, err = svc.DeadRequeue(ctx, "billing", 0)
+	require.NoError(t, err)
+	require.Equal(t, 4, moved)
+	h.waitQueuesEmpty(15 * time.Second)
+	for _, id := range window {
+		require.Equal(t, 1, dest.successes()["billing "+id], "no second delivery")
+	}
+}
+
+// A message moved back from the dead-letter queue by the management UI's
+// "Move messages" (which keeps every header) starts a fresh attempt series
+// instead of going straight back to dead.
+func TestMovedDeadLetterStartsFreshSeries(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Retry.Backoff = []time.Duration{100 * time.Millisecond}
+	var down atomic.Bool
+	down.Store(true)
+	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, _ string, prior int) int {
+		if down.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.cfg.Routes[0].MaxAttempts = 2
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+	r := h.postSigned("evt_move", "invoice.paid")
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 1, 20*time.Second)
+
+	// What a shovel does: the same message, every header kept.
+	d, ok, err := h.ch.Get(h.names.DeadQueue("billing"), false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 2, d.Headers["x-hookrelay-attempts"])
+	down.Store(false)
+	require.NoError(t, h.ch.PublishWithContext(context.Background(), "", h.names.RouteQueue("billing"), false, false, amqpCopy(d)))
+	require.NoError(t, d.Ack(false))
+
+	dest.waitFor(20*time.Second, "the moved message delivered", func(rs []received) bool { return len(dest.successes()) == 1 })
+	last := dest.snapshot()[len(dest.snapshot())-1]
+	require.Equal(t, "1", last.attempt, "a fresh series starts at attempt 1")
+	require.Equal(t, r.ID, last.eventID)
+}
+
+func TestAdminAPI(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Admin.Token = adminToken
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.start(app.ReceiverOptions{AdminListener: adminLn, DisablePublisher: true})
+	id := h.postSigned("evt_admin", "invoice.paid").ID
+	base := "http://" + adminLn.Addr().String()
+
+	get := func(path, token string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		_, err = buf.ReadFrom(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, buf.String()
+	}
+	for _, path := range []string{"/api/events", "/api/events/" + id} {
+		status, body := get(path, "")
+		require.Equal(t, http.StatusUnauthorized, status, path)
+		require.Contains(t, body, `"error"`)
+		status, _ = get(path, "not-the-token")
+		require.Equal(t, http.StatusUnauthorized, status, path)
+	}
+	status, body := get("/api/events?source=acme&state=pending", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	var list []store.EventSummary
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list, 1)
+	require.Equal(t, id, list[0].ID.String())
+	require.Equal(t, "pending", list[0].Deliveries[0].State, "pending from acceptance")
+
+	status, body = get("/api/events/"+id, adminToken)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"idempotency_key":"evt_admin"`)
+	status, _ = get("/api/events/"+uuid.NewString(), adminToken)
+	require.Equal(t, http.StatusNotFound, status)
+	status, body = get("/api/events?state=lost", adminToken)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body, "state")
+
+	req, err := http.NewRequest(http.MethodPost, base+"/api/events/"+id+"/replay?dry_run=true", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var res ops.ReplayResult
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
+	resp.Body.Close()
+	require.Empty(t, res.Replayed)
+	require.Len(t, res.Skipped, 1)
+	require.Equal(t, "in flight (pending)", res.Skipped[0].Skipped)
+
+	status, _ = adminReplay(t, adminLn.Addr().String(), adminToken, ops.ReplayRequest{})
+	require.Equal(t, http.StatusBadRequest, status, "an empty filter would replay everything")
+}
+
+func adminReplay(t *testing.T, addr, token string, r ops.ReplayRequest) (int, string) {
+	t.Helper()
+	raw, err := json.Marshal(r)
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/api/replay", bytes.NewReader(raw))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// amqpCopy is d republished as a shovel would: body, properties and every
+// header kept.
+func amqpCopy(d amqp091.Delivery) amqp091.Publishing {
+	return amqp091.Publishing{
+		Headers: d.Headers, ContentType: d.ContentType, DeliveryMode: d.DeliveryMode,
+		MessageId: d.MessageId, Type: d.Type, AppId: d.AppId, Timestamp: d.Timestamp, Body: d.Body,
+	}
+}
+
+// After a scripted run, both binaries' /metrics tell what happened, and the
+// dispatcher reports the age of the oldest undelivered pair per route.
+func TestMetricsOfBothBinaries(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Retry.Backoff = []time.Duration{time.Hour} // a failed attempt waits, undelivered
+	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, route string, _ int) int {
+		if route == "billing" {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	h.cfg.Routes = []config.Route{
+		testRoute("billing", dest.url("billing"), "acme.invoice.*"),
+		testRoute("crm", dest.url("crm"), "acme.customer.*"),
+	}
+	amqptestCleanup(t, h)
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+
+	for i := range 3 {
+		require.Equal(t, http.StatusOK, h.postSigned(fmt.Sprint("evt_inv_", i), "invoice.paid").status)
+	}
+	for i := range 2 {
+		require.Equal(t, http.StatusOK, h.postSigned(fmt.Sprint("evt_cus_", i), "customer.created").status)
+	}
+	require.Equal(t, http.StatusUnauthorized, h.post("acme", []byte(`{}`), nil).status)
+	dest.waitFor(20*time.Second, "3 failed and 2 delivered attempts", func(rs []received) bool { return len(rs) == 5 })
+	h.waitOutboxEmpty(10 * time.Second)
+	require.Eventually(t, func() bool {
+		m := scrape(t, h.dispatcherBase)
+		return m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`] == 3 &&
+			m[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`] == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	_, err := h.db.Pool().Exec(context.Background(),
+		`UPDATE deliveries SET created_at = now() - interval '300 seconds' WHERE route = 'billing'`)
+	require.NoError(t, err)
+
+	rm := scrape(t, h.base)
+	require.Equal(t, 5.0, rm[`hookrelay_ingest_requests_total{outcome="accepted",reason="",source="acme"}`])
+	require.Equal(t, 1.0, rm[`hookrelay_ingest_requests_total{outcome="rejected",reason="signature_missing",source="acme"}`])
+	require.Equal(t, 5.0, rm[`hookrelay_publish_confirms_total{outcome="ack"}`])
+	require.Equal(t, 0.0, rm[`hookrelay_outbox_backlog`])
+
+	dm := scrape(t, h.dispatcherBase)
+	require.Equal(t, 3.0, dm[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`])
+	require.Equal(t, 3.0, dm[`hookrelay_retries_total{route="billing",tier="1h"}`])
+	require.Equal(t, 2.0, dm[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`])
+	require.Equal(t, 5.0, dm[`hookrelay_delivery_duration_seconds_count{route="billing"}`]+dm[`hookrelay_delivery_duration_seconds_count{route="crm"}`])
+	require.Equal(t, 3.0, dm[`hookrelay_route_undelivered{route="billing"}`])
+	require.GreaterOrEqual(t, dm[`hookrelay_route_oldest_undelivered_age_seconds{route="billing"}`], 300.0)
+	require.Less(t, dm[`hookrelay_route_oldest_undelivered_age_seconds{route="billing"}`], 400.0)
+	require.Equal(t, 0.0, dm[`hookrelay_route_undelivered{route="crm"}`])
+	require.Equal(t, 0.0, dm[`hookrelay_route_oldest_undelivered_age_seconds{route="crm"}`])
+	require.Equal(t, 0.0, dm[`hookrelay_route_dead{route="billing"}`])
+}

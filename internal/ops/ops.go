@@ -1,0 +1,323 @@
+// Package ops is what an operator does to a running relay: find events and
+// why they failed, replay them, read and requeue dead letters, purge old
+// data. The hookrelay CLI and the admin HTTP API both call it, so they
+// always agree.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Service carries what the operations need.
+type Service struct {
+	DB *store.DB
+	// AMQPURL and Names reach the dead-letter queues.
+	AMQPURL string
+	Names   hamqp.Names
+	// RoutesFunc names the routes whose bindings match a routing key.
+	RoutesFunc func(routingKey string) []string
+	// Routes are the configured route names.
+	Routes []string
+	// DedupeWindow is how long purge keeps dedupe keys.
+	DedupeWindow time.Duration
+	// NowFunc is the clock; time.Now when nil.
+	NowFunc func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.NowFunc != nil {
+		return s.NowFunc()
+	}
+	return time.Now()
+}
+
+// ErrUnknownRoute is returned for a route that is not configured.
+var ErrUnknownRoute = errors.New("unknown route")
+
+func (s *Service) checkRoute(route string) error {
+	if route == "" {
+		return nil
+	}
+	for _, r := range s.Routes {
+		if r == route {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w %q", ErrUnknownRoute, route)
+}
+
+// ReplayRequest selects what to replay: one event (EventID) or a filter,
+// to every route the event is bound to or to Filter.Route only.
+type ReplayRequest struct {
+	EventID uuid.UUID         `json:"event_id,omitzero"`
+	Filter  store.EventFilter `json:"filter"`
+	// IncludeDelivered replays pairs already delivered too.
+	IncludeDelivered bool `json:"include_delivered,omitempty"`
+	// DryRun reports what would be replayed and changes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// ReplayItem is one (event, route) pair and what replay did with it.
+type ReplayItem struct {
+	EventID    uuid.UUID `json:"event_id"`
+	Source     string    `json:"source"`
+	EventType  string    `json:"event_type"`
+	ReceivedAt time.Time `json:"received_at"`
+	Route      string    `json:"route"`
+	// State is the pair's state before the replay ("" if never attempted).
+	State string `json:"state"`
+	// Skipped says why a pair was not replayed.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// ReplayResult lists the replayed and the skipped pairs.
+type ReplayResult struct {
+	DryRun   bool         `json:"dry_run"`
+	Replayed []ReplayItem `json:"replayed"`
+	Skipped  []ReplayItem `json:"skipped"`
+}
+
+// Replay puts the selected pairs back through the outbox (so a crash half
+// way loses nothing) addressed to their route's queue, each as a new
+// attempt series with the same webhook-id. Delivered pairs are skipped
+// unless IncludeDelivered; pairs pending or retrying are in flight already
+// and always skipped; purged events have no body left to send.
+func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
+	if err := s.checkRoute(req.Filter.Route); err != nil {
+		return nil, err
+	}
+	f := req.Filter
+	var candidates []store.ReplayCandidate
+	if req.EventID != uuid.Nil {
+		ev, err := s.DB.EventShow(ctx, req.EventID)
+		if err != nil {
+			return nil, err
+		}
+		c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
+		for _, d := range ev.Deliveries {
+			c.States[d.Route] = d.State
+		}
+		candidates = []store.ReplayCandidate{c}
+	} else {
+		// The pair-level filter is applied below; the event-level query
+		// needs no route/state narrowing beyond existence.
+		var err error
+		if candidates, err = s.DB.ReplayCandidates(ctx, f); err != nil {
+			return nil, err
+		}
+	}
+
+	res := &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}}
+	var pairs []store.ReplayPair
+	for _, c := range candidates {
+		for _, route := range s.RoutesFunc(webhook.RoutingKey(c.Source, c.EventType)) {
+			if f.Route != "" && route != f.Route {
+				continue
+			}
+			state := c.States[route]
+			if f.State != "" && state != f.State {
+				continue
+			}
+			item := ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt, Route: route, State: state}
+			switch {
+			case c.Purged:
+				item.Skipped = "purged: the body is no longer stored"
+			case state == string(webhook.StateDelivered) && !req.IncludeDelivered:
+				item.Skipped = "delivered (use --include-delivered)"
+			case state == string(webhook.StatePending) || state == string(webhook.StateRetrying):
+				item.Skipped = "in flight (" + state + ")"
+			}
+			if item.Skipped != "" {
+				res.Skipped = append(res.Skipped, item)
+				continue
+			}
+			res.Replayed = append(res.Replayed, item)
+			pairs = append(pairs, store.ReplayPair{EventID: c.EventID, Route: route})
+		}
+	}
+	if req.DryRun {
+		return res, nil
+	}
+	if err := s.DB.ReplayEnqueue(ctx, pairs); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DeadLetter is a message in a route's dead-letter queue.
+type DeadLetter struct {
+	EventID        string `json:"event_id"`
+	Source         string `json:"source"`
+	EventType      string `json:"event_type"`
+	Attempts       int64  `json:"attempts"`
+	LastStatus     int64  `json:"last_status"`
+	LastError      string `json:"last_error"`
+	FirstAttemptAt string `json:"first_attempt_at"`
+	LastAttemptAt  string `json:"last_attempt_at"`
+	// Reason is "delivery_limit" when RabbitMQ parked it, else "attempts".
+	Reason string `json:"reason"`
+}
+
+func (s *Service) channel() (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := hamqp.Dial(s.AMQPURL, "hookrelay-cli")
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("opening channel: %w", err)
+	}
+	return conn, ch, nil
+}
+
+// DeadList reads up to limit messages of route's dead-letter queue without
+// consuming them: they are taken unacknowledged and all returned to the
+// queue. (Dead-letter queues have no delivery limit, so reading is safe.)
+func (s *Service) DeadList(ctx context.Context, route string, limit int) ([]DeadLetter, error) {
+	if err := s.checkRoute(route); err != nil || route == "" {
+		return nil, errors.Join(err, errorIf(route == "", "a route is required"))
+	}
+	conn, ch, err := s.channel()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	out := []DeadLetter{}
+	var last uint64
+	for len(out) < limit {
+		d, ok, err := ch.Get(s.Names.DeadQueue(route), false)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", s.Names.DeadQueue(route), err)
+		}
+		if !ok {
+			break
+		}
+		last = d.DeliveryTag
+		out = append(out, deadLetter(d))
+	}
+	if last > 0 {
+		if err := ch.Nack(last, true, true); err != nil {
+			return nil, fmt.Errorf("returning messages to the queue: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func errorIf(cond bool, msg string) error {
+	if cond {
+		return errors.New(msg)
+	}
+	return nil
+}
+
+func deadLetter(d amqp.Delivery) DeadLetter {
+	str := func(k string) string { v, _ := d.Headers[k].(string); return v }
+	num := func(k string) int64 {
+		switch v := d.Headers[k].(type) {
+		case int32:
+			return int64(v)
+		case int64:
+			return v
+		}
+		return 0
+	}
+	dl := DeadLetter{
+		EventID: str(webhook.HeaderEventID), Source: str(webhook.HeaderSource), EventType: str(webhook.HeaderEventType),
+		Attempts: num(deliver.HeaderAttempts), LastStatus: num(deliver.HeaderLastStatus), LastError: str(deliver.HeaderLastError),
+		FirstAttemptAt: str(webhook.HeaderFirstAttemptAt), LastAttemptAt: str(deliver.HeaderLastAttemptAt),
+		Reason: "attempts",
+	}
+	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			if r, ok := t["reason"].(string); ok {
+				dl.Reason = r
+			}
+		}
+	}
+	return dl
+}
+
+// DeadRequeue moves up to limit messages (0: all) from route's dead-letter
+// queue back to its route queue, one at a time: each copy is published with
+// a fresh attempt count and confirmed before the original is acked, so a
+// crash can duplicate a message, never lose one.
+func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int, error) {
+	if err := s.checkRoute(route); err != nil || route == "" {
+		return 0, errors.Join(err, errorIf(route == "", "a route is required"))
+	}
+	conn, ch, err := s.channel()
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := ch.Confirm(false); err != nil {
+		return 0, fmt.Errorf("enabling confirms: %w", err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	moved := 0
+	for limit <= 0 || moved < limit {
+		if err := ctx.Err(); err != nil {
+			return moved, err
+		}
+		d, ok, err := ch.Get(s.Names.DeadQueue(route), false)
+		if err != nil {
+			return moved, fmt.Errorf("reading %s: %w", s.Names.DeadQueue(route), err)
+		}
+		if !ok {
+			break
+		}
+		headers := amqp.Table{}
+		for _, k := range []string{webhook.HeaderEventID, webhook.HeaderSource, webhook.HeaderEventType} {
+			if v, ok := d.Headers[k]; ok {
+				headers[k] = v
+			}
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", s.Names.RouteQueue(route), true, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, ContentType: d.ContentType, MessageId: d.MessageId, Type: d.Type,
+			AppId: "hookrelay", Timestamp: s.now(), Headers: headers, Body: d.Body,
+		})
+		if err != nil {
+			return moved, fmt.Errorf("republishing: %w", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		acked, err := dc.WaitContext(wctx)
+		cancel()
+		if err != nil || !acked {
+			return moved, fmt.Errorf("republishing: not confirmed (%v)", err)
+		}
+		select {
+		case r := <-returns:
+			return moved, fmt.Errorf("republishing: returned: %s", r.ReplyText)
+		default:
+		}
+		if err := d.Ack(false); err != nil {
+			return moved, fmt.Errorf("acking the dead letter: %w", err)
+		}
+		moved++
+	}
+	return moved, nil
+}
+
+// Purge deletes what is older than olderThan (see store.Purge), keeping
+// dedupe keys for the retention window.
+func (s *Service) Purge(ctx context.Context, olderThan time.Duration, batch int) (store.PurgeResult, error) {
+	if olderThan <= 0 {
+		return store.PurgeResult{}, errors.New("--older-than must be positive")
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	now := s.now()
+	return s.DB.Purge(ctx, now.Add(-olderThan), now.Add(-s.DedupeWindow), batch)
+}

@@ -1,0 +1,5 @@
+SET lock_timeout = '10s';
+
+ALTER TABLE events DROP COLUMN IF EXISTS purged_at;
+DROP INDEX IF EXISTS deliveries_undelivered_idx;
+ALTER TABLE outbox DROP COLUMN IF EXISTS route;

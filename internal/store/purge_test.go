@@ -1,0 +1,69 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPurgeKeepsDedupeKeysForTheWindow(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	now := time.Now()
+	insert := func(key string, age time.Duration, final bool) {
+		ev := newEvent("acme", key)
+		ev.ReceivedAt = now.Add(-age)
+		id, _, err := db.EventInsert(ctx, ev, []string{"billing"})
+		require.NoError(t, err)
+		if final {
+			require.NoError(t, db.AttemptRecord(ctx, &webhook.Attempt{
+				EventID: id, Route: "billing", Number: 1, StartedAt: ev.ReceivedAt, Status: 200, Outcome: webhook.StateDelivered,
+			}))
+		}
+	}
+	// The outbox would have been drained long ago.
+	for i := range 5 {
+		insert(fmt.Sprint("old_", i), 40*24*time.Hour, true) // past the dedupe window
+		insert(fmt.Sprint("mid_", i), 20*24*time.Hour, true) // past the purge age, inside the window
+		insert(fmt.Sprint("new_", i), time.Hour, true)       // young
+	}
+	insert("stuck", 40*24*time.Hour, false) // still pending: never purged
+	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id IN (SELECT id FROM events WHERE idempotency_key <> 'stuck')`)
+	require.NoError(t, err)
+
+	res, err := db.Purge(ctx, now.Add(-7*24*time.Hour), now.Add(-30*24*time.Hour), 2)
+	require.NoError(t, err)
+	t.Logf("%+v", res)
+	require.EqualValues(t, 10, res.Deliveries, "old and mid deliveries (and their attempts)")
+	require.EqualValues(t, 5, res.Events, "old events")
+	require.EqualValues(t, 5, res.Stripped, "mid events keep only their key")
+	require.Greater(t, res.Batches, 6, "small batches, several per step")
+
+	var attempts, events int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM delivery_attempts`).Scan(&attempts))
+	require.Equal(t, 5, attempts, "only the young events' attempts remain")
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&events))
+	require.Equal(t, 11, events, "mid + new + stuck")
+
+	// A late resend inside the window is still a duplicate; one older than
+	// the window is a new event.
+	_, dup, err := db.EventInsert(ctx, newEvent("acme", "mid_0"), nil)
+	require.NoError(t, err)
+	require.True(t, dup, "younger than the dedupe window: still recognised")
+	_, dup, err = db.EventInsert(ctx, newEvent("acme", "old_0"), nil)
+	require.NoError(t, err)
+	require.False(t, dup, "older than the window: accepted again")
+	_, dup, err = db.EventInsert(ctx, newEvent("acme", "stuck"), nil)
+	require.NoError(t, err)
+	require.True(t, dup, "an event still in flight is never purged")
+
+	again, err := db.Purge(ctx, now.Add(-7*24*time.Hour), now.Add(-30*24*time.Hour), 2)
+	require.NoError(t, err)
+	require.Zero(t, again.Deliveries+again.Events+again.Stripped, "purge is idempotent")
+}
