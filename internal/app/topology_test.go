@@ -171,3 +171,54 @@ func listBindings(t *testing.T, queue string) []mgmtBinding {
 	}
 	return out
 }
+
+// Ingest records a pending delivery for each route whose bindings match,
+// computed in Go; the broker must route exactly the same way.
+func TestTopicMatchAgreesWithTheBroker(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Dial(t)
+	prefix := amqptest.Prefix(t)
+	patterns := map[string][]string{
+		"a": {"stripe.invoice.*"},
+		"b": {"stripe.#"},
+		"c": {"*.invoice.paid", "shopify.orders/create"},
+		"d": {"#.paid"},
+		"e": {"x.#.y.*"},
+	}
+	cfg := &config.Config{AMQP: config.AMQP{Prefix: prefix}}
+	for name, p := range patterns {
+		cfg.Routes = append(cfg.Routes, config.Route{Name: name, Bindings: p})
+	}
+	topo := app.Topology(cfg)
+	amqptest.DeleteTopology(t, topo)
+	ch := amqptest.Channel(t, conn)
+	require.NoError(t, topo.Declare(ch))
+	keys := []string{"stripe.invoice.paid", "stripe.invoice", "stripe", "stripe.charge.refunded.late",
+		"acme.invoice.paid", "shopify.orders/create", "paid", "a.b.paid", "x.y.z", "x.q.r.y.z", "x.y"}
+	names := hamqp.Names{Prefix: prefix}
+	require.NoError(t, ch.Confirm(false))
+	for _, k := range keys {
+		// Confirmed: routed into every queue before anything is counted.
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), names.Events(), k, false, false,
+			amqp091.Publishing{MessageId: k})
+		require.NoError(t, err)
+		acked, err := dc.WaitContext(context.Background())
+		require.NoError(t, err)
+		require.True(t, acked)
+	}
+	routesFor := app.RoutesFor(cfg)
+	want := map[string][]string{}
+	for _, k := range keys {
+		for _, r := range routesFor(k) {
+			want[r] = append(want[r], k)
+		}
+	}
+	for name := range patterns {
+		amqptest.WaitCount(t, ch, names.RouteQueue(name), len(want[name]), 10*time.Second)
+		var got []string
+		for _, d := range amqptest.Drain(t, ch, names.RouteQueue(name)) {
+			got = append(got, d.MessageId)
+		}
+		require.ElementsMatch(t, want[name], got, "route %s %v", name, patterns[name])
+	}
+}
