@@ -291,6 +291,8 @@ func TestRetryTiersAndDeadLetter(t *testing.T) {
 	require.Equal(t, "HTTP 500", hdr["x-hookrelay-last-error"])
 	require.NotEmpty(t, hdr["x-hookrelay-first-attempt-at"])
 	require.NotEmpty(t, hdr["x-hookrelay-last-attempt-at"])
+	require.NotContains(t, hdr, "x-death", "the tiers' TTL hops are not why it is dead")
+	require.Equal(t, "max_attempts", hdr["x-hookrelay-dead-reason"])
 	require.JSONEq(t, `{"id":"evt_fail","type":"invoice.paid","amount":42}`, msgs[0].Payload)
 
 	state, attempts, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(r.ID), "billing")

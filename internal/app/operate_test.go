@@ -134,6 +134,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	require.Len(t, listed, 3)
 	require.Equal(t, "HTTP 503", listed[0].LastError)
 	require.EqualValues(t, 2, listed[0].Attempts)
+	require.Equal(t, "max_attempts", listed[0].Reason)
 	// Listing consumed nothing: the messages go back to the queue.
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 5*time.Second)
 

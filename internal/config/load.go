@@ -94,7 +94,11 @@ func Load(path string, lookup LookupEnvFunc) (*Config, error) {
 	}
 
 	problems := expandEnv(reflect.ValueOf(&cfg).Elem(), "", lookup)
-	problems = append(problems, validate(&cfg)...)
+	if len(problems) == 0 {
+		// With a variable unset, validation would only repeat it as "is
+		// required" under other words.
+		problems = validate(&cfg)
+	}
 	if len(problems) > 0 {
 		return nil, &Error{Path: path, Problems: problems}
 	}

@@ -222,7 +222,7 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 		log.Error().Err(err).Str("message_id", d.MessageId).Msg("malformed message; dead-lettering")
 		return h.publishDead(ctx, pub, r, d, Message{Body: d.Body, ContentType: d.ContentType, Attempt: 1}, &webhook.Attempt{
 			Route: route, Number: 0, StartedAt: h.now(), Error: err.Error(),
-		})
+		}, "malformed")
 	}
 	log = log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
 
@@ -248,14 +248,14 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 	h.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
 	h.cfg.Metrics.duration.WithLabelValues(route).Observe(attempt.Duration.Seconds())
 
-	tier := -1
+	tier, deadReason := -1, ""
 	switch {
 	case attempt.Status >= 200 && attempt.Status < 300:
 		attempt.Outcome = webhook.StateDelivered
 	case attempt.Status == http.StatusGone || r.NoRetry[attempt.Status]:
-		attempt.Outcome = webhook.StateDead
+		attempt.Outcome, deadReason = webhook.StateDead, "no_retry_status"
 	case msg.Attempt >= r.MaxAttempts:
-		attempt.Outcome = webhook.StateDead
+		attempt.Outcome, deadReason = webhook.StateDead, "max_attempts"
 	default:
 		attempt.Outcome = webhook.StateRetrying
 		tier = h.tierFor(msg.Attempt, retryAfter)
@@ -282,7 +282,7 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 		h.cfg.Metrics.retries.WithLabelValues(route, h.cfg.Tiers[tier].Name).Inc()
 		log.Info().Int("status", attempt.Status).Str("error", attempt.Error).Dur("retry_in", h.cfg.Tiers[tier].Delay).Msg("delivery failed; retry scheduled")
 	case webhook.StateDead:
-		if err := h.publishDead(ctx, pub, r, d, msg, attempt); err != nil {
+		if err := h.publishDead(ctx, pub, r, d, msg, attempt, deadReason); err != nil {
 			return err
 		}
 		h.cfg.Metrics.outcome(route, "dead")
@@ -456,21 +456,30 @@ const (
 	HeaderLastStatus    = "x-hookrelay-last-status"
 	HeaderLastError     = "x-hookrelay-last-error"
 	HeaderLastAttemptAt = "x-hookrelay-last-attempt-at"
+	// HeaderDeadReason is max_attempts, no_retry_status (410 or a route's
+	// no_retry_statuses) or malformed. RabbitMQ's own parking for the
+	// delivery limit shows in x-death instead.
+	HeaderDeadReason = "x-hookrelay-dead-reason"
 )
 
-func (h *Handler) publishDead(ctx context.Context, pub Publisher, r *Route, d amqp.Delivery, msg Message, a *webhook.Attempt) error {
+func (h *Handler) publishDead(ctx context.Context, pub Publisher, r *Route, d amqp.Delivery, msg Message, a *webhook.Attempt, reason string) error {
 	first := msg.FirstAttemptAt
 	if first.IsZero() {
 		first = a.StartedAt
 	}
+	// Our own headers only: x-death from the retry tiers' TTL hops would
+	// tell an operator "expired", which is not why it is dead.
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
-		headers[k] = v
+		if strings.HasPrefix(k, "x-hookrelay-") {
+			headers[k] = v
+		}
 	}
 	if msg.EventID != uuid.Nil {
 		headers[webhook.HeaderEventID] = msg.EventID.String()
 	}
 	headers[HeaderRoute] = r.Name
+	headers[HeaderDeadReason] = reason
 	headers[HeaderAttempts] = int32(msg.Attempt)
 	headers[HeaderLastStatus] = int32(a.Status)
 	headers[HeaderLastError] = a.Error

@@ -164,7 +164,8 @@ type DeadLetter struct {
 	LastError      string `json:"last_error"`
 	FirstAttemptAt string `json:"first_attempt_at"`
 	LastAttemptAt  string `json:"last_attempt_at"`
-	// Reason is "delivery_limit" when RabbitMQ parked it, else "attempts".
+	// Reason is max_attempts, no_retry_status or malformed (the
+	// dispatcher's), or delivery_limit (RabbitMQ parked it).
 	Reason string `json:"reason"`
 }
 
@@ -236,9 +237,9 @@ func deadLetter(d amqp.Delivery) DeadLetter {
 		EventID: str(webhook.HeaderEventID), Source: str(webhook.HeaderSource), EventType: str(webhook.HeaderEventType),
 		Attempts: num(deliver.HeaderAttempts), LastStatus: num(deliver.HeaderLastStatus), LastError: str(deliver.HeaderLastError),
 		FirstAttemptAt: str(webhook.HeaderFirstAttemptAt), LastAttemptAt: str(deliver.HeaderLastAttemptAt),
-		Reason: "attempts",
+		Reason: str(deliver.HeaderDeadReason),
 	}
-	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 {
+	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 && dl.Reason == "" {
 		if t, ok := deaths[0].(amqp.Table); ok {
 			if r, ok := t["reason"].(string); ok {
 				dl.Reason = r
