@@ -24,10 +24,7 @@ type PaddleConfig struct {
 // Each h1 is a hex HMAC-SHA256 of "<ts>:<body>"; Paddle sends several while
 // a secret is being rotated, and any one matching passes. Unknown keys are
 // ignored.
-type Paddle struct {
-	keys      [][]byte
-	tolerance time.Duration
-}
+type Paddle struct{ timedKeys }
 
 var _ Verifier = (*Paddle)(nil)
 
@@ -35,15 +32,11 @@ const paddleHeader = "Paddle-Signature"
 
 // NewPaddle validates cfg and returns the verifier.
 func NewPaddle(cfg PaddleConfig) (*Paddle, error) {
-	keys, err := newKeys(cfg.Secrets)
+	tk, err := newTimedKeys(cfg.Secrets, cfg.Tolerance)
 	if err != nil {
 		return nil, err
 	}
-	tol, err := toleranceOrDefault(cfg.Tolerance)
-	if err != nil {
-		return nil, err
-	}
-	return &Paddle{keys: keys, tolerance: tol}, nil
+	return &Paddle{tk}, nil
 }
 
 // Verify checks that ts is within the tolerance of r.Now and that one h1

@@ -38,6 +38,24 @@ func newKeys(secrets []string) ([][]byte, error) {
 	return keys, nil
 }
 
+// timedKeys are the secrets and replay window of a timestamped scheme.
+type timedKeys struct {
+	keys      [][]byte
+	tolerance time.Duration
+}
+
+func newTimedKeys(secrets []string, tolerance time.Duration) (timedKeys, error) {
+	keys, err := newKeys(secrets)
+	if err != nil {
+		return timedKeys{}, err
+	}
+	tol, err := toleranceOrDefault(tolerance)
+	if err != nil {
+		return timedKeys{}, err
+	}
+	return timedKeys{keys: keys, tolerance: tol}, nil
+}
+
 // toleranceOrDefault returns d, or defaultTolerance when d is 0.
 func toleranceOrDefault(d time.Duration) (time.Duration, error) {
 	switch {

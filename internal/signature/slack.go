@@ -20,10 +20,7 @@ type SlackConfig struct {
 //
 //	X-Slack-Request-Timestamp: <unix seconds>
 //	X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:<timestamp>:<body>">
-type Slack struct {
-	keys      [][]byte
-	tolerance time.Duration
-}
+type Slack struct{ timedKeys }
 
 var _ Verifier = (*Slack)(nil)
 
@@ -35,15 +32,11 @@ const (
 
 // NewSlack validates cfg and returns the verifier.
 func NewSlack(cfg SlackConfig) (*Slack, error) {
-	keys, err := newKeys(cfg.Secrets)
+	tk, err := newTimedKeys(cfg.Secrets, cfg.Tolerance)
 	if err != nil {
 		return nil, err
 	}
-	tol, err := toleranceOrDefault(cfg.Tolerance)
-	if err != nil {
-		return nil, err
-	}
-	return &Slack{keys: keys, tolerance: tol}, nil
+	return &Slack{tk}, nil
 }
 
 // Verify checks that the timestamp is within the tolerance of r.Now and that

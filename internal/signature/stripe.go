@@ -24,10 +24,7 @@ type StripeConfig struct {
 // Each v1 is a hex HMAC-SHA256 of "<t>.<body>". Other schemes such as v0
 // are ignored. Unlike stripe-go, which only rejects old timestamps, a
 // timestamp too far in the future is rejected as well.
-type Stripe struct {
-	keys      [][]byte
-	tolerance time.Duration
-}
+type Stripe struct{ timedKeys }
 
 var _ Verifier = (*Stripe)(nil)
 
@@ -35,15 +32,11 @@ const stripeHeader = "Stripe-Signature"
 
 // NewStripe validates cfg and returns the verifier.
 func NewStripe(cfg StripeConfig) (*Stripe, error) {
-	keys, err := newKeys(cfg.Secrets)
+	tk, err := newTimedKeys(cfg.Secrets, cfg.Tolerance)
 	if err != nil {
 		return nil, err
 	}
-	tol, err := toleranceOrDefault(cfg.Tolerance)
-	if err != nil {
-		return nil, err
-	}
-	return &Stripe{keys: keys, tolerance: tol}, nil
+	return &Stripe{tk}, nil
 }
 
 // Verify checks that the timestamp is within the tolerance of r.Now and that
