@@ -106,6 +106,14 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
+	// A consumer whose channel closes (a channel error, the broker's
+	// consumer timeout, its queue deleted) must not vanish while the
+	// connection looks healthy: the whole session starts over.
+	total := 0
+	for _, g := range c.cfg.Groups {
+		total += g.Concurrency
+	}
+	lost := make(chan error, total)
 	for _, g := range c.cfg.Groups {
 		for i := range g.Concurrency {
 			cc, err := c.openConsumer(conn, g, i)
@@ -114,10 +122,22 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 				wg.Wait()
 				return err
 			}
+			chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				cc.run(sctx, g.Handle)
+				if sctx.Err() == nil {
+					err := fmt.Errorf("consumer of %s stopped", g.Queue)
+					select {
+					case e := <-chClosed:
+						if e != nil {
+							err = fmt.Errorf("consumer of %s stopped: %w", g.Queue, e)
+						}
+					default:
+					}
+					lost <- err
+				}
 			}()
 		}
 	}
@@ -143,6 +163,10 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 		if err == nil {
 			return errors.New("connection closed")
 		}
+		return err
+	case err := <-lost:
+		stop()
+		wg.Wait()
 		return err
 	}
 }

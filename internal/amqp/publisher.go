@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -187,6 +188,11 @@ func (p *Publisher) resetLocked() {
 		_ = p.conn.Close() // the connection is being abandoned either way
 	}
 	p.conn, p.ch, p.returns, p.closed = nil, nil, nil, nil
+	// A block belongs to the connection: a new one starts unblocked (and is
+	// told again if the alarm persists).
+	p.blockedMu.Lock()
+	p.blocked = ""
+	p.blockedMu.Unlock()
 }
 
 // Ping connects if needed and reports whether the connection is open.
@@ -245,18 +251,22 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 	index := make(map[string]int, len(msgs))
 	for i, m := range msgs {
 		id := m.EventID.String()
-		index[id] = i
+		// Returns are matched by the outbox row, not the event: one batch
+		// may hold several rows of one event (a replay to several routes).
+		corr := strconv.FormatInt(m.OutboxID, 10)
+		index[corr] = i
 		exchange, key := p.cfg.Exchange, m.RoutingKey
 		if m.Route != "" {
 			exchange, key = "", p.cfg.Names.RouteQueue(m.Route)
 		}
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent,
-			ContentType:  m.ContentType,
-			MessageId:    id,
-			Timestamp:    m.ReceivedAt,
-			Type:         m.EventType,
-			AppId:        "hookrelay",
+			DeliveryMode:  amqp.Persistent,
+			ContentType:   m.ContentType,
+			MessageId:     id,
+			CorrelationId: corr,
+			Timestamp:     m.ReceivedAt,
+			Type:          m.EventType,
+			AppId:         "hookrelay",
 			Headers: amqp.Table{
 				webhook.HeaderEventID:   id,
 				webhook.HeaderSource:    m.Source,
@@ -311,7 +321,7 @@ func (p *Publisher) drainReturnsLocked(index map[string]int, outcomes []Outcome)
 			if !ok {
 				return
 			}
-			if i, mine := index[r.MessageId]; mine {
+			if i, mine := index[r.CorrelationId]; mine {
 				outcomes[i] = Returned
 				p.logger.Error().Str("event_id", r.MessageId).Str("routing_key", r.RoutingKey).
 					Str("reply", r.ReplyText).Msg("message returned unroutable; is the alternate exchange missing?")

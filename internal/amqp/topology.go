@@ -6,6 +6,7 @@ package amqp
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"time"
 
@@ -173,6 +174,19 @@ func BuildTopology(cfg TopologyConfig) Topology {
 			t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: q, RoutingKey: pattern})
 		}
 	}
+	// Dead-letter and unrouted queues are where messages wait for a person,
+	// and reading one in the UI counts as a delivery. RabbitMQ 4 gives
+	// quorum queues a default delivery limit of 20, after which these
+	// queues (which have no dead-letter target) would drop the message.
+	// 3.10 refuses -1 ("unlimited"), so the largest accepted value stands
+	// in for it.
+	t.Policies = append(t.Policies, Policy{
+		Name:       cfg.Prefix + ".parking-no-delivery-limit",
+		Pattern:    "^" + regexp.QuoteMeta(cfg.Prefix+".") + `(unrouted|route\.[^.]+\.dead)$`,
+		ApplyTo:    "queues",
+		Priority:   10,
+		Definition: map[string]any{"delivery-limit": math.MaxInt32},
+	})
 	if cfg.DeliveryLimit > 0 {
 		t.Policies = append(t.Policies, Policy{
 			Name: cfg.Prefix + ".route-delivery-limit",

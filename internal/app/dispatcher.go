@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -158,9 +159,17 @@ func routeStats(db *store.DB) deliver.RouteStatsFunc {
 type deliverStore struct{ db *store.DB }
 
 func (s deliverStore) DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (deliver.Lock, error) {
-	return s.db.DeliveryLock(ctx, eventID, route)
+	lock, err := s.db.DeliveryLock(ctx, eventID, route)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+	}
+	return lock, err
 }
 
 func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) error {
-	return s.db.AttemptRecord(ctx, a)
+	err := s.db.AttemptRecord(ctx, a)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+	}
+	return err
 }

@@ -488,3 +488,51 @@ func TestDispatcherHoldsMessageWhilePostgresIsDown(t *testing.T) {
 	h.waitQueuesEmpty(10 * time.Second)
 	require.Len(t, dest.snapshot(), 1)
 }
+
+// A consumer whose queue disappears (the broker cancels it) does not vanish
+// silently: the dispatcher reconnects, re-declares the topology and
+// delivers again.
+func TestDispatcherRecoversWhenItsQueueIsDeleted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.cfg.Routes[0].Concurrency = 1
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+
+	_, err := h.ch.QueueDelete(h.names.RouteQueue("billing"), false, false, false)
+	require.NoError(t, err)
+	// The receiver re-declares on its next connect; make sure the queue is
+	// back before posting, so the event is routed there and not unrouted.
+	require.Eventually(t, func() bool {
+		ch, err := amqptest.Dial(t).Channel()
+		if err != nil {
+			return false
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclarePassive(h.names.RouteQueue("billing"), true, false, false, false, nil)
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the dispatcher re-declared its queue")
+	r := h.postSigned("evt_after_delete", "invoice.paid")
+	require.Equal(t, http.StatusOK, r.status)
+	dest.waitFor(30*time.Second, "delivery after the queue came back", func(rs []received) bool { return len(rs) == 1 })
+	require.Equal(t, r.ID, dest.snapshot()[0].eventID)
+}
+
+// A message whose event was purged from Postgres cannot be recorded: it is
+// parked (reason event_missing) at once, not POSTed and not retried.
+func TestMessageForPurgedEventIsParked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.startDispatcher(app.DispatcherOptions{})
+	gone := uuid.NewString()
+	require.NoError(t, h.ch.PublishWithContext(context.Background(), "", h.names.RouteQueue("billing"), false, false, amqpPublishing(gone)))
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 1, 15*time.Second)
+	dead := amqptest.Drain(t, h.ch, h.names.DeadQueue("billing"))
+	require.Equal(t, "event_missing", dead[0].Headers["x-hookrelay-dead-reason"])
+	require.Equal(t, gone, dead[0].Headers["x-hookrelay-event-id"])
+	require.Empty(t, dest.snapshot())
+}

@@ -91,7 +91,10 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return queuePolicy(t, prefix+".route.billing") == prefix+".route-delivery-limit"
 	}, 20*time.Second, 200*time.Millisecond)
-	require.Equal(t, "", queuePolicy(t, prefix+".route.billing.dead"))
+	require.Eventually(t, func() bool {
+		return queuePolicy(t, prefix+".route.billing.dead") == prefix+".parking-no-delivery-limit" &&
+			queuePolicy(t, prefix+".unrouted") == prefix+".parking-no-delivery-limit"
+	}, 20*time.Second, 200*time.Millisecond, "dead and unrouted queues have no practical delivery limit")
 }
 
 // A message that keeps coming back without an outcome (a dispatcher that

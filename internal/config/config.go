@@ -50,8 +50,10 @@ type AMQP struct {
 type Receiver struct {
 	// Listen is host:port for webhooks, health and metrics. Default 127.0.0.1:8080.
 	Listen string `mapstructure:"listen" validate:"required,hostname_port"`
-	// MaxBodyBytes is the largest accepted request body. Default 1 MiB.
-	MaxBodyBytes int64 `mapstructure:"max_body_bytes" validate:"gte=1"`
+	// MaxBodyBytes is the largest accepted request body. Default 1 MiB; at
+	// most 16 MiB, RabbitMQ 4's default max_message_size (a bigger message
+	// would be refused by the broker after the sender got its 200).
+	MaxBodyBytes int64 `mapstructure:"max_body_bytes" validate:"gte=1,lte=16777216"`
 	// ShutdownTimeout bounds how long in-flight requests may finish after
 	// SIGTERM. Default 10s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" validate:"gt=0"`
@@ -84,9 +86,9 @@ type Outbox struct {
 
 // Retry configures redelivery.
 type Retry struct {
-	// Backoff is one delay per retry tier. Default
+	// Backoff is one delay per retry tier, each at least 10ms. Default
 	// [10s, 1m, 5m, 15m, 1h, 3h, 6h, 12h].
-	Backoff []time.Duration `mapstructure:"backoff" validate:"required,min=1,max=32,dive,gt=0"`
+	Backoff []time.Duration `mapstructure:"backoff" validate:"required,min=1,max=32,dive,gte=10ms"`
 }
 
 // Admin configures the admin HTTP API, served by the receiver.
@@ -187,8 +189,9 @@ type Route struct {
 	URL string `mapstructure:"url" validate:"required,http_url"`
 	// Bindings are topic patterns over "<source>.<event_type>".
 	Bindings []string `mapstructure:"bindings" validate:"required,min=1,dive,topic_pattern"`
-	// Timeout bounds one delivery attempt. Default 10s.
-	Timeout time.Duration `mapstructure:"timeout" validate:"gt=0"`
+	// Timeout bounds one delivery attempt. Default 10s, at most 5m: a
+	// delivery must finish far inside RabbitMQ's 30-minute consumer timeout.
+	Timeout time.Duration `mapstructure:"timeout" validate:"gt=0,lte=5m"`
 	// Concurrency is the number of consumers, each with prefetch 1. Default 1.
 	Concurrency int `mapstructure:"concurrency" validate:"gte=1,lte=256"`
 	// SigningSecret signs deliveries (Standard Webhooks: whsec_ followed by

@@ -147,7 +147,8 @@ func fieldProblem(fe validator.FieldError) string {
 	case "amqp_url":
 		return "must be an amqp:// or amqps:// URL with a host"
 	case "http_url":
-		return fmt.Sprintf("%q must be an http:// or https:// URL with a host", val)
+		// No value: a URL may carry credentials or a token.
+		return "must be an http:// or https:// URL with a host"
 	case "whsec":
 		return WhsecError(fmt.Sprint(val)).Error()
 	case "scheme":

@@ -36,6 +36,10 @@ type Lock interface {
 	Release(ctx context.Context) error
 }
 
+// ErrEventMissing is returned by a Store when the event no longer exists
+// (purged): no delivery can be recorded for it, ever.
+var ErrEventMissing = errors.New("event not in the database")
+
 // Store is what delivery needs from Postgres.
 type Store interface {
 	DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (Lock, error)
@@ -231,6 +235,14 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 		lock, err = h.cfg.Store.DeliveryLock(ctx, msg.EventID, route)
 		return err
 	})
+	if errors.Is(err, ErrEventMissing) {
+		// Retrying cannot help, and delivering without a record would
+		// break the at-most-once promise: park it for an operator.
+		log.Error().Err(err).Msg("event purged; dead-lettering")
+		return h.publishDead(ctx, pub, r, d, msg, &webhook.Attempt{
+			Route: route, Number: msg.Attempt, StartedAt: h.now(), Error: "event purged from the database",
+		}, "event_missing")
+	}
 	if err != nil {
 		return err
 	}
@@ -298,8 +310,8 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 // StoreRetryFor while the message stays unacked, or until stop closes.
 func (h *Handler) retryStore(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, what string, op func() error) error {
 	err := op()
-	if err == nil {
-		return nil
+	if err == nil || errors.Is(err, ErrEventMissing) {
+		return err // done, or permanent
 	}
 	deadline := time.Now().Add(h.cfg.StoreRetryFor)
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
@@ -316,8 +328,8 @@ func (h *Handler) retryStore(ctx context.Context, stop <-chan struct{}, log zero
 			return fmt.Errorf("%s: %w", what, ctx.Err())
 		case <-t.C:
 		}
-		if err = op(); err == nil {
-			return nil
+		if err = op(); err == nil || errors.Is(err, ErrEventMissing) {
+			return err
 		}
 	}
 	return fmt.Errorf("%s: %w", what, err)
@@ -457,7 +469,7 @@ const (
 	HeaderLastError     = "x-hookrelay-last-error"
 	HeaderLastAttemptAt = "x-hookrelay-last-attempt-at"
 	// HeaderDeadReason is max_attempts, no_retry_status (410 or a route's
-	// no_retry_statuses) or malformed. RabbitMQ's own parking for the
+	// no_retry_statuses), malformed or event_missing (purged). RabbitMQ's own parking for the
 	// delivery limit shows in x-death instead.
 	HeaderDeadReason = "x-hookrelay-dead-reason"
 )

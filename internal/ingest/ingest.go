@@ -109,6 +109,9 @@ type Response struct {
 	Duplicate bool      `json:"duplicate"`
 }
 
+// maxRoutingKey is AMQP's limit on a routing key (a short string).
+const maxRoutingKey = 255
+
 // Headers that carry credentials are not stored with the event.
 var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
 
@@ -165,6 +168,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	res, err := src.Extractor.Extract(r.Header, body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return "rejected", "bad_request"
+	}
+	if key := webhook.RoutingKey(src.Name, res.EventType); len(key) > maxRoutingKey {
+		// RabbitMQ refuses longer routing keys: stored, it could never be
+		// published.
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("event type too long: %q.<event type> must fit %d bytes", src.Name, maxRoutingKey))
 		return "rejected", "bad_request"
 	}
 

@@ -148,8 +148,27 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	if req.DryRun {
 		return res, nil
 	}
-	if err := s.DB.ReplayEnqueue(ctx, pairs); err != nil {
+	done, err := s.DB.ReplayEnqueue(ctx, pairs, req.IncludeDelivered)
+	if err != nil {
 		return nil, err
+	}
+	if len(done) < len(pairs) {
+		// Some pair changed state since it was selected (delivered, or in
+		// flight again): it was left alone.
+		enqueued := map[store.ReplayPair]bool{}
+		for _, p := range done {
+			enqueued[p] = true
+		}
+		kept := res.Replayed[:0]
+		for _, it := range res.Replayed {
+			if enqueued[store.ReplayPair{EventID: it.EventID, Route: it.Route}] {
+				kept = append(kept, it)
+				continue
+			}
+			it.Skipped = "changed state meanwhile; left alone"
+			res.Skipped = append(res.Skipped, it)
+		}
+		res.Replayed = kept
 	}
 	return res, nil
 }
@@ -249,7 +268,7 @@ func deadLetter(d amqp.Delivery) DeadLetter {
 	return dl
 }
 
-// DeadRequeue moves up to limit messages (0: all) from route's dead-letter
+// DeadRequeue moves up to limit messages (0: all there are now) from route's dead-letter
 // queue back to its route queue, one at a time: each copy is published with
 // a fresh attempt count and confirmed before the original is acked, so a
 // crash can duplicate a message, never lose one.
@@ -266,8 +285,17 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int
 		return 0, fmt.Errorf("enabling confirms: %w", err)
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	if limit <= 0 {
+		// "All" means what is there now: a message that fails at once (a
+		// 410) comes straight back, and must not be moved forever.
+		q, err := ch.QueueDeclarePassive(s.Names.DeadQueue(route), true, false, false, false, nil)
+		if err != nil {
+			return 0, fmt.Errorf("inspecting %s: %w", s.Names.DeadQueue(route), err)
+		}
+		limit = q.Messages
+	}
 	moved := 0
-	for limit <= 0 || moved < limit {
+	for moved < limit {
 		if err := ctx.Err(); err != nil {
 			return moved, err
 		}

@@ -133,7 +133,11 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if r.cfg.AfterPublishFunc != nil {
 		r.cfg.AfterPublishFunc()
 	}
-	if err := batch.Complete(ctx, confirmed); err != nil {
+	// Its own deadline: a slow publish must not leave confirmed rows
+	// undeleted (they would all be published again).
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer ccancel()
+	if err := batch.Complete(cctx, confirmed); err != nil {
 		// The rows stay; their messages will be published again.
 		return len(msgs), err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DeliveryLock holds the row lock on one (event, route) delivery for the
@@ -42,6 +43,11 @@ func lockDelivery(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, route strin
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO deliveries (event_id, route) VALUES ($1, $2)
 		ON CONFLICT (event_id, route) DO NOTHING`, eventID, route); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+			// The event row is gone (purged): nothing to record against.
+			return 0, "", fmt.Errorf("event %s: %w", eventID, ErrNotFound)
+		}
 		return 0, "", fmt.Errorf("creating delivery: %w", err)
 	}
 	var (

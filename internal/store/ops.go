@@ -228,36 +228,52 @@ type ReplayPair struct {
 	Route   string
 }
 
-// ReplayEnqueue puts each pair in the outbox, addressed to its route's
-// queue, and resets its delivery to pending, in one transaction: a crash
-// leaves either all of them queued or none. Each becomes a new attempt
-// series; the destination sees the same webhook-id.
-func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair) error {
+// ReplayEnqueue resets each pair to pending and puts it in the outbox,
+// addressed to its route's queue, in one transaction: a crash leaves all of
+// them queued or none. Each becomes a new attempt series; the destination
+// sees the same webhook-id. The reset is conditional on the pair's state
+// now, not when the caller looked: only a dead pair (or a delivered one,
+// with includeDelivered) or one never attempted is replayed, so a pair that
+// became delivered or went back in flight meanwhile is left alone. It
+// returns the pairs it enqueued.
+func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDelivered bool) ([]ReplayPair, error) {
 	if len(pairs) == 0 {
-		return nil
+		return nil, nil
 	}
 	ids := make([]uuid.UUID, len(pairs))
 	routes := make([]string, len(pairs))
 	for i, p := range pairs {
 		ids[i], routes[i] = p.EventID, p.Route
 	}
-	return db.InTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
+	var done []ReplayPair
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH reset AS (
+				INSERT INTO deliveries (event_id, route)
+				SELECT * FROM unnest($1::uuid[], $2::text[])
+				ON CONFLICT (event_id, route) DO UPDATE SET
+					state = 'pending', delivered_at = NULL, created_at = now(), updated_at = now()
+				WHERE deliveries.state = 'dead' OR ($3 AND deliveries.state = 'delivered')
+				RETURNING event_id, route
+			)
 			INSERT INTO outbox (event_id, routing_key, route)
-			SELECT p.event_id, e.source || '.' || e.event_type, p.route
-			FROM unnest($1::uuid[], $2::text[]) AS p(event_id, route)
-			JOIN events e ON e.id = p.event_id`, ids, routes); err != nil {
+			SELECT r.event_id, e.source || '.' || e.event_type, r.route
+			FROM reset r JOIN events e ON e.id = r.event_id
+			RETURNING event_id, route`, ids, routes, includeDelivered)
+		if err != nil {
 			return fmt.Errorf("enqueueing replays: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO deliveries (event_id, route)
-			SELECT * FROM unnest($1::uuid[], $2::text[])
-			ON CONFLICT (event_id, route) DO UPDATE SET
-				state = 'pending', delivered_at = NULL, created_at = now(), updated_at = now()`, ids, routes); err != nil {
-			return fmt.Errorf("resetting deliveries: %w", err)
+		done, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReplayPair, error) {
+			var p ReplayPair
+			err := row.Scan(&p.EventID, &p.Route)
+			return p, err
+		})
+		if err != nil {
+			return fmt.Errorf("enqueueing replays: %w", err)
 		}
 		return nil
 	})
+	return done, err
 }
 
 // PurgeResult counts what Purge removed.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
@@ -66,4 +67,38 @@ func TestPurgeKeepsDedupeKeysForTheWindow(t *testing.T) {
 	again, err := db.Purge(ctx, now.Add(-7*24*time.Hour), now.Add(-30*24*time.Hour), 2)
 	require.NoError(t, err)
 	require.Zero(t, again.Deliveries+again.Events+again.Stripped, "purge is idempotent")
+}
+
+// A replay re-checks each pair's state in its own transaction: a pair that
+// was delivered (or went back in flight) after the operator looked is left
+// alone.
+func TestReplayEnqueueIsConditional(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	mk := func(key string, outcome webhook.DeliveryState) store.ReplayPair {
+		ev := newEvent("acme", key)
+		id, _, err := db.EventInsert(ctx, ev, []string{"billing"})
+		require.NoError(t, err)
+		if outcome != webhook.StatePending {
+			require.NoError(t, db.AttemptRecord(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Outcome: outcome}))
+		}
+		return store.ReplayPair{EventID: id, Route: "billing"}
+	}
+	dead, delivered, pending := mk("dead", webhook.StateDead), mk("delivered", webhook.StateDelivered), mk("pending", webhook.StatePending)
+	fresh := store.ReplayPair{EventID: dead.EventID, Route: "crm"} // never attempted on crm
+
+	done, err := db.ReplayEnqueue(ctx, []store.ReplayPair{dead, delivered, pending, fresh}, false)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []store.ReplayPair{dead, fresh}, done)
+	done, err = db.ReplayEnqueue(ctx, []store.ReplayPair{delivered}, true)
+	require.NoError(t, err)
+	require.Equal(t, []store.ReplayPair{delivered}, done)
+
+	var routed int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE route IS NOT NULL`).Scan(&routed))
+	require.Equal(t, 3, routed)
+	state, _, err := db.DeliveryGet(ctx, delivered.EventID, "billing")
+	require.NoError(t, err)
+	require.Equal(t, webhook.StatePending, state)
 }

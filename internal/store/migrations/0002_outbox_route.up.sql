@@ -14,3 +14,7 @@ CREATE INDEX deliveries_undelivered_idx ON deliveries (route, created_at)
 -- its body and headers once it is older than the purge age; purged_at says
 -- so (a purged event cannot be replayed).
 ALTER TABLE events ADD COLUMN purged_at timestamptz;
+
+-- Purge and the cascade from events check the outbox by event; while a
+-- backlog builds up that must not be a scan per event.
+CREATE INDEX outbox_event_id_idx ON outbox (event_id);
