@@ -388,13 +388,19 @@ func (h *Handler) post(ctx context.Context, r *Route, msg Message) (*webhook.Att
 	defer resp.Body.Close()
 	a.Status = resp.StatusCode
 	a.ResponseHeaders = resp.Header
-	a.ResponseBody, _ = io.ReadAll(io.LimitReader(resp.Body, maxBodySnippet))
+	// The status decides the outcome; the body is kept for the operator, so
+	// a failure to read it is recorded with a failed attempt, not fatal.
+	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBodySnippet))
+	a.ResponseBody = body
 	// Read a little more so the connection can be reused; a huge body is
-	// cut off by Close instead.
+	// cut off by Close instead. An error here only costs the reuse.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	a.Duration = time.Since(start)
 	if a.Status < 200 || a.Status >= 300 {
 		a.Error = "HTTP " + strconv.Itoa(a.Status)
+		if readErr != nil {
+			a.Error += " (reading the response: " + describeError(readErr, r.Timeout) + ")"
+		}
 	}
 	var retryAfter time.Duration
 	if a.Status == http.StatusTooManyRequests || a.Status == http.StatusServiceUnavailable {

@@ -205,8 +205,8 @@ func (s *Service) channel() (*amqp.Connection, *amqp.Channel, error) {
 // consuming them: they are taken unacknowledged and all returned to the
 // queue. (Dead-letter queues have no delivery limit, so reading is safe.)
 func (s *Service) DeadList(ctx context.Context, route string, limit int) ([]DeadLetter, error) {
-	if err := s.checkRoute(route); err != nil || route == "" {
-		return nil, errors.Join(err, errorIf(route == "", "a route is required"))
+	if err := s.requireRoute(route); err != nil {
+		return nil, err
 	}
 	conn, ch, err := s.channel()
 	if err != nil {
@@ -234,11 +234,12 @@ func (s *Service) DeadList(ctx context.Context, route string, limit int) ([]Dead
 	return out, nil
 }
 
-func errorIf(cond bool, msg string) error {
-	if cond {
-		return errors.New(msg)
+// requireRoute is checkRoute for operations that need one route.
+func (s *Service) requireRoute(route string) error {
+	if route == "" {
+		return errors.New("a route is required (--route)")
 	}
-	return nil
+	return s.checkRoute(route)
 }
 
 func deadLetter(d amqp.Delivery) DeadLetter {
@@ -273,8 +274,8 @@ func deadLetter(d amqp.Delivery) DeadLetter {
 // a fresh attempt count and confirmed before the original is acked, so a
 // crash can duplicate a message, never lose one.
 func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int, error) {
-	if err := s.checkRoute(route); err != nil || route == "" {
-		return 0, errors.Join(err, errorIf(route == "", "a route is required"))
+	if err := s.requireRoute(route); err != nil {
+		return 0, err
 	}
 	conn, ch, err := s.channel()
 	if err != nil {
