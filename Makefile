@@ -1,7 +1,7 @@
 # hookrelay developer targets. `make help` lists them.
 SHELL := /bin/bash
 CONFIG ?= config.yaml
-FUZZTIME ?= 5s
+FUZZTIME ?= 20000x
 
 .PHONY: help
 help: ## list targets
@@ -28,7 +28,7 @@ test/short: ## unit tests only (no services)
 	go test -short -count=1 ./...
 
 .PHONY: fuzz
-fuzz: ## every fuzz target for $(FUZZTIME)
+fuzz: ## every fuzz target for $(FUZZTIME) (a count like 20000x, or a duration)
 	scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
