@@ -127,7 +127,7 @@ func topology(ctx context.Context, cfg *config.Config, sub string, args []string
 		if err := topo.Declare(ch); err != nil {
 			return err
 		}
-		if err := amqp.ApplyPolicies(ctx, cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies); err != nil {
+		if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))

@@ -52,7 +52,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}
 
 	topo := Topology(cfg)
-	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies); err != nil {
+	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 		return err
 	}
 	names := amqp.Names{Prefix: cfg.AMQP.Prefix}
