@@ -23,6 +23,7 @@ type Config struct {
 	Log        Log        `mapstructure:"log"`
 	Admin      Admin      `mapstructure:"admin"`
 	Retention  Retention  `mapstructure:"retention"`
+	Reconcile  Reconcile  `mapstructure:"reconcile"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -172,6 +173,20 @@ type Retention struct {
 	DedupeWindow time.Duration `mapstructure:"dedupe_window" validate:"gt=0"`
 }
 
+// Reconcile configures the dispatcher's reconciler, which sends a pair
+// again when the broker lost its message (Postgres is the source of truth).
+type Reconcile struct {
+	// Interval is the pause between rounds. Default 30s.
+	Interval time.Duration `mapstructure:"interval" validate:"gt=0"`
+	// Margin is how far past its due time (acceptance, or the end of its
+	// retry tier's delay) an undelivered pair must be, with its route's
+	// queue empty, before it is sent again. Default 1m: long enough for a
+	// dispatcher to take a message that just arrived, short enough that a
+	// lost message is repaired long before any sender or destination
+	// notices.
+	Margin time.Duration `mapstructure:"margin" validate:"gt=0"`
+}
+
 // Log configures the logger.
 type Log struct {
 	// Level is debug, info, warn or error. Default info.
@@ -293,6 +308,8 @@ func setDefaults(set func(key string, value any)) {
 	set("outbox.publish_timeout", "10s")
 	set("retry.backoff", []string{"10s", "1m", "5m", "15m", "1h", "3h", "6h", "12h"})
 	set("retention.dedupe_window", "30d")
+	set("reconcile.interval", "30s")
+	set("reconcile.margin", "1m")
 	set("log.level", "info")
 	set("log.format", "json")
 }
