@@ -200,7 +200,11 @@ type Route struct {
 	// SigningSecrets all sign every delivery (webhook-signature carries one
 	// signature each), so a destination can rotate without downtime.
 	SigningSecrets []string `mapstructure:"signing_secrets" validate:"dive,whsec"`
-	// Headers are added to every delivery.
+	// Headers are added to every delivery. Checked at load: a valid header
+	// name, a value without control characters (a tab is allowed), and not a
+	// header hookrelay sets itself (Content-Type, User-Agent, webhook-*,
+	// X-Hookrelay-*) or the HTTP client owns (Content-Length, Host, ...).
+	// Default none.
 	Headers map[string]string `mapstructure:"headers"`
 	// NoRetryStatuses go straight to the dead-letter queue, like 410.
 	NoRetryStatuses []int `mapstructure:"no_retry_statuses" validate:"dive,gte=100,lte=599"`
