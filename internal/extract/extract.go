@@ -77,10 +77,16 @@ func (x *Extractor) Extract(h http.Header, body []byte) (Result, error) {
 		if v == "" {
 			return Result{}, fail("missing header %s (idempotency key)", name)
 		}
+		if err := checkText("header "+name, v); err != nil {
+			return Result{}, fail("idempotency key: %s", err.Message)
+		}
 		parts = append(parts, v)
 	}
 	for _, path := range x.cfg.IdempotencyPaths {
 		v, err := scalar(body, path)
+		if err == nil {
+			err = checkText(fmt.Sprintf("field %q", path), v)
+		}
 		if err != nil {
 			return Result{}, fail("idempotency key: %s", err.Message)
 		}
@@ -154,12 +160,28 @@ func joinKey(parts []string) string {
 	return strings.Join(parts, ":")
 }
 
+// checkText says why v, read from what, cannot be stored: Postgres text
+// refuses a NUL byte and invalid UTF-8, so such a value could never be
+// stored, whatever the sender retries.
+func checkText(what, v string) *Error {
+	if strings.IndexByte(v, 0) >= 0 {
+		return fail("%s contains a NUL byte", what)
+	}
+	if !utf8.ValidString(v) {
+		return fail("%s is not valid UTF-8", what)
+	}
+	return nil
+}
+
+// checkEventType says why t cannot be an event type: it must be storable
+// (checkText), fit a routing key, and hold no control character (it is
+// also sent as a header on every delivery).
 func checkEventType(t string) *Error {
 	if len(t) > maxEventTypeLen {
 		return fail("event type is longer than %d bytes", maxEventTypeLen)
 	}
-	if !utf8.ValidString(t) {
-		return fail("event type is not valid UTF-8")
+	if err := checkText("event type", t); err != nil {
+		return err
 	}
 	for _, r := range t {
 		if unicode.IsControl(r) {

@@ -12,7 +12,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/extract"
@@ -177,21 +180,22 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		return "rejected", "bad_request"
 	}
 
-	headers := r.Header.Clone()
-	for _, k := range credentialHeaders {
-		headers.Del(k)
+	contentType := r.Header.Get("Content-Type")
+	if msg := contentTypeProblem(contentType); msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return "rejected", "bad_request"
 	}
-	if sh, ok := src.Verifier.(interface{ SecretHeaders() []string }); ok {
-		for _, k := range sh.SecretHeaders() {
-			headers.Del(k)
-		}
+
+	headers, dropped := storedHeaders(r.Header, src.Verifier)
+	if len(dropped) > 0 {
+		log.Debug().Strs("headers", dropped).Msg("left header values that are not UTF-8 out of the stored headers")
 	}
 	ev := &webhook.Event{
 		ID:             uuid.Must(uuid.NewV7()),
 		Source:         src.Name,
 		IdempotencyKey: res.IdempotencyKey,
 		EventType:      res.EventType,
-		ContentType:    r.Header.Get("Content-Type"),
+		ContentType:    contentType,
 		Headers:        headers,
 		Body:           body,
 		ReceivedAt:     start,
@@ -217,6 +221,65 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	}
 	log.Debug().Stringer("event_id", id).Str("event_type", ev.EventType).Msg("event stored")
 	return "accepted", ""
+}
+
+// maxContentType is AMQP's limit on a short string: the Content-Type is
+// published as the message's content-type property, and a longer one could
+// be stored but never published.
+const maxContentType = 255
+
+// contentTypeProblem says why ct cannot be stored and published, or "".
+// It must be printable ASCII (a tab allowed): Postgres text refuses invalid
+// UTF-8, and no media type needs more. Go's server has already refused other
+// control bytes in any header.
+func contentTypeProblem(ct string) string {
+	if len(ct) > maxContentType {
+		return fmt.Sprintf("Content-Type is longer than %d bytes", maxContentType)
+	}
+	for i := 0; i < len(ct); i++ {
+		if c := ct[i]; (c < ' ' && c != '\t') || c > '~' {
+			return "Content-Type must be printable ASCII"
+		}
+	}
+	return ""
+}
+
+// storedHeaders returns the request headers to store with the event: without
+// credentials (those of credentialHeaders and the verifier's secret
+// headers), and without values that are not valid UTF-8 or hold a NUL byte,
+// which Postgres' jsonb cannot hold as sent. Go's HTTP server refuses NUL and
+// other control bytes itself, but passes bytes above 0x7f; storing such a
+// value would alter it, and a stored header is either what was sent or
+// absent. dropped names the headers that lost a value.
+func storedHeaders(h http.Header, v signature.Verifier) (stored http.Header, dropped []string) {
+	stored = h.Clone()
+	for _, k := range credentialHeaders {
+		stored.Del(k)
+	}
+	if sh, ok := v.(interface{ SecretHeaders() []string }); ok {
+		for _, k := range sh.SecretHeaders() {
+			stored.Del(k)
+		}
+	}
+	for k, vals := range stored {
+		kept := vals[:0]
+		for _, val := range vals {
+			if utf8.ValidString(val) && strings.IndexByte(val, 0) < 0 {
+				kept = append(kept, val)
+			}
+		}
+		if len(kept) == len(vals) {
+			continue
+		}
+		dropped = append(dropped, k)
+		if len(kept) == 0 {
+			delete(stored, k)
+		} else {
+			stored[k] = kept
+		}
+	}
+	sort.Strings(dropped)
+	return stored, dropped
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
