@@ -78,10 +78,11 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 		}
 		idem := s.Idempotency
 		ec := extract.Config{
-			IdempotencyHeaders: idem.Headers,
-			IdempotencyPaths:   idem.JSONPaths,
-			EventTypeHeader:    s.EventType.Header,
-			EventTypePaths:     s.EventType.JSONPaths,
+			IdempotencySignedID: idem.SignedID,
+			IdempotencyHeaders:  idem.Headers,
+			IdempotencyPaths:    idem.JSONPaths,
+			EventTypeHeader:     s.EventType.Header,
+			EventTypePaths:      s.EventType.JSONPaths,
 		}
 		if s.EventType.JSONPath != "" {
 			ec.EventTypePaths = []string{s.EventType.JSONPath}

@@ -162,11 +162,16 @@ type Verify struct {
 	Username string `mapstructure:"username"`
 }
 
-// Idempotency says where a source's deduplication key comes from: headers
-// and JSON paths, joined in that order. With none set, the key is the
-// SHA-256 of the raw body (the weakest choice: a re-serialised resend is a
-// new event).
+// Idempotency says where a source's deduplication key comes from: the signed
+// id, headers and JSON paths, joined in that order. With none set, the key is
+// the SHA-256 of the raw body (the weakest choice: a re-serialised resend is
+// a new event).
 type Idempotency struct {
+	// SignedID takes the message id the signature covers: webhook-id or
+	// svix-id, whichever family's signature matched (scheme
+	// standard-webhooks only). Unlike a raw header, a replayer cannot change
+	// it. Default false; the standard-webhooks and svix presets set it.
+	SignedID  bool     `mapstructure:"signed_id"`
 	Header    string   `mapstructure:"header" validate:"omitempty,header_name"`
 	Headers   []string `mapstructure:"headers" validate:"dive,header_name"`
 	JSONPath  string   `mapstructure:"json_path"`

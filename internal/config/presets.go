@@ -57,14 +57,17 @@ var presets = map[string]preset{
 		idempotency: Idempotency{Header: "X-Shopify-Webhook-Id"}, // the same on Shopify's retries
 		eventType:   EventType{Header: "X-Shopify-Topic"},
 	},
+	// Standard Webhooks and Svix sign "id.timestamp.body": the key is the
+	// id the matching signature covers, from whichever header family
+	// carried it, never a raw header a replayer could rewrite.
 	"standard-webhooks": {
 		scheme:      "standard-webhooks",
-		idempotency: Idempotency{Header: "webhook-id"},
+		idempotency: Idempotency{SignedID: true},
 		eventType:   EventType{JSONPath: "type"},
 	},
 	"svix": {
 		scheme:      "standard-webhooks",
-		idempotency: Idempotency{Header: "svix-id"},
+		idempotency: Idempotency{SignedID: true},
 		eventType:   EventType{JSONPath: "type"},
 	},
 	"slack": {

@@ -178,6 +178,9 @@ func crossCheck(cfg *Config) []string {
 		problems = append(problems, checkVerify(key, s.Verify)...)
 
 		id := s.Idempotency
+		if id.SignedID && s.Verify.Scheme != "standard-webhooks" {
+			add("%s.idempotency.signed_id: scheme %s signs no message id (only standard-webhooks does)", key, s.Verify.Scheme)
+		}
 		if id.Header != "" && len(id.Headers) > 0 {
 			add("%s.idempotency: set header or headers, not both", key)
 		}

@@ -22,15 +22,18 @@ const (
 )
 
 // Config says where the two values come from. Idempotency parts are taken
-// from IdempotencyHeaders, then IdempotencyPaths, and joined; with neither,
-// the key is the SHA-256 of the raw body. The event type comes from
-// EventTypeHeader, or the first of EventTypePaths that is present: exactly
-// one of the two is set.
+// from the signed id (IdempotencySignedID), then IdempotencyHeaders, then
+// IdempotencyPaths, and joined; with none, the key is the SHA-256 of the raw
+// body. The event type comes from EventTypeHeader, or the first of
+// EventTypePaths that is present: exactly one of the two is set.
 type Config struct {
-	IdempotencyHeaders []string
-	IdempotencyPaths   []string
-	EventTypeHeader    string
-	EventTypePaths     []string
+	// IdempotencySignedID takes the message id the source's signature
+	// covers (Input.SignedID) as the first part of the key.
+	IdempotencySignedID bool
+	IdempotencyHeaders  []string
+	IdempotencyPaths    []string
+	EventTypeHeader     string
+	EventTypePaths      []string
 }
 
 // Extractor applies one source's Config.
@@ -57,6 +60,19 @@ func (e *Error) Error() string { return e.Message }
 
 func fail(format string, args ...any) *Error { return &Error{Message: fmt.Sprintf(format, args...)} }
 
+// Input is the part of a request that Extract reads.
+type Input struct {
+	Header http.Header
+	Body   []byte
+	// SignedID is the message id the request's verified signature covers,
+	// "" when the scheme signs none.
+	SignedID string
+}
+
+// SignedID reports whether x keys on Input.SignedID, which only a verifier
+// that signs an id can give.
+func (x *Extractor) SignedID() bool { return x.cfg.IdempotencySignedID }
+
 // Result is what Extract found.
 type Result struct {
 	IdempotencyKey string
@@ -65,13 +81,24 @@ type Result struct {
 
 // Extract reads the idempotency key and event type. It returns an *Error for
 // input it cannot read.
-func (x *Extractor) Extract(h http.Header, body []byte) (Result, error) {
+func (x *Extractor) Extract(in Input) (Result, error) {
+	h, body := in.Header, in.Body
 	if x.needJSON && !gjson.ValidBytes(body) {
 		return Result{}, fail("body is not valid JSON")
 	}
 	var res Result
 
 	var parts []string
+	if x.cfg.IdempotencySignedID {
+		v := strings.TrimSpace(in.SignedID)
+		if v == "" {
+			return Result{}, fail("no signed message id (idempotency key)")
+		}
+		if err := checkText("signed id", v); err != nil {
+			return Result{}, fail("idempotency key: %s", err.Message)
+		}
+		parts = append(parts, v)
+	}
 	for _, name := range x.cfg.IdempotencyHeaders {
 		v := strings.TrimSpace(h.Get(name))
 		if v == "" {

@@ -65,6 +65,12 @@ func TestExtract(t *testing.T) {
 			body: `{"event_id":"Ev1","type":"event_callback","event":{"type":"message"}}`,
 			want: Result{IdempotencyKey: "Ev1", EventType: "message"},
 		},
+		{
+			name: "signed id first, then paths",
+			cfg:  Config{IdempotencySignedID: true, IdempotencyPaths: []string{"n"}, EventTypePaths: []string{"type"}},
+			body: `{"n":"2","type":"user.created"}`,
+			want: Result{IdempotencyKey: "msg_1:2", EventType: "user.created"},
+		},
 		{name: "invalid json", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"id":`, wantErr: "body is not valid JSON"},
 		{name: "missing key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"type":"a"}`, wantErr: `idempotency key: field "id" is missing`},
 		{name: "null key", cfg: Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"}}, body: `{"id":null,"type":"a"}`, wantErr: `field "id" is null`},
@@ -78,7 +84,7 @@ func TestExtract(t *testing.T) {
 			t.Parallel()
 			x, err := New(tt.cfg)
 			require.NoError(t, err)
-			got, err := x.Extract(tt.header, []byte(tt.body))
+			got, err := x.Extract(Input{Header: tt.header, Body: []byte(tt.body), SignedID: "msg_1"})
 			if tt.wantErr != "" {
 				var e *Error
 				require.True(t, errors.As(err, &e), "want *Error, got %v", err)
@@ -95,7 +101,9 @@ func TestExtract(t *testing.T) {
 // a non-empty key and event type, valid UTF-8 without NUL (Postgres text
 // refuses both), within the length limits, and an event type without control
 // characters. Anything else must be an *Error (a 400), never a value that
-// fails later at the insert (a 503 the sender retries for ever).
+// fails later at the insert (a 503 the sender retries for ever). The string
+// argument is both a header value and a verified signed id: either reaches
+// Extract with any bytes above 0x7f.
 func FuzzExtract(f *testing.F) {
 	f.Add([]byte(`{"id":"evt_1","type":"invoice.paid"}`), "d-1")                                             // the happy path
 	f.Add([]byte(`{"id":1e400,"type":true}`), "d-1")                                                         // odd scalars
@@ -116,9 +124,13 @@ func FuzzExtract(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	signed, err := New(Config{IdempotencySignedID: true, EventTypeHeader: "X-Delivery"})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte, delivery string) {
-		for _, x := range []*Extractor{body, hdr} {
-			res, err := x.Extract(http.Header{"X-Delivery": {delivery}}, raw)
+		for _, x := range []*Extractor{body, hdr, signed} {
+			res, err := x.Extract(Input{Header: http.Header{"X-Delivery": {delivery}}, Body: raw, SignedID: delivery})
 			if err != nil {
 				var e *Error
 				if !errors.As(err, &e) {

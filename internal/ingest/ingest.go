@@ -96,6 +96,9 @@ func New(cfg Config) (*Handler, error) {
 		if s.Verifier == nil || s.Extractor == nil {
 			return nil, fmt.Errorf("ingest: source %q needs a verifier and an extractor", s.Name)
 		}
+		if _, ok := s.Verifier.(signature.IDVerifier); s.Extractor.SignedID() && !ok {
+			return nil, fmt.Errorf("ingest: source %q keys on the signed id, but its verifier signs none", s.Name)
+		}
 		h.sources[s.Name] = s
 	}
 	return h, nil
@@ -155,7 +158,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		return "rejected", "read_error"
 	}
 
-	err = src.Verifier.Verify(&signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
+	signedID, err := verify(src.Verifier, &signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
 	if err != nil {
 		var ve *signature.VerifyError
 		if !errors.As(err, &ve) {
@@ -168,7 +171,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		return "rejected", "signature_" + ve.Kind()
 	}
 
-	res, err := src.Extractor.Extract(r.Header, body)
+	res, err := src.Extractor.Extract(extract.Input{Header: r.Header, Body: body, SignedID: signedID})
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return "rejected", "bad_request"
@@ -221,6 +224,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	}
 	log.Debug().Stringer("event_id", id).Str("event_type", ev.EventType).Msg("event stored")
 	return "accepted", ""
+}
+
+// verify runs v on r and returns the message id its signature covers, ""
+// when v's scheme signs none.
+func verify(v signature.Verifier, r *signature.Request) (signedID string, err error) {
+	if iv, ok := v.(signature.IDVerifier); ok {
+		return iv.VerifyID(r)
+	}
+	return "", v.Verify(r)
 }
 
 // maxContentType is AMQP's limit on a short string: the Content-Type is
