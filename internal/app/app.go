@@ -97,7 +97,7 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
-		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x})
+		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x, DedupeBody: s.DedupesBody()})
 	}
 	return out, nil
 }

@@ -127,7 +127,17 @@ type Source struct {
 	Verify      Verify      `mapstructure:"verify"`
 	Idempotency Idempotency `mapstructure:"idempotency"`
 	EventType   EventType   `mapstructure:"event_type"`
+	// DedupeBody makes a body identical to one already stored for this
+	// source (within retention.dedupe_window) a duplicate, whatever the
+	// headers say: for senders that sign only the body, whose key and event
+	// type come from unsigned headers a replayer can change. Default true
+	// for the github and shopify presets, false otherwise; an explicit false
+	// turns it off. Use DedupesBody to read it.
+	DedupeBody *bool `mapstructure:"dedupe_body"`
 }
+
+// DedupesBody reports whether the source deduplicates on the body.
+func (s Source) DedupesBody() bool { return s.DedupeBody != nil && *s.DedupeBody }
 
 // Verify says how a source's requests are authenticated.
 type Verify struct {

@@ -7,6 +7,7 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +39,11 @@ type Source struct {
 	Name      string
 	Verifier  signature.Verifier
 	Extractor *extract.Extractor
+	// DedupeBody makes a body identical to one already stored for the
+	// source a duplicate, whatever its key: for senders whose signature
+	// covers only the body, so unsigned headers (a new delivery id, another
+	// event type) cannot turn a replayed body into a new event.
+	DedupeBody bool
 }
 
 // Config configures a Handler.
@@ -202,6 +208,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		Headers:        headers,
 		Body:           body,
 		ReceivedAt:     start,
+	}
+	if src.DedupeBody {
+		sum := sha256.Sum256(body)
+		ev.BodySHA256 = sum[:]
 	}
 	// The sender hanging up must not abort a commit half-way: the outcome
 	// would be unknown to both sides. Bound it with its own timeout instead.
