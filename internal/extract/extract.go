@@ -1,6 +1,8 @@
 // Package extract reads a webhook's idempotency key and event type from its
-// headers or JSON body, as a source's configuration says. A body or header it
-// cannot read is an *Error, which the receiver answers with 400.
+// headers, JSON body or verified signed id, as a source's configuration
+// says. A body or header it cannot read, and a value Postgres could never
+// store (a NUL byte, invalid UTF-8), is an *Error, which the receiver answers
+// with 400.
 package extract
 
 import (
@@ -90,7 +92,7 @@ func (x *Extractor) Extract(in Input) (Result, error) {
 
 	var parts []string
 	if x.cfg.IdempotencySignedID {
-		v := strings.TrimSpace(in.SignedID)
+		v := in.SignedID // exactly the signed bytes: no trimming
 		if v == "" {
 			return Result{}, fail("no signed message id (idempotency key)")
 		}

@@ -52,7 +52,8 @@ type StandardConfig struct {
 
 // Standard verifies Standard Webhooks (and Svix, which uses the same scheme
 // under svix- header names): webhook-signature holds space-separated
-// "v1,<base64>" signatures of "id.timestamp.body".
+// "v1,<base64>" signatures of "id.timestamp.body". It is an IDVerifier: the
+// id it verified is the one to key on.
 type Standard struct {
 	keys      [][]byte
 	tolerance time.Duration
