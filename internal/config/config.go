@@ -127,7 +127,17 @@ type Source struct {
 	Verify      Verify      `mapstructure:"verify"`
 	Idempotency Idempotency `mapstructure:"idempotency"`
 	EventType   EventType   `mapstructure:"event_type"`
+	// DedupeBody makes a body identical to one already stored for this
+	// source (within retention.dedupe_window) a duplicate, whatever the
+	// headers say: for senders that sign only the body, whose key and event
+	// type come from unsigned headers a replayer can change. Default true
+	// for the github and shopify presets, false otherwise; an explicit false
+	// turns it off. Use DedupesBody to read it.
+	DedupeBody *bool `mapstructure:"dedupe_body"`
 }
+
+// DedupesBody reports whether the source deduplicates on the body.
+func (s Source) DedupesBody() bool { return s.DedupeBody != nil && *s.DedupeBody }
 
 // Verify says how a source's requests are authenticated.
 type Verify struct {
@@ -162,11 +172,16 @@ type Verify struct {
 	Username string `mapstructure:"username"`
 }
 
-// Idempotency says where a source's deduplication key comes from: headers
-// and JSON paths, joined in that order. With none set, the key is the
-// SHA-256 of the raw body (the weakest choice: a re-serialised resend is a
-// new event).
+// Idempotency says where a source's deduplication key comes from: the signed
+// id, headers and JSON paths, joined in that order. With none set, the key is
+// the SHA-256 of the raw body (the weakest choice: a re-serialised resend is
+// a new event).
 type Idempotency struct {
+	// SignedID takes the message id the signature covers: webhook-id or
+	// svix-id, whichever family's signature matched (scheme
+	// standard-webhooks only). Unlike a raw header, a replayer cannot change
+	// it. Default false; the standard-webhooks and svix presets set it.
+	SignedID  bool     `mapstructure:"signed_id"`
 	Header    string   `mapstructure:"header" validate:"omitempty,header_name"`
 	Headers   []string `mapstructure:"headers" validate:"dive,header_name"`
 	JSONPath  string   `mapstructure:"json_path"`
@@ -200,7 +215,11 @@ type Route struct {
 	// SigningSecrets all sign every delivery (webhook-signature carries one
 	// signature each), so a destination can rotate without downtime.
 	SigningSecrets []string `mapstructure:"signing_secrets" validate:"dive,whsec"`
-	// Headers are added to every delivery.
+	// Headers are added to every delivery. Checked at load: a valid header
+	// name, a value without control characters (a tab is allowed), and not a
+	// header hookrelay sets itself (Content-Type, User-Agent, webhook-*,
+	// X-Hookrelay-*) or the HTTP client owns (Content-Length, Host, ...).
+	// Default none.
 	Headers map[string]string `mapstructure:"headers"`
 	// NoRetryStatuses go straight to the dead-letter queue, like 410.
 	NoRetryStatuses []int `mapstructure:"no_retry_statuses" validate:"dive,gte=100,lte=599"`
