@@ -204,13 +204,8 @@ func crossCheck(cfg *Config) []string {
 		add("admin.token: required, at least 16 characters, when admin.listen is set")
 	}
 
-	need := 2 // the dispatcher's LISTEN-free headroom: health checks and retries
-	for _, r := range cfg.Routes {
-		need += r.Concurrency
-	}
-	if int(cfg.Database.MaxConns) < need {
-		add("database.max_conns: %d is too small for the dispatcher, which holds a connection per in-flight delivery: set at least %d (sum of routes[].concurrency + 2)", cfg.Database.MaxConns, need)
-	}
+	problems = append(problems, checkPools(cfg)...)
+	problems = append(problems, checkTimeouts(cfg)...)
 
 	seen = map[string]int{}
 	for i, r := range cfg.Routes {
