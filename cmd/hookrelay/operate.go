@@ -21,7 +21,7 @@ import (
 
 // operate runs the commands that need the database.
 func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writer) error {
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: 4, ApplicationName: "hookrelay-cli"})
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-cli"})
 	if err != nil {
 		return err
 	}

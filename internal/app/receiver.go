@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -35,11 +36,22 @@ type ReceiverOptions struct {
 	AdminListener net.Listener
 }
 
+// receiverStopLimit bounds how long the receiver waits for its goroutines
+// once told to stop: HTTP shutdowns take up to shutdown_timeout, a batch in
+// flight up to publish_timeout, side by side.
+func receiverStopLimit(cfg *config.Config) time.Duration {
+	return max(cfg.Receiver.ShutdownTimeout, cfg.Outbox.PublishTimeout) + stopGrace
+}
+
 // RunReceiver runs the receiver (ingest HTTP server plus outbox publisher)
 // until ctx is done. It refuses to start on a database whose schema is
-// behind. On shutdown the server stops accepting, in-flight requests finish,
-// and a claimed outbox batch is published or left for the next publisher; it
-// returns nil after a clean shutdown.
+// behind. It opens its listeners first and starts no goroutine before
+// everything that can fail at startup succeeded; it closes the listeners
+// (also those given in opts) when it returns. On shutdown the server stops
+// accepting, in-flight requests finish, and a claimed outbox batch is
+// published or left for the next publisher; it returns nil after a clean
+// shutdown. When a component fails, the others are stopped and the error
+// names the cause.
 func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) error {
 	logger := opts.Logger.With().Str("process", "receiver").Logger()
 	reg := opts.Registry
@@ -47,11 +59,24 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		reg = newRegistry()
 	}
 
+	var lns listeners
+	defer lns.close()
+	ln, err := lns.open(opts.Listener, cfg.Receiver.Listen, "receiver.listen")
+	if err != nil {
+		return err
+	}
+	var aln net.Listener
+	if opts.AdminListener != nil || cfg.Admin.Listen != "" {
+		if aln, err = lns.open(opts.AdminListener, cfg.Admin.Listen, "admin.listen"); err != nil {
+			return err
+		}
+	}
+
 	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-receiver"})
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
 	if err := db.RequireSchema(ctx); err != nil {
 		return err
 	}
@@ -93,23 +118,16 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 
 	mux := http.NewServeMux()
 	handler.Register(mux)
-	httpserver.Health(mux,
+	httpserver.Health(mux, logger,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
 		httpserver.Check{Name: "rabbitmq", Func: publisher.Ping},
 	)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 
-	ln, err := listen(opts.Listener, cfg.Receiver.Listen)
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return httpserver.Run(gctx, ln, &http.Server{Handler: mux}, cfg.Receiver.ShutdownTimeout)
-	})
+	var relay *outbox.Relay
+	wake := make(chan struct{}, 1)
 	if !opts.DisablePublisher {
-		wake := make(chan struct{}, 1)
-		relay, err := outbox.New(outbox.Config{
+		relay, err = outbox.New(outbox.Config{
 			Store:            outboxStore{db},
 			Publisher:        publisher,
 			Wake:             wake,
@@ -122,22 +140,33 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		if err != nil {
 			return err
 		}
+	}
+
+	// Nothing below fails before a goroutine reports it: from here, every
+	// failure stops the others through gctx.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		srv := httpserver.New(mux, httpserver.Timeouts{
+			Read: cfg.Receiver.ReadTimeout, Write: cfg.Receiver.WriteTimeout, Idle: cfg.Receiver.IdleTimeout,
+		})
+		return httpserver.Run(gctx, ln, srv, cfg.Receiver.ShutdownTimeout)
+	})
+	if relay != nil {
 		g.Go(func() error { return db.Listen(gctx, store.OutboxChannel, wake, logger) })
 		g.Go(func() error { return relay.Run(gctx) })
 	}
-	if opts.AdminListener != nil || cfg.Admin.Listen != "" {
-		aln, err := listen(opts.AdminListener, cfg.Admin.Listen)
-		if err != nil {
-			return err
-		}
+	if aln != nil {
 		admin := ops.Handler(Ops(cfg, db), cfg.Admin.Token, logger)
 		g.Go(func() error {
-			return httpserver.Run(gctx, aln, &http.Server{Handler: admin}, cfg.Receiver.ShutdownTimeout)
+			srv := httpserver.New(admin, httpserver.Timeouts{
+				Read: cfg.Admin.ReadTimeout, Write: cfg.Admin.WriteTimeout, Idle: cfg.Admin.IdleTimeout,
+			})
+			return httpserver.Run(gctx, aln, srv, cfg.Receiver.ShutdownTimeout)
 		})
 		logger.Info().Str("listen", aln.Addr().String()).Msg("admin API started")
 	}
 	logger.Info().Str("listen", ln.Addr().String()).Int("sources", len(sources)).Msg("receiver started")
-	if err := g.Wait(); err != nil {
+	if err := wait(gctx, g, receiverStopLimit(cfg)); err != nil {
 		return fmt.Errorf("receiver: %w", err)
 	}
 	logger.Info().Msg("receiver stopped")

@@ -18,13 +18,17 @@ var ErrNotFound = errors.New("not found")
 
 // EventInsert stores ev, its outbox row, and a pending delivery for each of
 // routes (the routes whose bindings match it) in one transaction. When an
-// event with the same (source, idempotency key) exists, nothing is written
-// and the existing event's id is returned with duplicate true. ev.ID and
-// ev.ReceivedAt must be set by the caller.
+// event of the same source exists with the same idempotency key, or with the
+// same body hash (ev.BodySHA256, set for sources that deduplicate on the
+// body), nothing is written and the existing event's id is returned with
+// duplicate true; one matching the key wins over one matching only the
+// body. ev.ID and ev.ReceivedAt must be set by the caller.
 //
-// Concurrent inserts of one key are safe: INSERT ... ON CONFLICT DO NOTHING
-// waits for the other transaction, and the follow-up SELECT (a new snapshot
-// under READ COMMITTED) then sees its row.
+// Concurrent inserts of one key or one body are safe: INSERT ... ON
+// CONFLICT DO NOTHING, without a conflict target, checks every unique index
+// (the key's and the partial one on (source, body_sha256)) and waits for the
+// other transaction; the follow-up SELECT (a new snapshot under READ
+// COMMITTED) then sees its row. A NULL hash never conflicts.
 func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []string) (id uuid.UUID, duplicate bool, err error) {
 	err = db.InTx(ctx, func(tx pgx.Tx) error {
 		headers := ev.Headers
@@ -32,17 +36,20 @@ func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []strin
 			headers = http.Header{}
 		}
 		err := tx.QueryRow(ctx, `
-			INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-			ON CONFLICT (source, idempotency_key) DO NOTHING
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, body_sha256, received_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT DO NOTHING
 			RETURNING id`,
-			ev.ID, ev.Source, ev.IdempotencyKey, ev.EventType, ev.ContentType, headers, ev.Body, ev.ReceivedAt,
+			ev.ID, ev.Source, ev.IdempotencyKey, ev.EventType, ev.ContentType, headers, ev.Body, ev.BodySHA256, ev.ReceivedAt,
 		).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			duplicate = true
-			err = tx.QueryRow(ctx,
-				`SELECT id FROM events WHERE source = $1 AND idempotency_key = $2`,
-				ev.Source, ev.IdempotencyKey,
+			err = tx.QueryRow(ctx, `
+				SELECT id FROM events
+				WHERE source = $1 AND (idempotency_key = $2 OR body_sha256 = $3)
+				ORDER BY idempotency_key = $2 DESC
+				LIMIT 1`,
+				ev.Source, ev.IdempotencyKey, ev.BodySHA256,
 			).Scan(&id)
 			if err != nil {
 				return fmt.Errorf("reading duplicate event: %w", err)

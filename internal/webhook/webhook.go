@@ -18,7 +18,11 @@ type Event struct {
 	ContentType    string
 	Headers        http.Header
 	Body           []byte
-	ReceivedAt     time.Time
+	// BodySHA256 is the SHA-256 of Body for a source that deduplicates on
+	// the body (its signature covers only the body), nil otherwise. An
+	// event of the same source with the same hash is a duplicate.
+	BodySHA256 []byte
+	ReceivedAt time.Time
 }
 
 // RoutingKey is the topic routing key of the event: "<source>.<event_type>".
