@@ -85,6 +85,8 @@ func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []strin
 
 // EventGet returns one event by id, or ErrNotFound.
 func (db *DB) EventGet(ctx context.Context, id uuid.UUID) (*webhook.Event, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	var ev webhook.Event
 	err := db.pool.QueryRow(ctx, `
 		SELECT id, source, idempotency_key, event_type, content_type, headers, body, received_at
@@ -114,6 +116,8 @@ func (db *DB) EventCount(ctx context.Context, source string) (int64, error) {
 // OutboxStats reports the number of unpublished outbox rows and the age of
 // the oldest (zero when empty).
 func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Duration, err error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	var ageSeconds float64
 	err = db.pool.QueryRow(ctx, `
 		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8

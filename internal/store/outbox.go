@@ -16,6 +16,7 @@ const OutboxChannel = "hookrelay_outbox"
 // If the process dies first, Postgres rolls the transaction back and the rows
 // become claimable again: a publish may repeat, it is never lost.
 type OutboxBatch struct {
+	db       *DB
 	tx       pgx.Tx
 	messages []webhook.Message
 }
@@ -23,6 +24,8 @@ type OutboxBatch struct {
 // OutboxClaim locks up to limit unpublished rows, oldest first, skipping rows
 // another publisher holds. An empty batch has no transaction open.
 func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("beginning outbox claim: %w", err)
@@ -35,7 +38,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		LIMIT $1
 		FOR UPDATE OF o SKIP LOCKED`, limit)
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		db.rollback(ctx, tx)
 		return nil, fmt.Errorf("claiming outbox batch: %w", err)
 	}
 	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
@@ -44,7 +47,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		return m, err
 	})
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		db.rollback(ctx, tx)
 		return nil, fmt.Errorf("reading outbox batch: %w", err)
 	}
 	if len(msgs) == 0 {
@@ -53,7 +56,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		}
 		return &OutboxBatch{}, nil
 	}
-	return &OutboxBatch{tx: tx, messages: msgs}, nil
+	return &OutboxBatch{db: db, tx: tx, messages: msgs}, nil
 }
 
 // Messages returns the claimed rows with their events.
@@ -65,9 +68,11 @@ func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64) error {
 	if b.tx == nil {
 		return nil
 	}
+	ctx, cancel := b.db.bound(ctx)
+	defer cancel()
 	if len(confirmed) > 0 {
 		if _, err := b.tx.Exec(ctx, `DELETE FROM outbox WHERE id = ANY($1)`, confirmed); err != nil {
-			_ = b.tx.Rollback(context.WithoutCancel(ctx))
+			b.db.rollback(ctx, b.tx)
 			return fmt.Errorf("deleting published outbox rows: %w", err)
 		}
 	}
@@ -82,6 +87,8 @@ func (b *OutboxBatch) Release(ctx context.Context) error {
 	if b.tx == nil {
 		return nil
 	}
+	ctx, cancel := b.db.bound(ctx)
+	defer cancel()
 	if err := b.tx.Rollback(ctx); err != nil {
 		return fmt.Errorf("releasing outbox batch: %w", err)
 	}
