@@ -236,7 +236,9 @@ func TestReceiverStalledPostgresAnswers503(t *testing.T) {
 		during = h.postSigned("evt_during", "invoice.paid")
 		return during.status == http.StatusOK
 	}, 30*time.Second, 200*time.Millisecond, "the sender's retry succeeds once Postgres answers")
-	h.waitOutboxEmpty(30 * time.Second)
+	// The publisher may be sleeping out its backoff after the failures
+	// (at most 30s) when Postgres comes back.
+	h.waitOutboxEmpty(60 * time.Second)
 
 	want := map[string]bool{before.ID: true, during.ID: true}
 	for _, id := range direct {
