@@ -68,7 +68,7 @@ func TestOutboxCallsFailWithinDeadlineWhilePostgresStalls(t *testing.T) {
 
 	proxy.Stall()
 	require.Error(t, within(t, limit, "completing a claimed batch", func() error {
-		return batch.Complete(ctx, confirmed)
+		return batch.Complete(ctx, confirmed, nil)
 	}))
 	require.Error(t, within(t, limit, "claiming a batch", func() error {
 		b, err := db.OutboxClaim(ctx, 10)

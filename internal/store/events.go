@@ -129,6 +129,18 @@ func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Durat
 	return backlog, time.Duration(ageSeconds * float64(time.Second)), nil
 }
 
+// OutboxBackoffCount counts the outbox rows waiting out a backoff after the
+// broker refused them.
+func (db *DB) OutboxBackoffCount(ctx context.Context) (int64, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	var n int64
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE next_try_at > now()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting outbox rows in backoff: %w", err)
+	}
+	return n, nil
+}
+
 func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
