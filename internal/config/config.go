@@ -33,6 +33,10 @@ type Database struct {
 	// hookrelay CLI. Default 10. The dispatcher sizes its own pool with
 	// dispatcher.max_conns.
 	MaxConns int32 `mapstructure:"max_conns" validate:"gte=1,lte=1000"`
+	// QueryTimeout bounds each Postgres call of the outbox publisher and
+	// the dispatcher (a claim, a delivery lock, a record), so a connection
+	// that stops answering fails the call instead of hanging it. Default 5s.
+	QueryTimeout time.Duration `mapstructure:"query_timeout" validate:"gt=0"`
 }
 
 // AMQP configures the RabbitMQ connection and the names of everything
@@ -279,6 +283,7 @@ var routeDefaults = map[string]any{
 
 func setDefaults(set func(key string, value any)) {
 	set("database.max_conns", 10)
+	set("database.query_timeout", "5s")
 	set("amqp.prefix", "hookrelay")
 	set("receiver.listen", "127.0.0.1:8080")
 	set("receiver.max_body_bytes", 1<<20)
