@@ -46,7 +46,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, config.Path(*configPath, os.LookupEnv), fs.Args(), os.Stdout); err != nil {
+	if err := run(ctx, config.Path(*configPath, os.LookupEnv), fs.Args(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "hookrelay:", err)
 		stop()
 		var ue usageError
@@ -62,7 +62,9 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func run(ctx context.Context, configPath string, args []string, out io.Writer) error {
+// run runs one command: its output goes to out, progress of a long command
+// to progress.
+func run(ctx context.Context, configPath string, args []string, out, progress io.Writer) error {
 	if len(args) == 0 {
 		return usageError{"no command given"}
 	}
@@ -72,7 +74,7 @@ func run(ctx context.Context, configPath string, args []string, out io.Writer) e
 	}
 	switch args[0] {
 	case "events", "replay", "dead", "purge":
-		return operate(ctx, cfg, args, out)
+		return operate(ctx, cfg, args, out, progress)
 	case "migrate":
 		v, err := store.Migrate(ctx, cfg.Database.URL)
 		if err != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 // operate runs the commands that need the database.
-func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writer) error {
+func operate(ctx context.Context, cfg *config.Config, args []string, out, progress io.Writer) error {
 	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-cli"})
 	if err != nil {
 		return err
@@ -47,7 +47,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		list, err := db.EventList(ctx, filter)
+		list, err := svc.EventList(ctx, filter)
 		if err != nil {
 			return err
 		}
@@ -107,7 +107,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 	case "dead list":
 		fs := flag.NewFlagSet("dead list", flag.ContinueOnError)
 		route := fs.String("route", "", "route (required)")
-		limit := fs.Int("limit", 100, "most messages to show")
+		limit := fs.Int("limit", ops.DefaultListLimit, "most messages to show")
 		asJSON := fs.Bool("json", false, "print JSON")
 		if err := parse(fs, args); err != nil {
 			return err
@@ -121,11 +121,18 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "EVENT\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
-		for _, d := range list {
+		for _, d := range list.Items {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.EventID, d.Source, d.EventType, d.Attempts, d.LastStatus, d.LastError, d.LastAttemptAt, d.Reason)
 		}
-		fmt.Fprintf(tw, "%d dead letter(s) in %s\n", len(list), svc.Names.DeadQueue(*route))
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if list.Shown < list.Total {
+			_, err = fmt.Fprintf(out, "%s\n", shownOf(list.Shown, int64(list.Total)))
+		} else {
+			_, err = fmt.Fprintf(out, "%d dead letter(s) in %s\n", list.Total, list.Queue)
+		}
+		return err
 	case "dead requeue":
 		fs := flag.NewFlagSet("dead requeue", flag.ContinueOnError)
 		route := fs.String("route", "", "route (required)")
@@ -192,18 +199,31 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printEvents(w io.Writer, list []store.EventSummary) error {
+// shownOf is the last line of a listing that stopped at its limit.
+func shownOf(shown int, total int64) string {
+	return fmt.Sprintf("%d of %d shown (--limit N for more)", shown, total)
+}
+
+func printEvents(w io.Writer, list *ops.EventList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tTYPE\tKEY\tDELIVERIES")
-	for _, e := range list {
+	for _, e := range list.Items {
 		var ds []string
 		for _, d := range e.Deliveries {
 			ds = append(ds, fmt.Sprintf("%s:%s(%d)", d.Route, d.State, d.Attempts))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.ReceivedAt.UTC().Format(time.RFC3339), e.Source, e.EventType, e.IdempotencyKey, strings.Join(ds, " "))
 	}
-	fmt.Fprintf(tw, "%d event(s)\n", len(list))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var err error
+	if int64(list.Shown) < list.Total {
+		_, err = fmt.Fprintln(w, shownOf(list.Shown, list.Total))
+	} else {
+		_, err = fmt.Fprintf(w, "%d event(s)\n", list.Total)
+	}
+	return err
 }
 
 func printEvent(w io.Writer, ev *store.EventDetail) error {

@@ -21,6 +21,7 @@ import (
 // <token>".
 //
 //	GET  /api/events               ?source=&event_type=&state=&route=&since=&until=&limit=
+//	                               {"total": N, "shown": n, "items": [...]}
 //	GET  /api/events/{id}
 //	POST /api/events/{id}/replay   ?route=&include_delivered=true&dry_run=true
 //	POST /api/replay               {"filter": {...}, "include_delivered": false, "dry_run": false}
@@ -32,7 +33,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		list, err := s.DB.EventList(r.Context(), f)
+		list, err := s.EventList(r.Context(), f)
 		if err != nil {
 			logger.Error().Err(err).Msg("listing events")
 			writeError(w, http.StatusServiceUnavailable, "storage unavailable")

@@ -56,6 +56,38 @@ func (s *Service) checkRoute(route string) error {
 	return fmt.Errorf("%w %q", ErrUnknownRoute, route)
 }
 
+// EventList is part of the events a filter selects: Shown of Total.
+type EventList struct {
+	Total int64                `json:"total"`
+	Shown int                  `json:"shown"`
+	Items []store.EventSummary `json:"items"`
+}
+
+// EventList lists the events f selects, newest first, up to f.Limit
+// (default 100), with how many match in all.
+func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventList, error) {
+	if f.Limit <= 0 {
+		f.Limit = DefaultListLimit
+	}
+	items, err := s.DB.EventList(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
+	if len(items) >= f.Limit {
+		// Only a full page needs the count.
+		if out.Total, err = s.DB.EventCountByFilter(ctx, f); err != nil {
+			return nil, err
+		}
+		out.Total = max(out.Total, int64(out.Shown))
+	}
+	return out, nil
+}
+
+// DefaultListLimit is how many events or dead letters a listing shows
+// unless told otherwise.
+const DefaultListLimit = 100
+
 // ReplayRequest selects what to replay: one event (EventID) or a filter,
 // to every route the event is bound to or to Filter.Route only.
 type ReplayRequest struct {
@@ -201,10 +233,21 @@ func (s *Service) channel() (*amqp.Connection, *amqp.Channel, error) {
 	return conn, ch, nil
 }
 
+// DeadLetterList is part of a dead-letter queue: Shown of its Total
+// messages.
+type DeadLetterList struct {
+	Queue string       `json:"queue"`
+	Total int          `json:"total"`
+	Shown int          `json:"shown"`
+	Items []DeadLetter `json:"items"`
+}
+
 // DeadList reads up to limit messages of route's dead-letter queue without
 // consuming them: they are taken unacknowledged and all returned to the
 // queue. (Dead-letter queues have no delivery limit, so reading is safe.)
-func (s *Service) DeadList(ctx context.Context, route string, limit int) ([]DeadLetter, error) {
+// Total is the queue's message count, so a caller can say what it did not
+// show.
+func (s *Service) DeadList(ctx context.Context, route string, limit int) (*DeadLetterList, error) {
 	if err := s.requireRoute(route); err != nil {
 		return nil, err
 	}
@@ -213,24 +256,35 @@ func (s *Service) DeadList(ctx context.Context, route string, limit int) ([]Dead
 		return nil, err
 	}
 	defer conn.Close()
-	out := []DeadLetter{}
+	queue := s.Names.DeadQueue(route)
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inspecting %s: %w", queue, err)
+	}
+	out := &DeadLetterList{Queue: queue, Items: []DeadLetter{}}
 	var last uint64
-	for len(out) < limit {
-		d, ok, err := ch.Get(s.Names.DeadQueue(route), false)
+	for len(out.Items) < limit {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		d, ok, err := ch.Get(queue, false)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", s.Names.DeadQueue(route), err)
+			return nil, fmt.Errorf("reading %s: %w", queue, err)
 		}
 		if !ok {
 			break
 		}
 		last = d.DeliveryTag
-		out = append(out, deadLetter(d))
+		out.Items = append(out.Items, deadLetter(d))
 	}
 	if last > 0 {
 		if err := ch.Nack(last, true, true); err != nil {
 			return nil, fmt.Errorf("returning messages to the queue: %w", err)
 		}
 	}
+	out.Shown = len(out.Items)
+	// Messages dead-lettered since the count was taken may have been read.
+	out.Total = max(q.Messages, out.Shown)
 	return out, nil
 }
 

@@ -93,6 +93,16 @@ func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, err
 	})
 }
 
+// EventCountByFilter counts the events f selects, ignoring its limit: what
+// a listing that stopped at its limit reports as the total.
+func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, error) {
+	var n int64
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE `+eventFilterSQL, filterArgs(f)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting events: %w", err)
+	}
+	return n, nil
+}
+
 // AttemptRow is one stored HTTP attempt.
 type AttemptRow struct {
 	Attempt         int         `json:"attempt"`
