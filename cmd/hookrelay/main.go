@@ -30,7 +30,7 @@ commands:
   replay --event ID | filters  deliver again through the outbox [--route R] [--include-delivered] [--dry-run]
   dead list --route R          read the dead-letter queue without consuming it [--limit N]
   dead requeue --route R       move dead letters back with a fresh attempt count [--limit N]
-  purge --older-than AGE       delete old deliveries and events, keeping dedupe keys [--batch N]
+  purge --older-than AGE       delete old delivered events, keeping dedupe keys [--batch N] [--include-dead]
 
 filters: --source S --event-type T --state pending|retrying|delivered|dead --route R
          --since T --until T (RFC 3339, or an age: 2h, 3d) --limit N

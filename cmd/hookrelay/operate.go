@@ -146,7 +146,8 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 	case "purge":
 		fs := flag.NewFlagSet("purge", flag.ContinueOnError)
 		olderThan := fs.String("older-than", "", "age, e.g. 30d or 720h (required)")
-		batch := fs.Int("batch", 1000, "rows per statement")
+		batch := fs.Int("batch", 1000, "events per transaction")
+		includeDead := fs.Bool("include-dead", false, "purge events with dead pairs too (their dead letters then park as event_missing)")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
@@ -154,12 +155,22 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 		if err != nil || age <= 0 {
 			return usageError{"--older-than: want an age like 30d or 720h"}
 		}
-		res, err := svc.Purge(ctx, age, *batch)
+		res, err := svc.Purge(ctx, ops.PurgeRequest{OlderThan: age, Batch: *batch, IncludeDead: *includeDead})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "purged: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
 			res.Deliveries, res.Events, res.Stripped, cfg.Retention.DedupeWindow, res.Batches)
+		if res.Abandoned > 0 {
+			fmt.Fprintf(out, "abandoned: %d pending or retrying deliveries to routes not in the config (no dispatcher delivers them)\n", res.Abandoned)
+		}
+		if res.KeptUndelivered > 0 {
+			hint := ""
+			if !*includeDead {
+				hint = "; --include-dead to purge dead ones too"
+			}
+			fmt.Fprintf(out, "kept: %d events older than %s with something undelivered (in flight or dead%s)\n", res.KeptUndelivered, *olderThan, hint)
+		}
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown command %q", cmd)}

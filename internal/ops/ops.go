@@ -143,9 +143,17 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	} else {
 		// The pair-level filter is applied below; the event-level query
 		// needs no route/state narrowing beyond existence.
-		var err error
-		if candidates, err = s.DB.ReplayCandidates(ctx, f); err != nil {
-			return nil, err
+		var after store.ReplayCursor
+		for {
+			page, err := s.DB.ReplayCandidatesPage(ctx, f, after, 1000)
+			if err != nil {
+				return nil, err
+			}
+			candidates = append(candidates, page...)
+			if len(page) < 1000 {
+				break
+			}
+			after = store.ReplayCursor{ReceivedAt: page[len(page)-1].ReceivedAt, ID: page[len(page)-1].EventID}
 		}
 	}
 
@@ -393,15 +401,31 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int
 	return moved, nil
 }
 
-// Purge deletes what is older than olderThan (see store.Purge), keeping
-// dedupe keys for the retention window.
-func (s *Service) Purge(ctx context.Context, olderThan time.Duration, batch int) (store.PurgeResult, error) {
-	if olderThan <= 0 {
+// PurgeRequest says what to purge.
+type PurgeRequest struct {
+	// OlderThan is the age past which events are purged.
+	OlderThan time.Duration
+	// Batch is how many events one transaction handles; default 1000.
+	Batch int
+	// IncludeDead purges events with dead pairs too (their dead letters
+	// then park as event_missing on requeue).
+	IncludeDead bool
+}
+
+// Purge deletes what is older than req.OlderThan (see store.Purge),
+// keeping dedupe keys for the retention window and every event with
+// something undelivered. Pairs pending or retrying on a route that is not
+// in the config are abandoned: no dispatcher will ever deliver them.
+func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResult, error) {
+	if req.OlderThan <= 0 {
 		return store.PurgeResult{}, errors.New("--older-than must be positive")
 	}
-	if batch <= 0 {
-		batch = 1000
-	}
 	now := s.now()
-	return s.DB.Purge(ctx, now.Add(-olderThan), now.Add(-s.DedupeWindow), batch)
+	return s.DB.Purge(ctx, store.PurgeConfig{
+		OlderThan:    now.Add(-req.OlderThan),
+		DedupeBefore: now.Add(-s.DedupeWindow),
+		Batch:        req.Batch,
+		IncludeDead:  req.IncludeDead,
+		ServedRoutes: append([]string{}, s.Routes...), // never nil: nil would mean every route is served
+	})
 }
