@@ -28,6 +28,7 @@ commands:
   events list [filters]        events with each route's delivery state, newest first
   events show ID               one event, its deliveries and every attempt
   replay --event ID | filters  deliver again through the outbox [--route R] [--include-delivered] [--dry-run]
+                               paced in batches [--batch N] [--stall-timeout 2m] [--list N] [--after CURSOR]
   dead list --route R          read the dead-letter queue without consuming it [--limit N]
   dead requeue --route R       move dead letters back with a fresh attempt count [--limit N]
   purge --older-than AGE       delete old delivered events, keeping dedupe keys [--batch N] [--include-dead]

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -81,6 +82,10 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 		event := fs.String("event", "", "replay one event by id")
 		includeDelivered := fs.Bool("include-delivered", false, "replay pairs already delivered too")
 		dryRun := fs.Bool("dry-run", false, "print what would be replayed, change nothing")
+		batch := fs.Int("batch", ops.DefaultReplayBatch, "most pairs per transaction")
+		stall := fs.String("stall-timeout", ops.DefaultReplayStall.String(), "give up when a batch makes no progress for this long")
+		list := fs.Int("list", ops.DefaultListLimit, "most pairs to list of each kind (replayed, skipped)")
+		after := fs.String("after", "", "go on after where a replay stopped at --limit (the cursor it printed)")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
@@ -88,7 +93,18 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		req := ops.ReplayRequest{Filter: filter, IncludeDelivered: *includeDelivered, DryRun: *dryRun}
+		stallTimeout, err := config.ParseDuration(*stall)
+		if err != nil || stallTimeout <= 0 {
+			return usageError{"--stall-timeout: want a duration like 2m"}
+		}
+		if *batch < 1 || *list < 0 {
+			return usageError{"--batch and --list must be positive"}
+		}
+		req := ops.ReplayRequest{
+			Filter: filter, IncludeDelivered: *includeDelivered, DryRun: *dryRun,
+			After: *after, MaxBatch: *batch, StallTimeout: stallTimeout, ListLimit: max(*list, 1),
+			ProgressFunc: progressPrinter(progress, 2*time.Second),
+		}
 		if *event != "" {
 			if req.EventID, err = uuid.Parse(*event); err != nil {
 				return usageError{"--event: invalid event id"}
@@ -97,13 +113,20 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 			return usageError{"refusing to replay everything: give --event or a filter"}
 		}
 		res, err := svc.Replay(ctx, req)
+		if errors.Is(err, ops.ErrInvalidRequest) {
+			return usageError{err.Error()}
+		}
 		if err != nil {
+			if res != nil {
+				fmt.Fprintf(progress, "replay: stopped after %d pair(s) enqueued, %d skipped, %d delivered so far\n",
+					res.ReplayedCount, res.SkippedCount, res.Delivered)
+			}
 			return err
 		}
 		if *asJSON {
 			return writeJSON(out, res)
 		}
-		return printReplay(out, res)
+		return printReplay(out, res, *list)
 	case "dead list":
 		fs := flag.NewFlagSet("dead list", flag.ContinueOnError)
 		route := fs.String("route", "", "route (required)")
@@ -265,21 +288,51 @@ func printEvent(w io.Writer, ev *store.EventDetail) error {
 	return nil
 }
 
-func printReplay(w io.Writer, res *ops.ReplayResult) error {
+// progressPrinter returns a ReplayProgress callback that prints a line to
+// w at most every interval.
+func progressPrinter(w io.Writer, interval time.Duration) func(ops.ReplayProgress) {
+	var last time.Time
+	return func(p ops.ReplayProgress) {
+		if time.Since(last) < interval {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(w, "replay: %d of %d event(s) scanned, %d pair(s) enqueued, %d delivered so far, %d skipped (batch %d)\n",
+			p.Scanned, p.Events, p.Enqueued, p.Delivered, p.Skipped, p.Batch)
+	}
+}
+
+func printReplay(w io.Writer, res *ops.ReplayResult, list int) error {
 	verb := "replayed"
 	if res.DryRun {
 		verb = "would replay"
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tRECEIVED\tROUTE\tWAS\tRESULT")
-	for _, it := range res.Replayed {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), verb)
+	if list > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT\tRECEIVED\tROUTE\tWAS\tRESULT")
+		for _, it := range res.Replayed {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), verb)
+		}
+		for _, it := range res.Skipped {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tskipped: %s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), it.Skipped)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(res.Replayed) < res.ReplayedCount || len(res.Skipped) < res.SkippedCount {
+			fmt.Fprintf(w, "listed %d of %d replayed and %d of %d skipped (--list N for more)\n",
+				len(res.Replayed), res.ReplayedCount, len(res.Skipped), res.SkippedCount)
+		}
 	}
-	for _, it := range res.Skipped {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tskipped: %s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), it.Skipped)
+	delivered := ""
+	if !res.DryRun && res.ReplayedCount > 0 {
+		delivered = fmt.Sprintf(" (%d delivered so far)", res.Delivered)
 	}
-	fmt.Fprintf(tw, "%s %d pair(s), skipped %d\n", verb, len(res.Replayed), len(res.Skipped))
-	return tw.Flush()
+	_, err := fmt.Fprintf(w, "%s %d pair(s)%s, skipped %d, of %d event(s)\n", verb, res.ReplayedCount, delivered, res.SkippedCount, res.Events)
+	if err == nil && res.NextAfter != "" {
+		_, err = fmt.Fprintf(w, "--limit stopped the selection and more events match: add --after %s to go on\n", res.NextAfter)
+	}
+	return err
 }
 
 func orDash(s string) string {

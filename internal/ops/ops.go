@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -87,131 +86,6 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 // DefaultListLimit is how many events or dead letters a listing shows
 // unless told otherwise.
 const DefaultListLimit = 100
-
-// ReplayRequest selects what to replay: one event (EventID) or a filter,
-// to every route the event is bound to or to Filter.Route only.
-type ReplayRequest struct {
-	EventID uuid.UUID         `json:"event_id,omitzero"`
-	Filter  store.EventFilter `json:"filter"`
-	// IncludeDelivered replays pairs already delivered too.
-	IncludeDelivered bool `json:"include_delivered,omitempty"`
-	// DryRun reports what would be replayed and changes nothing.
-	DryRun bool `json:"dry_run,omitempty"`
-}
-
-// ReplayItem is one (event, route) pair and what replay did with it.
-type ReplayItem struct {
-	EventID    uuid.UUID `json:"event_id"`
-	Source     string    `json:"source"`
-	EventType  string    `json:"event_type"`
-	ReceivedAt time.Time `json:"received_at"`
-	Route      string    `json:"route"`
-	// State is the pair's state before the replay ("" if never attempted).
-	State string `json:"state"`
-	// Skipped says why a pair was not replayed.
-	Skipped string `json:"skipped,omitempty"`
-}
-
-// ReplayResult lists the replayed and the skipped pairs.
-type ReplayResult struct {
-	DryRun   bool         `json:"dry_run"`
-	Replayed []ReplayItem `json:"replayed"`
-	Skipped  []ReplayItem `json:"skipped"`
-}
-
-// Replay puts the selected pairs back through the outbox (so a crash half
-// way loses nothing) addressed to their route's queue, each as a new
-// attempt series with the same webhook-id. Delivered pairs are skipped
-// unless IncludeDelivered; pairs pending or retrying are in flight already
-// and always skipped; purged events have no body left to send.
-func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
-	if err := s.checkRoute(req.Filter.Route); err != nil {
-		return nil, err
-	}
-	f := req.Filter
-	var candidates []store.ReplayCandidate
-	if req.EventID != uuid.Nil {
-		ev, err := s.DB.EventShow(ctx, req.EventID)
-		if err != nil {
-			return nil, err
-		}
-		c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
-		for _, d := range ev.Deliveries {
-			c.States[d.Route] = d.State
-		}
-		candidates = []store.ReplayCandidate{c}
-	} else {
-		// The pair-level filter is applied below; the event-level query
-		// needs no route/state narrowing beyond existence.
-		var after store.ReplayCursor
-		for {
-			page, err := s.DB.ReplayCandidatesPage(ctx, f, after, 1000)
-			if err != nil {
-				return nil, err
-			}
-			candidates = append(candidates, page...)
-			if len(page) < 1000 {
-				break
-			}
-			after = store.ReplayCursor{ReceivedAt: page[len(page)-1].ReceivedAt, ID: page[len(page)-1].EventID}
-		}
-	}
-
-	res := &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}}
-	var pairs []store.ReplayPair
-	for _, c := range candidates {
-		for _, route := range s.RoutesFunc(webhook.RoutingKey(c.Source, c.EventType)) {
-			if f.Route != "" && route != f.Route {
-				continue
-			}
-			state := c.States[route]
-			if f.State != "" && state != f.State {
-				continue
-			}
-			item := ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt, Route: route, State: state}
-			switch {
-			case c.Purged:
-				item.Skipped = "purged: the body is no longer stored"
-			case state == string(webhook.StateDelivered) && !req.IncludeDelivered:
-				item.Skipped = "delivered (use --include-delivered)"
-			case state == string(webhook.StatePending) || state == string(webhook.StateRetrying):
-				item.Skipped = "in flight (" + state + ")"
-			}
-			if item.Skipped != "" {
-				res.Skipped = append(res.Skipped, item)
-				continue
-			}
-			res.Replayed = append(res.Replayed, item)
-			pairs = append(pairs, store.ReplayPair{EventID: c.EventID, Route: route})
-		}
-	}
-	if req.DryRun {
-		return res, nil
-	}
-	done, err := s.DB.ReplayEnqueue(ctx, pairs, req.IncludeDelivered)
-	if err != nil {
-		return nil, err
-	}
-	if len(done) < len(pairs) {
-		// Some pair changed state since it was selected (delivered, or in
-		// flight again): it was left alone.
-		enqueued := map[store.ReplayPair]bool{}
-		for _, p := range done {
-			enqueued[p] = true
-		}
-		kept := res.Replayed[:0]
-		for _, it := range res.Replayed {
-			if enqueued[store.ReplayPair{EventID: it.EventID, Route: it.Route}] {
-				kept = append(kept, it)
-				continue
-			}
-			it.Skipped = "changed state meanwhile; left alone"
-			res.Skipped = append(res.Skipped, it)
-		}
-		res.Replayed = kept
-	}
-	return res, nil
-}
 
 // DeadLetter is a message in a route's dead-letter queue.
 type DeadLetter struct {

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,22 +29,61 @@ type ReplayCursor struct {
 	ID         uuid.UUID
 }
 
-// ReplayCandidatesPage returns up to limit events f selects after cursor,
+// String encodes the cursor for an API caller to hand back.
+func (c ReplayCursor) String() string {
+	if c.ReceivedAt.IsZero() {
+		return ""
+	}
+	return c.ReceivedAt.UTC().Format(time.RFC3339Nano) + "_" + c.ID.String()
+}
+
+// ParseReplayCursor reads what String wrote; "" is the zero cursor.
+func ParseReplayCursor(s string) (ReplayCursor, error) {
+	if s == "" {
+		return ReplayCursor{}, nil
+	}
+	at, id, ok := strings.Cut(s, "_")
+	if !ok {
+		return ReplayCursor{}, errors.New("invalid cursor")
+	}
+	var c ReplayCursor
+	var err error
+	if c.ReceivedAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+		return ReplayCursor{}, errors.New("invalid cursor")
+	}
+	if c.ID, err = uuid.Parse(id); err != nil {
+		return ReplayCursor{}, errors.New("invalid cursor")
+	}
+	return c, nil
+}
+
+// afterSQL continues a selection after cursor ($7 received_at, $8 id). The
+// first condition lets the received_at index find the start; the row
+// comparison breaks ties between events received in the same microsecond.
+const afterSQL = `
+	AND ($7::timestamptz IS NULL OR (e.received_at >= $7 AND (e.received_at, e.id) > ($7, $8::uuid)))`
+
+func afterArgs(after ReplayCursor) []any {
+	var at *time.Time
+	if !after.ReceivedAt.IsZero() {
+		at = &after.ReceivedAt
+	}
+	return []any{at, after.ID}
+}
+
+// ReplayCandidatesPage returns up to limit events f selects after cursor
+// (keyset pagination: each page is one indexed range scan, however far in),
 // oldest first, with their delivery states. f.Limit is ignored: the caller
 // counts.
 func (db *DB) ReplayCandidatesPage(ctx context.Context, f EventFilter, after ReplayCursor, limit int) ([]ReplayCandidate, error) {
-	var afterAt *time.Time
-	if !after.ReceivedAt.IsZero() {
-		afterAt = &after.ReceivedAt
-	}
+	args := append(append(filterArgs(f), afterArgs(after)...), limit)
 	rows, err := db.pool.Query(ctx, `
 		SELECT e.id, e.source, e.event_type, e.received_at, e.purged_at IS NOT NULL,
 			COALESCE((SELECT json_object_agg(d.route, d.state) FROM deliveries d WHERE d.event_id = e.id), '{}')
 		FROM events e
-		WHERE `+eventFilterSQL+`
-			AND ($7::timestamptz IS NULL OR (e.received_at >= $7 AND (e.received_at, e.id) > ($7, $8)))
+		WHERE `+eventFilterSQL+afterSQL+`
 		ORDER BY e.received_at, e.id
-		LIMIT $9`, append(filterArgs(f), afterAt, after.ID, limit)...)
+		LIMIT $9`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("selecting replay candidates: %w", err)
 	}
@@ -51,6 +92,18 @@ func (db *DB) ReplayCandidatesPage(ctx context.Context, f EventFilter, after Rep
 		err := row.Scan(&c.EventID, &c.Source, &c.EventType, &c.ReceivedAt, &c.Purged, &c.States)
 		return c, err
 	})
+}
+
+// ReplayCandidateCount counts the events f selects after cursor, ignoring
+// f.Limit.
+func (db *DB) ReplayCandidateCount(ctx context.Context, f EventFilter, after ReplayCursor) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE `+eventFilterSQL+afterSQL,
+		append(filterArgs(f), afterArgs(after)...)...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("counting replay candidates: %w", err)
+	}
+	return n, nil
 }
 
 // ReplayPair is one (event, route) to deliver again.
@@ -121,4 +174,23 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 		return nil
 	})
 	return done, err
+}
+
+// ReplayPairStates counts how many of pairs are pending (not attempted
+// since they were enqueued) and how many are delivered.
+func (db *DB) ReplayPairStates(ctx context.Context, pairs []ReplayPair) (pending, delivered int, err error) {
+	ids := make([]uuid.UUID, len(pairs))
+	routes := make([]string, len(pairs))
+	for i, p := range pairs {
+		ids[i], routes[i] = p.EventID, p.Route
+	}
+	err = db.pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE d.state = 'pending'), count(*) FILTER (WHERE d.state = 'delivered')
+		FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
+		JOIN deliveries d ON d.event_id = p.event_id AND d.route = p.route`, ids, routes,
+	).Scan(&pending, &delivered)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading replayed pairs' states: %w", err)
+	}
+	return pending, delivered, nil
 }
