@@ -18,6 +18,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // operate runs the commands that need the database.
@@ -69,7 +70,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 		if err != nil {
 			return usageError{"invalid event id"}
 		}
-		ev, err := db.EventShow(ctx, id)
+		ev, err := svc.EventShow(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -268,6 +269,13 @@ func printEvent(w io.Writer, ev *store.EventDetail) error {
 	}
 	for _, d := range ev.Deliveries {
 		fmt.Fprintf(w, "\nroute %s: %s after %d attempt(s)\n", d.Route, d.State, d.Attempts)
+		if d.Unserved && d.State != string(webhook.StateDelivered) {
+			more := ""
+			if d.State == string(webhook.StatePending) || d.State == string(webhook.StateRetrying) {
+				more = " (it will not clear: purge removes it once older than --older-than)"
+			}
+			fmt.Fprintf(w, "  %s%s\n", ops.UnservedReason(d.Route), more)
+		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  #\tSTARTED\tDURATION\tSTATUS\tOUTCOME\tERROR\tRESPONSE")
 		for _, a := range d.AttemptRows {

@@ -51,7 +51,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			writeError(w, http.StatusBadRequest, "invalid event id")
 			return
 		}
-		ev, err := s.DB.EventShow(r.Context(), id)
+		ev, err := s.EventShow(r.Context(), id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			writeError(w, http.StatusNotFound, "no such event")

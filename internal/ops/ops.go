@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -44,15 +46,35 @@ func (s *Service) now() time.Time {
 var ErrUnknownRoute = errors.New("unknown route")
 
 func (s *Service) checkRoute(route string) error {
-	if route == "" {
+	if route == "" || s.served(route) {
 		return nil
 	}
-	for _, r := range s.Routes {
-		if r == route {
-			return nil
-		}
+	return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
+}
+
+// served reports whether route is in the config.
+func (s *Service) served(route string) bool {
+	return slices.Contains(s.Routes, route)
+}
+
+// UnservedReason is what an operator is told about a pair on a route that
+// is not in the config.
+func UnservedReason(route string) string {
+	return "route " + route + " is not configured: no dispatcher delivers it"
+}
+
+// EventShow returns one event with its deliveries and attempts, each
+// delivery marked Unserved when its route is not in the config; or
+// store.ErrNotFound.
+func (s *Service) EventShow(ctx context.Context, id uuid.UUID) (*store.EventDetail, error) {
+	ev, err := s.DB.EventShow(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	return fmt.Errorf("%w %q", ErrUnknownRoute, route)
+	for i := range ev.Deliveries {
+		ev.Deliveries[i].Unserved = !s.served(ev.Deliveries[i].Route)
+	}
+	return ev, nil
 }
 
 // EventList is part of the events a filter selects: Shown of Total.
@@ -71,6 +93,11 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 	items, err := s.DB.EventList(ctx, f)
 	if err != nil {
 		return nil, err
+	}
+	for i := range items {
+		for j := range items[i].Deliveries {
+			items[i].Deliveries[j].Unserved = !s.served(items[i].Deliveries[j].Route)
+		}
 	}
 	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
 	if len(items) >= f.Limit {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -250,6 +252,19 @@ type replayer struct {
 func (r *replayer) add(page []store.ReplayCandidate) {
 	f := r.req.Filter
 	for _, c := range page {
+		// Pairs on routes no longer configured: nothing would deliver
+		// them, so they are refused, with the reason (not "in flight").
+		// With a route filter there are none: it must be configured.
+		if f.Route == "" {
+			for _, route := range slices.Sorted(maps.Keys(c.States)) {
+				state := c.States[route]
+				if r.s.served(route) || (f.State != "" && state != f.State) {
+					continue
+				}
+				r.skip(ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt,
+					Route: route, State: state, Skipped: UnservedReason(route)})
+			}
+		}
 		for _, route := range r.s.RoutesFunc(webhook.RoutingKey(c.Source, c.EventType)) {
 			if f.Route != "" && route != f.Route {
 				continue

@@ -32,6 +32,9 @@ type DeliverySummary struct {
 	LastStatus    *int       `json:"last_status,omitempty"`
 	LastError     *string    `json:"last_error,omitempty"`
 	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+	// Unserved marks a route that is not in the config (set by ops, which
+	// knows it): no dispatcher delivers it.
+	Unserved bool `json:"unserved,omitempty"`
 }
 
 // EventSummary is an event in a listing.
