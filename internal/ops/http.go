@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -160,6 +161,10 @@ func replay(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.L
 	case errors.As(err, &stalled):
 		logger.Warn().Err(err).Msg("replay stalled")
 		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The caller hung up while the replay waited for a batch; what was
+		// enqueued stays enqueued. Nobody is left to answer.
+		logger.Info().Err(err).Msg("replay request ended by the caller")
 	case err != nil:
 		logger.Error().Err(err).Msg("replaying")
 		writeError(w, http.StatusServiceUnavailable, "storage unavailable")

@@ -346,13 +346,14 @@ func (r *replayer) flush(ctx context.Context, n int, pace bool) error {
 	return r.pace(ctx, done)
 }
 
-// pace waits until at most a tenth of the batch just enqueued is still
-// pending, then sizes the next batch to what drained in about
+// pace waits until at most a tenth of the batch just enqueued (and at
+// least one pair: a message RabbitMQ parked for its delivery limit stays
+// pending for ever) is still pending, then sizes the next batch to what drained in about
 // replayBatchTime. It fails with a StalledError when the batch makes no
 // progress for the stall timeout.
 func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
 	start := time.Now()
-	lowWater := len(batch) / 10
+	lowWater := max(len(batch)/10, 1)
 	lastPending, lastChange := len(batch), start
 	tick := time.NewTicker(replayPoll)
 	defer tick.Stop()
