@@ -11,6 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// opsTimeout bounds each operator call (a listing, a count, a replay page
+// or batch, a purge batch). They may scan more than the relay's own calls,
+// so they get longer than the query timeout; but a connection that stops
+// answering must fail a CLI command or an admin request, not hang it.
+const opsTimeout = time.Minute
+
+func (db *DB) boundOps(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(opsTimeout, db.queryTimeout))
+}
+
 // EventFilter selects events for listing and replay. Zero fields do not
 // filter. State and Route select events that have a delivery in that state
 // and/or to that route.
@@ -71,6 +81,8 @@ func filterArgs(f EventFilter) []any {
 // EventList returns events matching f, newest first, with their deliveries.
 // Limit defaults to 100.
 func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -99,6 +111,8 @@ func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, err
 // EventCountByFilter counts the events f selects, ignoring its limit: what
 // a listing that stopped at its limit reports as the total.
 func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	var n int64
 	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE `+eventFilterSQL, filterArgs(f)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting events: %w", err)
@@ -143,6 +157,8 @@ type EventDetail struct {
 // EventShow returns one event with its deliveries and attempts, or
 // ErrNotFound.
 func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	var ev EventDetail
 	var body []byte
 	err := db.pool.QueryRow(ctx, `
@@ -268,7 +284,9 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 	}
 	for {
 		var selected int
-		err := db.InTx(ctx, func(tx pgx.Tx) error {
+		bctx, cancel := db.boundOps(ctx)
+		err := db.InTx(bctx, func(tx pgx.Tx) error {
+			ctx := bctx
 			rows, err := tx.Query(ctx, `
 				SELECT e.id FROM events e
 				WHERE e.received_at < $3 AND (e.purged_at IS NULL OR e.received_at < $4) AND `+purgeableSQL+`
@@ -319,6 +337,7 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			res.Stripped += tag.RowsAffected()
 			return nil
 		})
+		cancel()
 		if err != nil {
 			return res, err
 		}
@@ -327,7 +346,9 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			break
 		}
 	}
-	err := db.pool.QueryRow(ctx, `
+	cctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	err := db.pool.QueryRow(cctx, `
 		SELECT count(*) FROM events e
 		WHERE e.received_at < $3 AND e.purged_at IS NULL AND NOT (`+purgeableSQL+`)`,
 		cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan,

@@ -76,6 +76,8 @@ func afterArgs(after ReplayCursor) []any {
 // oldest first, with their delivery states. f.Limit is ignored: the caller
 // counts.
 func (db *DB) ReplayCandidatesPage(ctx context.Context, f EventFilter, after ReplayCursor, limit int) ([]ReplayCandidate, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	args := append(append(filterArgs(f), afterArgs(after)...), limit)
 	rows, err := db.pool.Query(ctx, `
 		SELECT e.id, e.source, e.event_type, e.received_at, e.purged_at IS NOT NULL,
@@ -97,6 +99,8 @@ func (db *DB) ReplayCandidatesPage(ctx context.Context, f EventFilter, after Rep
 // ReplayCandidateCount counts the events f selects after cursor, ignoring
 // f.Limit.
 func (db *DB) ReplayCandidateCount(ctx context.Context, f EventFilter, after ReplayCursor) (int64, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	var n int64
 	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE `+eventFilterSQL+afterSQL,
 		append(filterArgs(f), afterArgs(after)...)...).Scan(&n)
@@ -122,6 +126,8 @@ type ReplayPair struct {
 // became delivered or went back in flight meanwhile is left alone. It
 // returns the pairs it enqueued.
 func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDelivered bool) ([]ReplayPair, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	if len(pairs) == 0 {
 		return nil, nil
 	}
@@ -179,6 +185,8 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 // ReplayPairStates counts how many of pairs are pending (not attempted
 // since they were enqueued) and how many are delivered.
 func (db *DB) ReplayPairStates(ctx context.Context, pairs []ReplayPair) (pending, delivered int, err error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	ids := make([]uuid.UUID, len(pairs))
 	routes := make([]string, len(pairs))
 	for i, p := range pairs {
