@@ -139,8 +139,9 @@ type Admin struct {
 	// filters). Default 10s.
 	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
 	// WriteTimeout bounds a request from the end of its headers to the last
-	// byte of the answer. Default 10m: a replay of a large window runs
-	// inside the request, and the operator waits for its answer.
+	// byte of the answer. Default 10m: a replay (at most 1000 events per
+	// request, paced by the dispatchers) runs inside the request, and the
+	// operator waits for its answer.
 	WriteTimeout time.Duration `mapstructure:"write_timeout" validate:"gt=0"`
 	// IdleTimeout closes a keep-alive connection that sends no new request
 	// for this long. Default 60s.
