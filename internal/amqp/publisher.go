@@ -208,21 +208,27 @@ func (p *Publisher) Ping(context.Context) error {
 	return nil
 }
 
+// ErrConfirmTimeout is wrapped by Publish's error when the broker did not
+// confirm every message within the confirm timeout: the outcomes then say
+// which messages it answered (Unconfirmed for the rest). Any other error
+// means the connection or channel failed, and outcomes other than Acked say
+// nothing about their messages.
+var ErrConfirmTimeout = errors.New("confirm timeout")
+
 // Publish sends msgs to the exchange, all in flight at once, and waits up to
-// the confirm timeout for the broker's answers. acked[i] is true when the
-// broker confirmed msgs[i] and did not return it. A non-nil error means the
-// connection or channel failed; it is reset and the next call reconnects.
+// the confirm timeout for the broker's answers. outcomes[i] is the answer
+// about msgs[i]: only Acked means the broker took it. A non-nil error means
+// the connection or channel failed, or the confirms timed out
+// (ErrConfirmTimeout); either way it is reset and the next call reconnects.
 // ctx is checked before each write only.
-func (p *Publisher) Publish(ctx context.Context, msgs []webhook.Message) (acked []bool, err error) {
-	outcomes, err := p.publish(ctx, msgs)
-	acked = make([]bool, len(outcomes))
-	for i, o := range outcomes {
-		acked[i] = o == Acked
-		if p.cfg.Confirms != nil {
+func (p *Publisher) Publish(ctx context.Context, msgs []webhook.Message) (outcomes []Outcome, err error) {
+	outcomes, err = p.publish(ctx, msgs)
+	if p.cfg.Confirms != nil {
+		for _, o := range outcomes {
 			p.cfg.Confirms.WithLabelValues(o.String()).Inc()
 		}
 	}
-	return acked, err
+	return outcomes, err
 }
 
 func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outcome, error) {
@@ -287,6 +293,9 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 	for i, dc := range confirms {
 		acked, err := dc.WaitContext(waitCtx)
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w after %s", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
+			}
 			waitErr = fmt.Errorf("waiting for publisher confirms: %w", err)
 			break
 		}

@@ -52,7 +52,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.DispatcherMaxConns(), ApplicationName: "hookrelay-dispatcher"})
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.DispatcherMaxConns(), ApplicationName: "hookrelay-dispatcher", QueryTimeout: cfg.Database.QueryTimeout})
 	if err != nil {
 		return err
 	}

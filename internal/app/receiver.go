@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/outbox"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -72,7 +74,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 	}
 
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-receiver"})
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-receiver", QueryTimeout: cfg.Database.QueryTimeout})
 	if err != nil {
 		return err
 	}
@@ -129,7 +131,8 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if !opts.DisablePublisher {
 		relay, err = outbox.New(outbox.Config{
 			Store:            outboxStore{db},
-			Publisher:        publisher,
+			Publisher:        outboxPublisher{publisher},
+			Metrics:          outbox.NewMetrics(reg),
 			Wake:             wake,
 			BatchSize:        cfg.Outbox.BatchSize,
 			PollInterval:     cfg.Outbox.PollInterval,
@@ -177,5 +180,42 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 type outboxStore struct{ db *store.DB }
 
 func (s outboxStore) OutboxClaim(ctx context.Context, limit int) (outbox.Batch, error) {
-	return s.db.OutboxClaim(ctx, limit)
+	b, err := s.db.OutboxClaim(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	return outboxBatch{b}, nil
+}
+
+// outboxBatch adapts *store.OutboxBatch to outbox.Batch.
+type outboxBatch struct{ *store.OutboxBatch }
+
+func (b outboxBatch) Complete(ctx context.Context, confirmed []int64, failed []outbox.Failure) error {
+	ff := make([]store.OutboxFailure, len(failed))
+	for i, f := range failed {
+		ff[i] = store.OutboxFailure(f)
+	}
+	return b.OutboxBatch.Complete(ctx, confirmed, ff)
+}
+
+// outboxPublisher adapts *amqp.Publisher to outbox.Publisher. A nack, a
+// return or a confirm timeout is the broker's answer about that message and
+// counts against its row. After any other error the outcomes say nothing
+// about the messages (a closing channel resolves every pending confirm as a
+// nack), so those rows go back uncounted.
+type outboxPublisher struct{ p *amqp.Publisher }
+
+func (o outboxPublisher) Publish(ctx context.Context, msgs []webhook.Message) ([]outbox.Result, error) {
+	outcomes, err := o.p.Publish(ctx, msgs)
+	answered := err == nil || errors.Is(err, amqp.ErrConfirmTimeout)
+	results := make([]outbox.Result, len(outcomes))
+	for i, oc := range outcomes {
+		switch {
+		case oc == amqp.Acked:
+			results[i].Acked = true
+		case answered:
+			results[i].Failure = oc.String()
+		}
+	}
+	return results, err
 }

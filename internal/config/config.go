@@ -36,6 +36,10 @@ type Database struct {
 	// hookrelay CLI. Default 10. The dispatcher sizes its own pool with
 	// dispatcher.max_conns.
 	MaxConns int32 `mapstructure:"max_conns" validate:"gte=1,lte=1000"`
+	// QueryTimeout bounds each Postgres call of the outbox publisher and
+	// the dispatcher (a claim, a delivery lock, a record), so a connection
+	// that stops answering fails the call instead of hanging it. Default 5s.
+	QueryTimeout time.Duration `mapstructure:"query_timeout" validate:"gt=0"`
 }
 
 // AMQP configures the RabbitMQ connection and the names of everything
@@ -199,8 +203,9 @@ type Admin struct {
 	// filters). Default 10s.
 	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
 	// WriteTimeout bounds a request from the end of its headers to the last
-	// byte of the answer. Default 10m: a replay of a large window runs
-	// inside the request, and the operator waits for its answer.
+	// byte of the answer. Default 10m: a replay (at most 1000 events per
+	// request, paced by the dispatchers) runs inside the request, and the
+	// operator waits for its answer.
 	WriteTimeout time.Duration `mapstructure:"write_timeout" validate:"gt=0"`
 	// IdleTimeout closes a keep-alive connection that sends no new request
 	// for this long. Default 60s.
@@ -357,6 +362,7 @@ var routeDefaults = map[string]any{
 
 func setDefaults(set func(key string, value any)) {
 	set("database.max_conns", 10)
+	set("database.query_timeout", "5s")
 	set("amqp.prefix", "hookrelay")
 	set("receiver.listen", "127.0.0.1:8080")
 	set("receiver.max_body_bytes", 1<<20)

@@ -48,6 +48,7 @@ func TestLoadValid(t *testing.T) {
 	require.Equal(t, 1, cfg.Routes[0].Concurrency)
 	require.Equal(t, 3, cfg.Routes[0].MaxAttempts, "defaults to len(backoff)+1")
 	require.Equal(t, int64(1<<20), cfg.Receiver.MaxBodyBytes)
+	require.Equal(t, 5*time.Second, cfg.Database.QueryTimeout)
 }
 
 func TestLoadEnvOverrides(t *testing.T) {
@@ -96,6 +97,12 @@ func TestLoadInvalid(t *testing.T) {
 			edit:    func(s string) string { return s },
 			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_OUTBOX_POLL_INTERVAL": "5"}),
 			wantMsg: `outbox.poll_interval: duration "5": write it with a unit`,
+		},
+		{
+			name:    "zero query timeout",
+			edit:    func(s string) string { return s },
+			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_DATABASE_QUERY_TIMEOUT": "0s"}),
+			wantMsg: `database.query_timeout: 0s must be greater than 0`,
 		},
 		{
 			name:    "unknown top-level key",

@@ -85,6 +85,8 @@ func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []strin
 
 // EventGet returns one event by id, or ErrNotFound.
 func (db *DB) EventGet(ctx context.Context, id uuid.UUID) (*webhook.Event, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	var ev webhook.Event
 	err := db.pool.QueryRow(ctx, `
 		SELECT id, source, idempotency_key, event_type, content_type, headers, body, received_at
@@ -114,6 +116,8 @@ func (db *DB) EventCount(ctx context.Context, source string) (int64, error) {
 // OutboxStats reports the number of unpublished outbox rows and the age of
 // the oldest (zero when empty).
 func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Duration, err error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	var ageSeconds float64
 	err = db.pool.QueryRow(ctx, `
 		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
@@ -123,6 +127,18 @@ func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Durat
 		return 0, 0, fmt.Errorf("reading outbox stats: %w", err)
 	}
 	return backlog, time.Duration(ageSeconds * float64(time.Second)), nil
+}
+
+// OutboxBackoffCount counts the outbox rows waiting out a backoff after the
+// broker refused them.
+func (db *DB) OutboxBackoffCount(ctx context.Context) (int64, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	var n int64
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE next_try_at > now()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting outbox rows in backoff: %w", err)
+	}
+	return n, nil
 }
 
 func isUndefinedTable(err error) bool {

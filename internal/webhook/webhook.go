@@ -46,6 +46,10 @@ type Message struct {
 	ContentType string
 	Body        []byte
 	ReceivedAt  time.Time
+
+	// OutboxAttempts counts the publishes of this row the broker refused
+	// before this one (nack, return, no confirm in time).
+	OutboxAttempts int
 }
 
 // AMQP header names carried by every published event. Dispatchers read them
