@@ -32,15 +32,15 @@ type ConsumersConfig struct {
 	// Topology is declared on every (re)connect before consuming.
 	Topology Topology
 	Groups   []ConsumerGroup
-	// ConfirmTimeout bounds Delivery.Publish's wait for a confirm.
-	ConfirmTimeout time.Duration
-	Logger         zerolog.Logger
+	Logger   zerolog.Logger
 }
 
 // Consumers runs every group's consumers on one connection and reconnects
 // with backoff and jitter when it is lost. Each reconnect opens fresh
 // channels: a delivery from a lost channel can no longer be acked (the ack
-// fails, the broker redelivers), and can never ack another message.
+// fails, the broker redelivers), and can never ack another message. The
+// connection only consumes and acks: publish on another one, so that a
+// broker alarm, which blocks publishing connections, cannot freeze acks.
 type Consumers struct {
 	cfg    ConsumersConfig
 	logger zerolog.Logger
@@ -51,9 +51,6 @@ type Consumers struct {
 
 // NewConsumers returns Consumers; Run starts them.
 func NewConsumers(cfg ConsumersConfig) *Consumers {
-	if cfg.ConfirmTimeout <= 0 {
-		cfg.ConfirmTimeout = 10 * time.Second
-	}
 	return &Consumers{cfg: cfg, logger: cfg.Logger.With().Str("component", "amqp_consumers").Logger()}
 }
 
@@ -90,7 +87,7 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = closeConn(conn) }() // gone or abandoned either way
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go drainBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 4)), c.logger)
 
@@ -171,12 +168,15 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 	}
 }
 
+// drainBlocked drains a consuming connection's block notifications (an
+// undrained channel stalls the connection's reader). Only publishing
+// connections are blocked; this one just says so in the log.
 func drainBlocked(c <-chan amqp.Blocking, logger zerolog.Logger) {
 	for b := range c {
 		if b.Active {
-			logger.Warn().Str("reason", b.Reason).Msg("rabbitmq blocked publishing")
+			logger.Info().Str("reason", b.Reason).Msg("rabbitmq blocks publishers; this connection only consumes")
 		} else {
-			logger.Info().Msg("rabbitmq unblocked publishing")
+			logger.Info().Msg("rabbitmq unblocked publishers")
 		}
 	}
 }
@@ -185,8 +185,6 @@ type consumer struct {
 	ch         *amqp.Channel
 	tag        string
 	deliveries <-chan amqp.Delivery
-	returns    chan amqp.Return
-	timeout    time.Duration
 	logger     zerolog.Logger
 }
 
@@ -201,11 +199,6 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 	if err := ch.Qos(1, 0, false); err != nil {
 		return nil, fmt.Errorf("setting prefetch: %w", err)
 	}
-	// Retries and dead letters are published on this channel and confirmed
-	// before the original is acked.
-	if err := ch.Confirm(false); err != nil {
-		return nil, fmt.Errorf("enabling confirms: %w", err)
-	}
 	tag := fmt.Sprintf("%s#%d", c.cfg.ConnectionName, i)
 	// autoAck false: a message is acked only after its outcome is stored.
 	deliveries, err := ch.Consume(g.Queue, tag, false, false, false, false, nil)
@@ -214,11 +207,7 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 	}
 	return &consumer{
 		ch: ch, tag: tag, deliveries: deliveries,
-		// One publish in flight at a time per channel; the return, if any,
-		// arrives before that publish's confirm.
-		returns: ch.NotifyReturn(make(chan amqp.Return, 1)),
-		timeout: c.cfg.ConfirmTimeout,
-		logger:  c.logger.With().Str("queue", g.Queue).Str("consumer", tag).Logger(),
+		logger: c.logger.With().Str("queue", g.Queue).Str("consumer", tag).Logger(),
 	}, nil
 }
 
@@ -240,7 +229,7 @@ func (cc *consumer) run(ctx context.Context, handle HandleFunc) {
 }
 
 func (cc *consumer) handle(ctx context.Context, d amqp.Delivery, handle HandleFunc) {
-	err := safeHandle(context.WithoutCancel(ctx), &Delivery{Delivery: d, c: cc, stopping: ctx.Done()}, handle)
+	err := safeHandle(context.WithoutCancel(ctx), &Delivery{Delivery: d, stopping: ctx.Done()}, handle)
 	if err == nil {
 		if err := d.Ack(false); err != nil {
 			// The channel is gone: the broker redelivers the message.
@@ -266,38 +255,13 @@ func safeHandle(ctx context.Context, d *Delivery, handle HandleFunc) (err error)
 	return handle(ctx, d)
 }
 
-// Delivery is a consumed message and the channel it came on.
+// Delivery is a consumed message.
 type Delivery struct {
 	amqp.Delivery
-	c        *consumer
 	stopping <-chan struct{}
 }
 
-// Stopping is closed when the consumers shut down. A handler waiting for a
-// dependency gives up then; its message is requeued.
+// Stopping is closed when the consumers shut down or their connection is
+// lost. A handler waiting for a dependency gives up then; its message is
+// requeued.
 func (d *Delivery) Stopping() <-chan struct{} { return d.stopping }
-
-// Publish publishes p on the delivery's channel and waits for the broker's
-// confirm. It fails when the broker nacks or returns the message (mandatory)
-// or the confirm does not come within the timeout.
-func (d *Delivery) Publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
-	dc, err := d.c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
-	if err != nil {
-		return fmt.Errorf("publishing to %q with key %q: %w", exchange, key, err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, d.c.timeout)
-	defer cancel()
-	acked, err := dc.WaitContext(wctx)
-	if err != nil {
-		return fmt.Errorf("waiting for confirm: %w", err)
-	}
-	select {
-	case r := <-d.c.returns:
-		return fmt.Errorf("publish to %q with key %q returned: %s", exchange, key, r.ReplyText)
-	default:
-	}
-	if !acked {
-		return fmt.Errorf("publish to %q with key %q nacked by the broker", exchange, key)
-	}
-	return nil
-}

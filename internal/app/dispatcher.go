@@ -85,13 +85,28 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		})
 		routeNames = append(routeNames, r.Name)
 	}
+	// Retries and dead letters go out on a connection of their own: a
+	// broker alarm blocks publishing connections, and must not freeze the
+	// acks on the consuming one.
+	publisher := amqp.NewConfirmPublisher(amqp.ConfirmPublisherConfig{
+		URL:            cfg.AMQP.URL,
+		ConnectionName: "hookrelay-dispatcher-publisher " + cfg.AMQP.Prefix + "@" + hostname(),
+		ConfirmTimeout: cfg.Outbox.PublishTimeout,
+		Logger:         logger,
+	})
+	defer func() {
+		if err := publisher.Close(); err != nil {
+			logger.Warn().Err(err).Msg("closing rabbitmq publishing connection")
+		}
+	}()
 	handler, err := deliver.New(deliver.Config{
-		Routes:  routes,
-		Tiers:   tiers,
-		Store:   deliverStore{db},
-		Client:  opts.Client,
-		Metrics: deliver.NewMetrics(reg, routeNames),
-		Logger:  logger,
+		Routes:    routes,
+		Tiers:     tiers,
+		Store:     deliverStore{db},
+		Publisher: publisher,
+		Client:    opts.Client,
+		Metrics:   deliver.NewMetrics(reg, routeNames),
+		Logger:    logger,
 	})
 	if err != nil {
 		return err
@@ -104,7 +119,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
 			Handle: func(ctx context.Context, d *amqp.Delivery) error {
-				return handler.Handle(ctx, route, d.Delivery, d)
+				return handler.Handle(ctx, route, d.Delivery, d.Stopping())
 			},
 		})
 	}
@@ -113,14 +128,18 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		ConnectionName: "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
 		Topology:       topo,
 		Groups:         groups,
-		ConfirmTimeout: cfg.Outbox.PublishTimeout,
 		Logger:         logger,
 	})
 
 	mux := http.NewServeMux()
 	httpserver.Health(mux,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
-		httpserver.Check{Name: "rabbitmq", Func: consumers.Ping},
+		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error {
+			if err := consumers.Ping(ctx); err != nil {
+				return err
+			}
+			return publisher.Ping(ctx)
+		}},
 	)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	ln, err := listen(opts.Listener, cfg.Dispatcher.Listen)
