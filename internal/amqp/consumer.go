@@ -13,8 +13,11 @@ import (
 )
 
 // HandleFunc processes one delivery. Returning nil acks it; an error nacks
-// it with requeue (after a pause), so it comes back. It runs with a context
-// that shutdown does not cancel: it must bound its own work.
+// it with requeue (after a pause), so it comes back. Shutdown first closes
+// d.Stopping (stop waiting for dependencies), then, after the shutdown
+// timeout, cancels ctx: the handler abandons its work, and the message,
+// neither acked nor nacked, goes back to the queue when the connection
+// closes. Until then ctx is not cancelled: the handler bounds its own work.
 type HandleFunc func(ctx context.Context, d *Delivery) error
 
 // ConsumerGroup is Concurrency consumers of one queue, each on its own
@@ -32,8 +35,15 @@ type ConsumersConfig struct {
 	// Topology is declared on every (re)connect before consuming.
 	Topology Topology
 	Groups   []ConsumerGroup
-	Logger   zerolog.Logger
+	// ShutdownTimeout bounds how long Run waits for in-flight deliveries on
+	// shutdown before it cancels them. Default 30s.
+	ShutdownTimeout time.Duration
+	Logger          zerolog.Logger
 }
+
+// abortGrace is how long Run waits for cancelled deliveries to return
+// after the shutdown timeout, before it closes the connection regardless.
+const abortGrace = 3 * time.Second
 
 // Consumers runs every group's consumers on one connection and reconnects
 // with backoff and jitter when it is lost. Each reconnect opens fresh
@@ -51,6 +61,9 @@ type Consumers struct {
 
 // NewConsumers returns Consumers; Run starts them.
 func NewConsumers(cfg ConsumersConfig) *Consumers {
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
 	return &Consumers{cfg: cfg, logger: cfg.Logger.With().Str("component", "amqp_consumers").Logger()}
 }
 
@@ -64,13 +77,19 @@ func (c *Consumers) Ping(context.Context) error {
 	return nil
 }
 
-// Run consumes until ctx is done. On shutdown it cancels every consumer,
-// lets each in-flight delivery finish (and be acked), closes the connection
-// and returns nil. Connection failures are retried, never returned.
+// Run consumes until ctx is done. On shutdown it cancels every consumer (no
+// new deliveries), waits up to the shutdown timeout for in-flight
+// deliveries to finish and be acked, then cancels the rest, closes the
+// connection (the broker requeues what was not acked) and returns nil.
+// Connection failures are retried, never returned. Run is not reusable.
 func (c *Consumers) Run(ctx context.Context) error {
+	// Deliveries run under work, not ctx: shutdown cancels it only after
+	// the shutdown timeout.
+	work, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
 	retry := backoff.Backoff{Min: 200 * time.Millisecond, Max: 30 * time.Second}
 	for {
-		err := c.session(ctx, retry.Reset)
+		err := c.session(ctx, work, abort, retry.Reset)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -82,7 +101,7 @@ func (c *Consumers) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Consumers) session(ctx context.Context, connected func()) error {
+func (c *Consumers) session(ctx, work context.Context, abort func(), connected func()) error {
 	conn, err := Dial(c.cfg.URL, c.cfg.ConnectionName)
 	if err != nil {
 		return err
@@ -123,7 +142,7 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cc.run(sctx, g.Handle)
+				cc.run(sctx, work, g.Handle)
 				if sctx.Err() == nil {
 					err := fmt.Errorf("consumer of %s stopped", g.Queue)
 					select {
@@ -152,7 +171,7 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 	select {
 	case <-ctx.Done():
 		stop()
-		wg.Wait() // in-flight deliveries finish and are acked
+		c.drain(&wg, abort)
 		return nil
 	case err := <-closed:
 		stop()
@@ -165,6 +184,32 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 		stop()
 		wg.Wait()
 		return err
+	}
+}
+
+// drain waits for in-flight deliveries on shutdown: up to the shutdown
+// timeout, then it aborts them and waits a little more.
+func (c *Consumers) drain(wg *sync.WaitGroup, abort func()) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(c.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return // every delivery finished and was acked or nacked
+	case <-t.C:
+	}
+	c.logger.Warn().Dur("shutdown_timeout", c.cfg.ShutdownTimeout).
+		Msg("deliveries still in flight at the shutdown timeout; aborting them, rabbitmq redelivers them")
+	abort()
+	t.Reset(abortGrace)
+	select {
+	case <-done:
+	case <-t.C:
+		c.logger.Error().Dur("waited", abortGrace).Msg("aborted deliveries did not return; closing the connection regardless")
 	}
 }
 
@@ -211,7 +256,9 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 	}, nil
 }
 
-func (cc *consumer) run(ctx context.Context, handle HandleFunc) {
+// run hands each delivery to handle until ctx is done; handle runs under
+// work.
+func (cc *consumer) run(ctx, work context.Context, handle HandleFunc) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -223,13 +270,19 @@ func (cc *consumer) run(ctx context.Context, handle HandleFunc) {
 			if !ok {
 				return // channel or connection closed
 			}
-			cc.handle(ctx, d, handle)
+			cc.handle(ctx, work, d, handle)
 		}
 	}
 }
 
-func (cc *consumer) handle(ctx context.Context, d amqp.Delivery, handle HandleFunc) {
-	err := safeHandle(context.WithoutCancel(ctx), &Delivery{Delivery: d, stopping: ctx.Done()}, handle)
+func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle HandleFunc) {
+	err := safeHandle(work, &Delivery{Delivery: d, stopping: ctx.Done()}, handle)
+	if err != nil && work.Err() != nil {
+		// Aborted at the shutdown timeout: neither acked nor nacked, it goes
+		// back to the queue when the connection closes.
+		cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("delivery aborted by shutdown; rabbitmq redelivers it")
+		return
+	}
 	if err == nil {
 		if err := d.Ack(false); err != nil {
 			// The channel is gone: the broker redelivers the message.

@@ -34,8 +34,10 @@ type DispatcherOptions struct {
 
 // RunDispatcher consumes every route queue and delivers until ctx is done.
 // It refuses to start on a schema that is behind, and applies the delivery
-// limit policy first. On shutdown it stops consuming, lets in-flight
-// deliveries finish, record and ack, and returns nil.
+// limit policy first. On shutdown it stops consuming and lets in-flight
+// deliveries finish, record and ack for up to dispatcher.shutdown_timeout;
+// then it cancels the rest (nothing recorded, not acked: RabbitMQ
+// redelivers them) and returns nil.
 func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptions) error {
 	logger := opts.Logger.With().Str("process", "dispatcher").Logger()
 	reg := opts.Registry
@@ -124,11 +126,12 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		})
 	}
 	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
-		URL:            cfg.AMQP.URL,
-		ConnectionName: "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
-		Topology:       topo,
-		Groups:         groups,
-		Logger:         logger,
+		URL:             cfg.AMQP.URL,
+		ConnectionName:  "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
+		Topology:        topo,
+		Groups:          groups,
+		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
+		Logger:          logger,
 	})
 
 	mux := http.NewServeMux()

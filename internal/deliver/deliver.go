@@ -226,7 +226,9 @@ func headerInt(h amqp.Table, key string) (int, bool) {
 // Handle delivers one message of route's queue. It returns nil when the
 // outcome is stored and any republish confirmed: the caller then acks. Any
 // error means "do not ack". Waits for a dependency (Postgres down, the
-// broker blocking publishes) end early when stopping closes.
+// broker blocking publishes) end early when stopping closes. Cancelling ctx
+// aborts the delivery: an HTTP attempt in flight is cancelled and nothing
+// is recorded for it.
 func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, stopping <-chan struct{}) error {
 	r, ok := h.routes[route]
 	if !ok {
@@ -271,6 +273,17 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, sto
 	h.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
 	attempt, retryAfter := h.post(ctx, r, msg)
 	h.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
+	if err := ctx.Err(); err != nil {
+		// Aborted (shutdown timeout): the attempt's result, if any, is not
+		// known to be the destination's answer. Record nothing; the message
+		// is not acked, so it is delivered again after the restart.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if rerr := lock.Release(rctx); rerr != nil {
+			log.Warn().Err(rerr).Msg("releasing delivery lock")
+		}
+		return fmt.Errorf("delivery aborted: %w", err)
+	}
 	h.cfg.Metrics.duration.WithLabelValues(route).Observe(attempt.Duration.Seconds())
 
 	tier, deadReason := -1, ""

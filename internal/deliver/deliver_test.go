@@ -221,3 +221,25 @@ func TestHandleHoldEndsOnShutdown(t *testing.T) {
 		t.Fatal("Handle kept holding after shutdown began")
 	}
 }
+
+// Cancelling ctx aborts a POST in flight: nothing is recorded, the lock is
+// released, and Handle returns an error (the message is not acked).
+func TestHandleAbortedRecordsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute, func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.handler.Handle(ctx, "billing", message(), make(chan struct{})) }()
+	recv(t, b.posts, "the POST")
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Handle did not return after ctx was cancelled")
+	}
+	recorded, released := b.store.counts()
+	require.Zero(t, recorded, "an aborted attempt is not recorded")
+	require.Equal(t, 1, released, "the delivery lock is released")
+	require.Empty(t, b.pub.confirmed())
+}
