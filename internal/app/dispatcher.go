@@ -94,6 +94,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		URL:            cfg.AMQP.URL,
 		ConnectionName: "hookrelay-dispatcher-publisher " + cfg.AMQP.Prefix + "@" + hostname(),
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,
+		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("dispatcher_publisher"),
 		Logger:         logger,
 	})
 	defer func() {
@@ -141,7 +142,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 			if err := consumers.Ping(ctx); err != nil {
 				return err
 			}
-			return publisher.Ping(ctx)
+			return rabbitmqReady(publisher.Ping(ctx))
 		}},
 	)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -160,6 +161,17 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}
 	logger.Info().Msg("dispatcher stopped")
 	return nil
+}
+
+// rabbitmqReady maps a publisher's Ping to readiness. A broker alarm that
+// blocks publishing is shown as "blocked" but keeps the process ready: it
+// is broker-wide, so no other instance would do better, and ingest (which
+// needs only Postgres) and deliveries that need no publish go on.
+func rabbitmqReady(err error) error {
+	if errors.Is(err, amqp.ErrBlocked) {
+		return httpserver.Degraded("blocked")
+	}
+	return err
 }
 
 // routeStats adapts store.RouteStatsList to the collector.

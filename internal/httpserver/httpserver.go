@@ -44,7 +44,8 @@ type Check struct {
 }
 
 // Health registers GET /healthz (the process is alive) and GET /readyz
-// (every check passes; 503 with the failures otherwise) on mux.
+// (every check passes, or is Degraded; 503 with the failures otherwise) on
+// mux.
 func Health(mux *http.ServeMux, checks ...Check) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -54,7 +55,13 @@ func Health(mux *http.ServeMux, checks ...Check) {
 		defer cancel()
 		status, results := http.StatusOK, map[string]string{}
 		for _, c := range checks {
-			if err := c.Func(ctx); err != nil {
+			err := c.Func(ctx)
+			var degraded Degraded
+			if errors.As(err, &degraded) {
+				results[c.Name] = string(degraded)
+				continue
+			}
+			if err != nil {
 				status = http.StatusServiceUnavailable
 				results[c.Name] = err.Error()
 				continue
