@@ -276,6 +276,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"HookrelayDeliveryStalled", "HookrelayDeadLetters", "HookrelayOutboxBacklog",
 		"HookrelayIngestErrors", "HookrelaySignatureRejections", "HookrelayPublishNacks",
+		"HookrelayOutboxRowsRefused",
 	} {
 		require.True(t, slices.Contains(names, want), "missing alert %s", want)
 	}

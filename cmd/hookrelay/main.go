@@ -28,9 +28,10 @@ commands:
   events list [filters]        events with each route's delivery state, newest first
   events show ID               one event, its deliveries and every attempt
   replay --event ID | filters  deliver again through the outbox [--route R] [--include-delivered] [--dry-run]
+                               paced in batches [--batch N] [--stall-timeout 2m] [--list N] [--after CURSOR]
   dead list --route R          read the dead-letter queue without consuming it [--limit N]
   dead requeue --route R       move dead letters back with a fresh attempt count [--limit N]
-  purge --older-than AGE       delete old deliveries and events, keeping dedupe keys [--batch N]
+  purge --older-than AGE       delete old delivered events, keeping dedupe keys [--batch N] [--include-dead]
 
 filters: --source S --event-type T --state pending|retrying|delivered|dead --route R
          --since T --until T (RFC 3339, or an age: 2h, 3d) --limit N
@@ -46,7 +47,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, config.Path(*configPath, os.LookupEnv), fs.Args(), os.Stdout); err != nil {
+	if err := run(ctx, config.Path(*configPath, os.LookupEnv), fs.Args(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "hookrelay:", err)
 		stop()
 		var ue usageError
@@ -62,7 +63,9 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func run(ctx context.Context, configPath string, args []string, out io.Writer) error {
+// run runs one command: its output goes to out, progress of a long command
+// to progress.
+func run(ctx context.Context, configPath string, args []string, out, progress io.Writer) error {
 	if len(args) == 0 {
 		return usageError{"no command given"}
 	}
@@ -72,7 +75,7 @@ func run(ctx context.Context, configPath string, args []string, out io.Writer) e
 	}
 	switch args[0] {
 	case "events", "replay", "dead", "purge":
-		return operate(ctx, cfg, args, out)
+		return operate(ctx, cfg, args, out, progress)
 	case "migrate":
 		v, err := store.Migrate(ctx, cfg.Database.URL)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ routes:
 `, dbURL)
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	var out bytes.Buffer
-	err := run(context.Background(), path, args, &out)
+	err := run(context.Background(), path, args, &out, io.Discard)
 	return out.String(), err
 }
 
@@ -77,9 +78,9 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 
 	out, err = cli(t, dbURL, "events", "list", "--state", "delivered", "--json")
 	require.NoError(t, err)
-	var list []store.EventSummary
+	var list struct{ Items []store.EventSummary }
 	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
-	require.Len(t, list, 1)
+	require.Len(t, list.Items, 1)
 	out, err = cli(t, dbURL, "events", "list", "--source", "acme")
 	require.NoError(t, err)
 	require.Contains(t, out, "billing:delivered(3)")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,11 +18,12 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // operate runs the commands that need the database.
-func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writer) error {
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: 4, ApplicationName: "hookrelay-cli"})
+func operate(ctx context.Context, cfg *config.Config, args []string, out, progress io.Writer) error {
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-cli"})
 	if err != nil {
 		return err
 	}
@@ -47,7 +49,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		list, err := db.EventList(ctx, filter)
+		list, err := svc.EventList(ctx, filter)
 		if err != nil {
 			return err
 		}
@@ -68,7 +70,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		if err != nil {
 			return usageError{"invalid event id"}
 		}
-		ev, err := db.EventShow(ctx, id)
+		ev, err := svc.EventShow(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -81,6 +83,10 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		event := fs.String("event", "", "replay one event by id")
 		includeDelivered := fs.Bool("include-delivered", false, "replay pairs already delivered too")
 		dryRun := fs.Bool("dry-run", false, "print what would be replayed, change nothing")
+		batch := fs.Int("batch", ops.DefaultReplayBatch, "most pairs per transaction")
+		stall := fs.String("stall-timeout", ops.DefaultReplayStall.String(), "give up when a batch makes no progress for this long")
+		list := fs.Int("list", ops.DefaultListLimit, "most pairs to list of each kind (replayed, skipped)")
+		after := fs.String("after", "", "go on after where a replay stopped at --limit (the cursor it printed)")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
@@ -88,7 +94,18 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		req := ops.ReplayRequest{Filter: filter, IncludeDelivered: *includeDelivered, DryRun: *dryRun}
+		stallTimeout, err := config.ParseDuration(*stall)
+		if err != nil || stallTimeout <= 0 {
+			return usageError{"--stall-timeout: want a duration like 2m"}
+		}
+		if *batch < 1 || *list < 0 {
+			return usageError{"--batch and --list must be positive"}
+		}
+		req := ops.ReplayRequest{
+			Filter: filter, IncludeDelivered: *includeDelivered, DryRun: *dryRun,
+			After: *after, MaxBatch: *batch, StallTimeout: stallTimeout, ListLimit: max(*list, 1),
+			ProgressFunc: progressPrinter(progress, 2*time.Second),
+		}
 		if *event != "" {
 			if req.EventID, err = uuid.Parse(*event); err != nil {
 				return usageError{"--event: invalid event id"}
@@ -97,17 +114,24 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 			return usageError{"refusing to replay everything: give --event or a filter"}
 		}
 		res, err := svc.Replay(ctx, req)
+		if errors.Is(err, ops.ErrInvalidRequest) {
+			return usageError{err.Error()}
+		}
 		if err != nil {
+			if res != nil {
+				fmt.Fprintf(progress, "replay: stopped after %d pair(s) enqueued, %d skipped, %d delivered so far\n",
+					res.ReplayedCount, res.SkippedCount, res.Delivered)
+			}
 			return err
 		}
 		if *asJSON {
 			return writeJSON(out, res)
 		}
-		return printReplay(out, res)
+		return printReplay(out, res, *list)
 	case "dead list":
 		fs := flag.NewFlagSet("dead list", flag.ContinueOnError)
 		route := fs.String("route", "", "route (required)")
-		limit := fs.Int("limit", 100, "most messages to show")
+		limit := fs.Int("limit", ops.DefaultListLimit, "most messages to show")
 		asJSON := fs.Bool("json", false, "print JSON")
 		if err := parse(fs, args); err != nil {
 			return err
@@ -121,11 +145,18 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "EVENT\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
-		for _, d := range list {
+		for _, d := range list.Items {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.EventID, d.Source, d.EventType, d.Attempts, d.LastStatus, d.LastError, d.LastAttemptAt, d.Reason)
 		}
-		fmt.Fprintf(tw, "%d dead letter(s) in %s\n", len(list), svc.Names.DeadQueue(*route))
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if list.Shown < list.Total {
+			_, err = fmt.Fprintf(out, "%s\n", shownOf(list.Shown, int64(list.Total)))
+		} else {
+			_, err = fmt.Fprintf(out, "%d dead letter(s) in %s\n", list.Total, list.Queue)
+		}
+		return err
 	case "dead requeue":
 		fs := flag.NewFlagSet("dead requeue", flag.ContinueOnError)
 		route := fs.String("route", "", "route (required)")
@@ -139,7 +170,8 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 	case "purge":
 		fs := flag.NewFlagSet("purge", flag.ContinueOnError)
 		olderThan := fs.String("older-than", "", "age, e.g. 30d or 720h (required)")
-		batch := fs.Int("batch", 1000, "rows per statement")
+		batch := fs.Int("batch", 1000, "events per transaction")
+		includeDead := fs.Bool("include-dead", false, "purge events with dead pairs too (their dead letters then park as event_missing)")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
@@ -147,12 +179,22 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out io.Writ
 		if err != nil || age <= 0 {
 			return usageError{"--older-than: want an age like 30d or 720h"}
 		}
-		res, err := svc.Purge(ctx, age, *batch)
+		res, err := svc.Purge(ctx, ops.PurgeRequest{OlderThan: age, Batch: *batch, IncludeDead: *includeDead})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "purged: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
 			res.Deliveries, res.Events, res.Stripped, cfg.Retention.DedupeWindow, res.Batches)
+		if res.Abandoned > 0 {
+			fmt.Fprintf(out, "abandoned: %d pending or retrying deliveries to routes not in the config (no dispatcher delivers them)\n", res.Abandoned)
+		}
+		if res.KeptUndelivered > 0 {
+			hint := ""
+			if !*includeDead {
+				hint = "; --include-dead to purge dead ones too"
+			}
+			fmt.Fprintf(out, "kept: %d events older than %s with something undelivered (in flight or dead%s)\n", res.KeptUndelivered, *olderThan, hint)
+		}
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown command %q", cmd)}
@@ -192,18 +234,31 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printEvents(w io.Writer, list []store.EventSummary) error {
+// shownOf is the last line of a listing that stopped at its limit.
+func shownOf(shown int, total int64) string {
+	return fmt.Sprintf("%d of %d shown (--limit N for more)", shown, total)
+}
+
+func printEvents(w io.Writer, list *ops.EventList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tTYPE\tKEY\tDELIVERIES")
-	for _, e := range list {
+	for _, e := range list.Items {
 		var ds []string
 		for _, d := range e.Deliveries {
 			ds = append(ds, fmt.Sprintf("%s:%s(%d)", d.Route, d.State, d.Attempts))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.ReceivedAt.UTC().Format(time.RFC3339), e.Source, e.EventType, e.IdempotencyKey, strings.Join(ds, " "))
 	}
-	fmt.Fprintf(tw, "%d event(s)\n", len(list))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var err error
+	if int64(list.Shown) < list.Total {
+		_, err = fmt.Fprintln(w, shownOf(list.Shown, list.Total))
+	} else {
+		_, err = fmt.Fprintf(w, "%d event(s)\n", list.Total)
+	}
+	return err
 }
 
 func printEvent(w io.Writer, ev *store.EventDetail) error {
@@ -214,6 +269,13 @@ func printEvent(w io.Writer, ev *store.EventDetail) error {
 	}
 	for _, d := range ev.Deliveries {
 		fmt.Fprintf(w, "\nroute %s: %s after %d attempt(s)\n", d.Route, d.State, d.Attempts)
+		if d.Unserved && d.State != string(webhook.StateDelivered) {
+			more := ""
+			if d.State == string(webhook.StatePending) || d.State == string(webhook.StateRetrying) {
+				more = " (it will not clear: purge removes it once older than --older-than)"
+			}
+			fmt.Fprintf(w, "  %s%s\n", ops.UnservedReason(d.Route), more)
+		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  #\tSTARTED\tDURATION\tSTATUS\tOUTCOME\tERROR\tRESPONSE")
 		for _, a := range d.AttemptRows {
@@ -234,21 +296,51 @@ func printEvent(w io.Writer, ev *store.EventDetail) error {
 	return nil
 }
 
-func printReplay(w io.Writer, res *ops.ReplayResult) error {
+// progressPrinter returns a ReplayProgress callback that prints a line to
+// w at most every interval.
+func progressPrinter(w io.Writer, interval time.Duration) func(ops.ReplayProgress) {
+	var last time.Time
+	return func(p ops.ReplayProgress) {
+		if time.Since(last) < interval {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(w, "replay: %d of %d event(s) scanned, %d pair(s) enqueued, %d delivered so far, %d skipped (batch %d)\n",
+			p.Scanned, p.Events, p.Enqueued, p.Delivered, p.Skipped, p.Batch)
+	}
+}
+
+func printReplay(w io.Writer, res *ops.ReplayResult, list int) error {
 	verb := "replayed"
 	if res.DryRun {
 		verb = "would replay"
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tRECEIVED\tROUTE\tWAS\tRESULT")
-	for _, it := range res.Replayed {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), verb)
+	if list > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT\tRECEIVED\tROUTE\tWAS\tRESULT")
+		for _, it := range res.Replayed {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), verb)
+		}
+		for _, it := range res.Skipped {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tskipped: %s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), it.Skipped)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(res.Replayed) < res.ReplayedCount || len(res.Skipped) < res.SkippedCount {
+			fmt.Fprintf(w, "listed %d of %d replayed and %d of %d skipped (--list N for more)\n",
+				len(res.Replayed), res.ReplayedCount, len(res.Skipped), res.SkippedCount)
+		}
 	}
-	for _, it := range res.Skipped {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tskipped: %s\n", it.EventID, it.ReceivedAt.UTC().Format(time.RFC3339), it.Route, orDash(it.State), it.Skipped)
+	delivered := ""
+	if !res.DryRun && res.ReplayedCount > 0 {
+		delivered = fmt.Sprintf(" (%d delivered so far)", res.Delivered)
 	}
-	fmt.Fprintf(tw, "%s %d pair(s), skipped %d\n", verb, len(res.Replayed), len(res.Skipped))
-	return tw.Flush()
+	_, err := fmt.Fprintf(w, "%s %d pair(s)%s, skipped %d, of %d event(s)\n", verb, res.ReplayedCount, delivered, res.SkippedCount, res.Events)
+	if err == nil && res.NextAfter != "" {
+		_, err = fmt.Fprintf(w, "--limit stopped the selection and more events match: add --after %s to go on\n", res.NextAfter)
+	}
+	return err
 }
 
 func orDash(s string) string {

@@ -43,7 +43,9 @@ type ConsumersConfig struct {
 
 // abortGrace is how long Run waits for cancelled deliveries to return
 // after the shutdown timeout, before it closes the connection regardless.
-const abortGrace = 3 * time.Second
+// With the connection's bounded close it stays under the processes' own
+// stop grace (internal/app).
+const abortGrace = 2 * time.Second
 
 // Consumers runs every group's consumers on one connection and reconnects
 // with backoff and jitter when it is lost. Each reconnect opens fresh

@@ -203,24 +203,31 @@ func (p *Publisher) Ping(context.Context) error {
 	return err
 }
 
+// ErrConfirmTimeout is wrapped by Publish's error when the broker did not
+// confirm every message within the confirm timeout: the outcomes then say
+// which messages it answered (Unconfirmed for the rest). After any other
+// error (the connection or channel failed, or ErrBlocked) outcomes other
+// than Acked say nothing about their messages.
+var ErrConfirmTimeout = errors.New("confirm timeout")
+
 // Publish sends msgs to the exchange, all in flight at once, and waits up to
-// the confirm timeout for the broker's answers. acked[i] is true when the
-// broker confirmed msgs[i] and did not return it. A non-nil error means the
-// connection or channel failed (it is reset and the next call reconnects),
-// or the broker blocks publishing (ErrBlocked): then Publish answers at
-// once, also when the block begins while it waits for the confirms, and the
-// next call fails at once until the block lifts. ctx is checked before each
-// write only.
-func (p *Publisher) Publish(ctx context.Context, msgs []webhook.Message) (acked []bool, err error) {
-	outcomes, err := p.publish(ctx, msgs)
-	acked = make([]bool, len(outcomes))
-	for i, o := range outcomes {
-		acked[i] = o == Acked
-		if p.cfg.Confirms != nil {
+// the confirm timeout for the broker's answers. outcomes[i] is the answer
+// about msgs[i]: only Acked means the broker took it. A non-nil error means
+// the connection or channel failed, or the confirms timed out
+// (ErrConfirmTimeout): either way it is reset and the next call reconnects.
+// Or the broker blocks publishing (ErrBlocked): then Publish answers at
+// once, also when the block begins while it waits for the confirms, and
+// the next call fails at once until the block lifts; unanswered outcomes
+// say nothing about their messages then. ctx is checked before each write
+// only.
+func (p *Publisher) Publish(ctx context.Context, msgs []webhook.Message) (outcomes []Outcome, err error) {
+	outcomes, err = p.publish(ctx, msgs)
+	if p.cfg.Confirms != nil {
+		for _, o := range outcomes {
 			p.cfg.Confirms.WithLabelValues(o.String()).Inc()
 		}
 	}
-	return acked, err
+	return outcomes, err
 }
 
 func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outcome, error) {
@@ -307,7 +314,7 @@ wait:
 			waitErr = fmt.Errorf("rabbitmq connection lost: %w", cause)
 			break wait
 		case <-timer.C:
-			waitErr = fmt.Errorf("waiting for publisher confirms: none within %s", p.cfg.ConfirmTimeout)
+			waitErr = fmt.Errorf("waiting for publisher confirms: %w after %s", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
 			break wait
 		}
 		if dc.Acked() {

@@ -38,9 +38,9 @@ func TestPublishMatchesReturnsToTheirRow(t *testing.T) {
 	msg := func(outboxID int64, route string) webhook.Message {
 		return webhook.Message{OutboxID: outboxID, EventID: id, RoutingKey: "x.y", Route: route, Source: "x", EventType: "y", Body: []byte("{}"), ReceivedAt: time.Now()}
 	}
-	acked, err := p.Publish(context.Background(), []webhook.Message{msg(1, "missing"), msg(2, "a"), msg(3, "")})
+	outcomes, err := p.Publish(context.Background(), []webhook.Message{msg(1, "missing"), msg(2, "a"), msg(3, "")})
 	require.NoError(t, err)
-	require.Equal(t, []bool{false, true, true}, acked, "only the row whose queue does not exist stays")
+	require.Equal(t, []hamqp.Outcome{hamqp.Returned, hamqp.Acked, hamqp.Acked}, outcomes, "only the row whose queue does not exist stays")
 	require.Equal(t, 1.0, testutil.ToFloat64(confirms.WithLabelValues("returned")))
 	require.Equal(t, 2.0, testutil.ToFloat64(confirms.WithLabelValues("ack")))
 

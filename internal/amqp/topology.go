@@ -106,6 +106,15 @@ func FormatDelay(d time.Duration) string {
 	}
 }
 
+// PolicyPriority is the priority of hookrelay's policies. RabbitMQ applies
+// only the highest-priority policy that matches a queue, without merging,
+// so an operator's own policy on these queues with a higher priority would
+// replace ours and silently bring back a delivery limit on the dead-letter
+// queues (or drop the route queues' limit). Operators use 0 to 10, now and
+// then 100; 1000 is far above that. An operator who means to override ours
+// uses a higher one and repeats delivery-limit (README: Operating).
+const PolicyPriority = 1000
+
 // quorumArgs are the arguments of every hookrelay queue. Quorum queues
 // replicate with Raft and confirm a publish only once a majority stored it.
 func quorumArgs() amqp.Table {
@@ -186,7 +195,7 @@ func BuildTopology(cfg TopologyConfig) Topology {
 		Name:       cfg.Prefix + ".parking-no-delivery-limit",
 		Pattern:    "^" + regexp.QuoteMeta(cfg.Prefix+".") + `(unrouted|route\.[^.]+\.dead)$`,
 		ApplyTo:    "queues",
-		Priority:   10,
+		Priority:   PolicyPriority,
 		Definition: map[string]any{"delivery-limit": math.MaxInt32},
 	})
 	if cfg.DeliveryLimit > 0 {
@@ -196,7 +205,7 @@ func BuildTopology(cfg TopologyConfig) Topology {
 			// .dead queues do not match.
 			Pattern:    "^" + regexp.QuoteMeta(n.RouteQueue("")) + "[^.]+$",
 			ApplyTo:    "queues",
-			Priority:   10,
+			Priority:   PolicyPriority,
 			Definition: map[string]any{"delivery-limit": cfg.DeliveryLimit},
 		})
 	}

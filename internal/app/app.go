@@ -78,10 +78,11 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 		}
 		idem := s.Idempotency
 		ec := extract.Config{
-			IdempotencyHeaders: idem.Headers,
-			IdempotencyPaths:   idem.JSONPaths,
-			EventTypeHeader:    s.EventType.Header,
-			EventTypePaths:     s.EventType.JSONPaths,
+			IdempotencySignedID: idem.SignedID,
+			IdempotencyHeaders:  idem.Headers,
+			IdempotencyPaths:    idem.JSONPaths,
+			EventTypeHeader:     s.EventType.Header,
+			EventTypePaths:      s.EventType.JSONPaths,
 		}
 		if s.EventType.JSONPath != "" {
 			ec.EventTypePaths = []string{s.EventType.JSONPath}
@@ -96,7 +97,7 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
-		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x})
+		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x, DedupeBody: s.DedupesBody()})
 	}
 	return out, nil
 }

@@ -34,21 +34,30 @@ type DispatcherOptions struct {
 
 // RunDispatcher consumes every route queue and delivers until ctx is done.
 // It refuses to start on a schema that is behind, and applies the delivery
-// limit policy first. On shutdown it stops consuming and lets in-flight
-// deliveries finish, record and ack for up to dispatcher.shutdown_timeout;
-// then it cancels the rest (nothing recorded, not acked: RabbitMQ
-// redelivers them) and returns nil.
+// limit policy first. It opens its listener first and starts no goroutine
+// before everything that can fail at startup succeeded; it closes the
+// listener (also one given in opts) when it returns. On shutdown it stops
+// consuming and lets in-flight deliveries finish, record and ack for up to
+// dispatcher.shutdown_timeout; then it cancels the rest (nothing recorded,
+// not acked: RabbitMQ redelivers them) and returns nil. When a component
+// fails, the others are stopped and the error names the cause.
 func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptions) error {
 	logger := opts.Logger.With().Str("process", "dispatcher").Logger()
 	reg := opts.Registry
 	if reg == nil {
 		reg = newRegistry()
 	}
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-dispatcher"})
+	var lns listeners
+	defer lns.close()
+	ln, err := lns.open(opts.Listener, cfg.Dispatcher.Listen, "dispatcher.listen")
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.DispatcherMaxConns(), ApplicationName: "hookrelay-dispatcher", QueryTimeout: cfg.Database.QueryTimeout})
+	if err != nil {
+		return err
+	}
+	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
 	if err := db.RequireSchema(ctx); err != nil {
 		return err
 	}
@@ -136,7 +145,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	})
 
 	mux := http.NewServeMux()
-	httpserver.Health(mux,
+	httpserver.Health(mux, logger,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
 		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error {
 			if err := consumers.Ping(ctx); err != nil {
@@ -146,17 +155,19 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		}},
 	)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	ln, err := listen(opts.Listener, cfg.Dispatcher.Listen)
-	if err != nil {
-		return err
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return httpserver.Run(gctx, ln, &http.Server{Handler: mux}, cfg.Dispatcher.ShutdownTimeout)
+		srv := httpserver.New(mux, httpserver.Timeouts{
+			Read: cfg.Dispatcher.ReadTimeout, Write: cfg.Dispatcher.WriteTimeout, Idle: cfg.Dispatcher.IdleTimeout,
+		})
+		return httpserver.Run(gctx, ln, srv, cfg.Dispatcher.ShutdownTimeout)
 	})
 	g.Go(func() error { return consumers.Run(gctx) })
 	logger.Info().Str("listen", ln.Addr().String()).Int("routes", len(routes)).Msg("dispatcher started")
-	if err := g.Wait(); err != nil {
+	// shutdown_timeout bounds the HTTP shutdown and the in-flight
+	// deliveries (Consumers aborts what is left, then waits a short
+	// grace); past it and stopGrace, stop waiting.
+	if err := wait(gctx, g, cfg.Dispatcher.ShutdownTimeout+stopGrace); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	logger.Info().Msg("dispatcher stopped")
@@ -169,7 +180,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 // needs only Postgres) and deliveries that need no publish go on.
 func rabbitmqReady(err error) error {
 	if errors.Is(err, amqp.ErrBlocked) {
-		return httpserver.Degraded("blocked")
+		return &httpserver.Degraded{State: "blocked", Err: err}
 	}
 	return err
 }

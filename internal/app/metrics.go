@@ -19,6 +19,7 @@ func MetricNames() []string {
 	ingest.NewMetrics(rec)
 	amqp.NewConfirmsCounter(rec)
 	amqp.NewBlockedGauge(rec)
+	outbox.NewMetrics(rec)
 	deliver.NewMetrics(rec, nil)
 	rec.MustRegister(outbox.NewBacklogCollector(nil), deliver.NewRouteCollector(nil, nil))
 	names := make([]string, 0, len(rec.names))

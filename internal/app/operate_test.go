@@ -131,10 +131,11 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 10*time.Second)
 	listed, err := svc.DeadList(ctx, "crm", 10)
 	require.NoError(t, err)
-	require.Len(t, listed, 3)
-	require.Equal(t, "HTTP 503", listed[0].LastError)
-	require.EqualValues(t, 2, listed[0].Attempts)
-	require.Equal(t, "max_attempts", listed[0].Reason)
+	require.Len(t, listed.Items, 3)
+	require.Equal(t, 3, listed.Total)
+	require.Equal(t, "HTTP 503", listed.Items[0].LastError)
+	require.EqualValues(t, 2, listed.Items[0].Attempts)
+	require.Equal(t, "max_attempts", listed.Items[0].Reason)
 	// Listing consumed nothing: the messages go back to the queue.
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 5*time.Second)
 
@@ -231,11 +232,19 @@ func TestAdminAPI(t *testing.T) {
 	}
 	status, body := get("/api/events?source=acme&state=pending", adminToken)
 	require.Equal(t, http.StatusOK, status, body)
-	var list []store.EventSummary
+	var list ops.EventList
 	require.NoError(t, json.Unmarshal([]byte(body), &list))
-	require.Len(t, list, 1)
-	require.Equal(t, id, list[0].ID.String())
-	require.Equal(t, "pending", list[0].Deliveries[0].State, "pending from acceptance")
+	require.Len(t, list.Items, 1)
+	require.EqualValues(t, 1, list.Total)
+	require.Equal(t, id, list.Items[0].ID.String())
+	require.Equal(t, "pending", list.Items[0].Deliveries[0].State, "pending from acceptance")
+	h.postSigned("evt_admin_2", "invoice.paid")
+	status, body = get("/api/events?limit=1", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list.Items, 1, "the limit")
+	require.EqualValues(t, 2, list.Total, "how many match in all")
+	require.Equal(t, 1, list.Shown)
 
 	status, body = get("/api/events/"+id, adminToken)
 	require.Equal(t, http.StatusOK, status)

@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -13,6 +15,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/outbox"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -35,11 +38,22 @@ type ReceiverOptions struct {
 	AdminListener net.Listener
 }
 
+// receiverStopLimit bounds how long the receiver waits for its goroutines
+// once told to stop: HTTP shutdowns take up to shutdown_timeout, a batch in
+// flight up to publish_timeout, side by side.
+func receiverStopLimit(cfg *config.Config) time.Duration {
+	return max(cfg.Receiver.ShutdownTimeout, cfg.Outbox.PublishTimeout) + stopGrace
+}
+
 // RunReceiver runs the receiver (ingest HTTP server plus outbox publisher)
 // until ctx is done. It refuses to start on a database whose schema is
-// behind. On shutdown the server stops accepting, in-flight requests finish,
-// and a claimed outbox batch is published or left for the next publisher; it
-// returns nil after a clean shutdown.
+// behind. It opens its listeners first and starts no goroutine before
+// everything that can fail at startup succeeded; it closes the listeners
+// (also those given in opts) when it returns. On shutdown the server stops
+// accepting, in-flight requests finish, and a claimed outbox batch is
+// published or left for the next publisher; it returns nil after a clean
+// shutdown. When a component fails, the others are stopped and the error
+// names the cause.
 func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) error {
 	logger := opts.Logger.With().Str("process", "receiver").Logger()
 	reg := opts.Registry
@@ -47,11 +61,24 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		reg = newRegistry()
 	}
 
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-receiver"})
+	var lns listeners
+	defer lns.close()
+	ln, err := lns.open(opts.Listener, cfg.Receiver.Listen, "receiver.listen")
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	var aln net.Listener
+	if opts.AdminListener != nil || cfg.Admin.Listen != "" {
+		if aln, err = lns.open(opts.AdminListener, cfg.Admin.Listen, "admin.listen"); err != nil {
+			return err
+		}
+	}
+
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-receiver", QueryTimeout: cfg.Database.QueryTimeout})
+	if err != nil {
+		return err
+	}
+	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
 	if err := db.RequireSchema(ctx); err != nil {
 		return err
 	}
@@ -94,25 +121,19 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 
 	mux := http.NewServeMux()
 	handler.Register(mux)
-	httpserver.Health(mux,
+	httpserver.Health(mux, logger,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
 		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
 	)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 
-	ln, err := listen(opts.Listener, cfg.Receiver.Listen)
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return httpserver.Run(gctx, ln, &http.Server{Handler: mux}, cfg.Receiver.ShutdownTimeout)
-	})
+	var relay *outbox.Relay
+	wake := make(chan struct{}, 1)
 	if !opts.DisablePublisher {
-		wake := make(chan struct{}, 1)
-		relay, err := outbox.New(outbox.Config{
+		relay, err = outbox.New(outbox.Config{
 			Store:            outboxStore{db},
-			Publisher:        publisher,
+			Publisher:        outboxPublisher{publisher},
+			Metrics:          outbox.NewMetrics(reg),
 			Wake:             wake,
 			BatchSize:        cfg.Outbox.BatchSize,
 			PollInterval:     cfg.Outbox.PollInterval,
@@ -123,22 +144,33 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		if err != nil {
 			return err
 		}
+	}
+
+	// Nothing below fails before a goroutine reports it: from here, every
+	// failure stops the others through gctx.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		srv := httpserver.New(mux, httpserver.Timeouts{
+			Read: cfg.Receiver.ReadTimeout, Write: cfg.Receiver.WriteTimeout, Idle: cfg.Receiver.IdleTimeout,
+		})
+		return httpserver.Run(gctx, ln, srv, cfg.Receiver.ShutdownTimeout)
+	})
+	if relay != nil {
 		g.Go(func() error { return db.Listen(gctx, store.OutboxChannel, wake, logger) })
 		g.Go(func() error { return relay.Run(gctx) })
 	}
-	if opts.AdminListener != nil || cfg.Admin.Listen != "" {
-		aln, err := listen(opts.AdminListener, cfg.Admin.Listen)
-		if err != nil {
-			return err
-		}
+	if aln != nil {
 		admin := ops.Handler(Ops(cfg, db), cfg.Admin.Token, logger)
 		g.Go(func() error {
-			return httpserver.Run(gctx, aln, &http.Server{Handler: admin}, cfg.Receiver.ShutdownTimeout)
+			srv := httpserver.New(admin, httpserver.Timeouts{
+				Read: cfg.Admin.ReadTimeout, Write: cfg.Admin.WriteTimeout, Idle: cfg.Admin.IdleTimeout,
+			})
+			return httpserver.Run(gctx, aln, srv, cfg.Receiver.ShutdownTimeout)
 		})
 		logger.Info().Str("listen", aln.Addr().String()).Msg("admin API started")
 	}
 	logger.Info().Str("listen", ln.Addr().String()).Int("sources", len(sources)).Msg("receiver started")
-	if err := g.Wait(); err != nil {
+	if err := wait(gctx, g, receiverStopLimit(cfg)); err != nil {
 		return fmt.Errorf("receiver: %w", err)
 	}
 	logger.Info().Msg("receiver stopped")
@@ -149,5 +181,42 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 type outboxStore struct{ db *store.DB }
 
 func (s outboxStore) OutboxClaim(ctx context.Context, limit int) (outbox.Batch, error) {
-	return s.db.OutboxClaim(ctx, limit)
+	b, err := s.db.OutboxClaim(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	return outboxBatch{b}, nil
+}
+
+// outboxBatch adapts *store.OutboxBatch to outbox.Batch.
+type outboxBatch struct{ *store.OutboxBatch }
+
+func (b outboxBatch) Complete(ctx context.Context, confirmed []int64, failed []outbox.Failure) error {
+	ff := make([]store.OutboxFailure, len(failed))
+	for i, f := range failed {
+		ff[i] = store.OutboxFailure(f)
+	}
+	return b.OutboxBatch.Complete(ctx, confirmed, ff)
+}
+
+// outboxPublisher adapts *amqp.Publisher to outbox.Publisher. A nack, a
+// return or a confirm timeout is the broker's answer about that message and
+// counts against its row. After any other error the outcomes say nothing
+// about the messages (a closing channel resolves every pending confirm as a
+// nack), so those rows go back uncounted.
+type outboxPublisher struct{ p *amqp.Publisher }
+
+func (o outboxPublisher) Publish(ctx context.Context, msgs []webhook.Message) ([]outbox.Result, error) {
+	outcomes, err := o.p.Publish(ctx, msgs)
+	answered := err == nil || errors.Is(err, amqp.ErrConfirmTimeout)
+	results := make([]outbox.Result, len(outcomes))
+	for i, oc := range outcomes {
+		switch {
+		case oc == amqp.Acked:
+			results[i].Acked = true
+		case answered:
+			results[i].Failure = oc.String()
+		}
+	}
+	return results, err
 }

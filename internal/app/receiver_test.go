@@ -45,6 +45,8 @@ type harness struct {
 
 	dispatcherBase string // dispatcher base URL once started
 
+	logs io.Writer // where start sends the receiver's log; nil means the test log
+
 	client *http.Client // the senders' client
 }
 
@@ -92,7 +94,11 @@ func (h *harness) start(opts app.ReceiverOptions) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(h.t, err)
 	opts.Listener = ln
-	opts.Logger = zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
+	var logs io.Writer = zerolog.NewTestWriter(h.t)
+	if h.logs != nil {
+		logs = h.logs
+	}
+	opts.Logger = zerolog.New(logs).Level(zerolog.WarnLevel)
 	h.base = "http://" + ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

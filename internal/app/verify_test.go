@@ -248,7 +248,10 @@ func TestPresetsEndToEnd(t *testing.T) {
 		{standard("svix", "svix", "msg_2", `{"type":"invoice.created"}`), false, "svix.invoice.created"},
 		{github("d-1", "push", `{"ref":"main"}`), false, "github.push"},
 		{github("d-1", "push", `{"ref":"main"}`), true, ""},
-		{github("d-2", "push", `{"ref":"main"}`), false, "github.push"},
+		// GitHub signs only the body: a new delivery id on the same body is
+		// the same event (dedupe_body), a new body is a new one.
+		{github("d-2", "push", `{"ref":"main"}`), true, ""},
+		{github("d-3", "push", `{"ref":"dev"}`), false, "github.push"},
 		{shopify("w-1", "orders/create", `{"id":1}`), false, "shopify.orders/create"},
 		{shopify("w-1", "orders/create", `{"id":1}`), true, ""},
 		{slack(`{"event_id":"Ev1","type":"event_callback","event":{"type":"message"}}`), false, "slack.message"},

@@ -29,8 +29,14 @@ type Config struct {
 type Database struct {
 	// URL is a postgres:// connection URL. Required.
 	URL string `mapstructure:"url" validate:"required,postgres_url"`
-	// MaxConns is the pool size per process. Default 10.
+	// MaxConns is the Postgres pool size of each receiver and of the
+	// hookrelay CLI. Default 10. The dispatcher sizes its own pool with
+	// dispatcher.max_conns.
 	MaxConns int32 `mapstructure:"max_conns" validate:"gte=1,lte=1000"`
+	// QueryTimeout bounds each Postgres call of the outbox publisher and
+	// the dispatcher (a claim, a delivery lock, a record), so a connection
+	// that stops answering fails the call instead of hanging it. Default 5s.
+	QueryTimeout time.Duration `mapstructure:"query_timeout" validate:"gt=0"`
 }
 
 // AMQP configures the RabbitMQ connection and the names of everything
@@ -57,6 +63,20 @@ type Receiver struct {
 	// ShutdownTimeout bounds how long in-flight requests may finish after
 	// SIGTERM. Default 10s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" validate:"gt=0"`
+	// ReadTimeout bounds reading one request, headers and body, from its
+	// first byte: a sender that announces a body and stalls is cut after it,
+	// gets no 200, and nothing is stored. Default 10s: a 1 MiB body takes
+	// about a second even at 10 Mbit/s.
+	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
+	// WriteTimeout bounds a request from the end of its headers to the last
+	// byte of the answer, so it covers reading the body, the store
+	// transaction (up to 5s) and writing the answer. Default 20s
+	// (read_timeout + 5s + 5s to spare); at least read_timeout + 5s.
+	WriteTimeout time.Duration `mapstructure:"write_timeout" validate:"gt=0"`
+	// IdleTimeout closes a keep-alive connection that sends no new request
+	// for this long. Default 60s: senders that post often keep their
+	// connection, and idle ones do not pile up.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
 }
 
 // Dispatcher configures the delivery process.
@@ -71,6 +91,22 @@ type Dispatcher struct {
 	// dispatchers). Applied as a RabbitMQ policy, so changing it never needs
 	// a queue deleted. Default 20.
 	DeliveryLimit int `mapstructure:"delivery_limit" validate:"gte=1,lte=10000"`
+	// MaxConns is the dispatcher's Postgres pool size. Default 0, which
+	// derives it: the sum of routes[].concurrency + 2, because every
+	// in-flight delivery holds a connection (its row lock) and health
+	// checks and metrics need two more. A value below that is an error.
+	MaxConns int32 `mapstructure:"max_conns" validate:"gte=0,lte=1000"`
+	// ReadTimeout bounds reading one request to the health and metrics
+	// listener (GETs without a body). Default 10s.
+	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
+	// WriteTimeout bounds answering one request, from the end of its
+	// headers. Default 30s: /metrics queries Postgres, and Prometheus'
+	// default scrape timeout is 10s.
+	WriteTimeout time.Duration `mapstructure:"write_timeout" validate:"gt=0"`
+	// IdleTimeout closes a keep-alive connection that sends no new request
+	// for this long. Default 2m, so a scraper polling every minute keeps
+	// one connection.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
 }
 
 // Outbox configures the publisher that drains the outbox into RabbitMQ.
@@ -99,6 +135,17 @@ type Admin struct {
 	// least 16 characters, when Listen is set. Give it from the environment:
 	// token: "${HOOKRELAY_ADMIN_TOKEN}".
 	Token string `mapstructure:"token"`
+	// ReadTimeout bounds reading one request, headers and body (small JSON
+	// filters). Default 10s.
+	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
+	// WriteTimeout bounds a request from the end of its headers to the last
+	// byte of the answer. Default 10m: a replay (at most 1000 events per
+	// request, paced by the dispatchers) runs inside the request, and the
+	// operator waits for its answer.
+	WriteTimeout time.Duration `mapstructure:"write_timeout" validate:"gt=0"`
+	// IdleTimeout closes a keep-alive connection that sends no new request
+	// for this long. Default 60s.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
 }
 
 // Retention configures what purge keeps.
@@ -127,7 +174,17 @@ type Source struct {
 	Verify      Verify      `mapstructure:"verify"`
 	Idempotency Idempotency `mapstructure:"idempotency"`
 	EventType   EventType   `mapstructure:"event_type"`
+	// DedupeBody makes a body identical to one already stored for this
+	// source (within retention.dedupe_window) a duplicate, whatever the
+	// headers say: for senders that sign only the body, whose key and event
+	// type come from unsigned headers a replayer can change. Default true
+	// for the github and shopify presets, false otherwise; an explicit false
+	// turns it off. Use DedupesBody to read it.
+	DedupeBody *bool `mapstructure:"dedupe_body"`
 }
+
+// DedupesBody reports whether the source deduplicates on the body.
+func (s Source) DedupesBody() bool { return s.DedupeBody != nil && *s.DedupeBody }
 
 // Verify says how a source's requests are authenticated.
 type Verify struct {
@@ -162,11 +219,16 @@ type Verify struct {
 	Username string `mapstructure:"username"`
 }
 
-// Idempotency says where a source's deduplication key comes from: headers
-// and JSON paths, joined in that order. With none set, the key is the
-// SHA-256 of the raw body (the weakest choice: a re-serialised resend is a
-// new event).
+// Idempotency says where a source's deduplication key comes from: the signed
+// id, headers and JSON paths, joined in that order. With none set, the key is
+// the SHA-256 of the raw body (the weakest choice: a re-serialised resend is
+// a new event).
 type Idempotency struct {
+	// SignedID takes the message id the signature covers: webhook-id or
+	// svix-id, whichever family's signature matched (scheme
+	// standard-webhooks only). Unlike a raw header, a replayer cannot change
+	// it. Default false; the standard-webhooks and svix presets set it.
+	SignedID  bool     `mapstructure:"signed_id"`
 	Header    string   `mapstructure:"header" validate:"omitempty,header_name"`
 	Headers   []string `mapstructure:"headers" validate:"dive,header_name"`
 	JSONPath  string   `mapstructure:"json_path"`
@@ -200,7 +262,11 @@ type Route struct {
 	// SigningSecrets all sign every delivery (webhook-signature carries one
 	// signature each), so a destination can rotate without downtime.
 	SigningSecrets []string `mapstructure:"signing_secrets" validate:"dive,whsec"`
-	// Headers are added to every delivery.
+	// Headers are added to every delivery. Checked at load: a valid header
+	// name, a value without control characters (a tab is allowed), and not a
+	// header hookrelay sets itself (Content-Type, User-Agent, webhook-*,
+	// X-Hookrelay-*) or the HTTP client owns (Content-Length, Host, ...).
+	// Default none.
 	Headers map[string]string `mapstructure:"headers"`
 	// NoRetryStatuses go straight to the dead-letter queue, like 410.
 	NoRetryStatuses []int `mapstructure:"no_retry_statuses" validate:"dive,gte=100,lte=599"`
@@ -218,13 +284,24 @@ var routeDefaults = map[string]any{
 
 func setDefaults(set func(key string, value any)) {
 	set("database.max_conns", 10)
+	set("database.query_timeout", "5s")
 	set("amqp.prefix", "hookrelay")
 	set("receiver.listen", "127.0.0.1:8080")
 	set("receiver.max_body_bytes", 1<<20)
 	set("receiver.shutdown_timeout", "10s")
+	set("receiver.read_timeout", "10s")
+	set("receiver.write_timeout", "20s")
+	set("receiver.idle_timeout", "60s")
 	set("dispatcher.listen", "127.0.0.1:8081")
 	set("dispatcher.shutdown_timeout", "30s")
 	set("dispatcher.delivery_limit", 20)
+	set("dispatcher.max_conns", 0)
+	set("dispatcher.read_timeout", "10s")
+	set("dispatcher.write_timeout", "30s")
+	set("dispatcher.idle_timeout", "2m")
+	set("admin.read_timeout", "10s")
+	set("admin.write_timeout", "10m")
+	set("admin.idle_timeout", "60s")
 	set("amqp.management_url", "http://127.0.0.1:15672")
 	set("outbox.batch_size", 100)
 	set("outbox.poll_interval", "1s")

@@ -48,6 +48,7 @@ func TestLoadValid(t *testing.T) {
 	require.Equal(t, 1, cfg.Routes[0].Concurrency)
 	require.Equal(t, 3, cfg.Routes[0].MaxAttempts, "defaults to len(backoff)+1")
 	require.Equal(t, int64(1<<20), cfg.Receiver.MaxBodyBytes)
+	require.Equal(t, 5*time.Second, cfg.Database.QueryTimeout)
 }
 
 func TestLoadEnvOverrides(t *testing.T) {
@@ -96,6 +97,12 @@ func TestLoadInvalid(t *testing.T) {
 			edit:    func(s string) string { return s },
 			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_OUTBOX_POLL_INTERVAL": "5"}),
 			wantMsg: `outbox.poll_interval: duration "5": write it with a unit`,
+		},
+		{
+			name:    "zero query timeout",
+			edit:    func(s string) string { return s },
+			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_DATABASE_QUERY_TIMEOUT": "0s"}),
+			wantMsg: `database.query_timeout: 0s must be greater than 0`,
 		},
 		{
 			name:    "unknown top-level key",
@@ -247,4 +254,77 @@ func TestRepositoryConfigLoads(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	require.NotEmpty(t, cfg.Routes)
+}
+
+// Item 18: the receiver's pool is sized for the receiver. Big route
+// concurrency, which only the dispatcher needs connections for, must not
+// force database.max_conns up.
+func TestRouteConcurrencyDoesNotSizeTheReceiverPool(t *testing.T) {
+	t.Parallel()
+	yaml := validYAML + "    concurrency: 64\n" + `  - name: crm
+    url: "http://127.0.0.1:9001/hooks"
+    signing_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    bindings: ["acme.#"]
+    concurrency: 32
+database: {url: "postgres://postgres@127.0.0.1:5432/hookrelay?sslmode=disable", max_conns: 10}
+`
+	yaml = strings.Replace(yaml, "database: {url: \"postgres://postgres@127.0.0.1:5432/hookrelay?sslmode=disable\"}\n", "", 1)
+	cfg, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
+	require.NoError(t, err)
+	require.EqualValues(t, 10, cfg.Database.MaxConns)
+	require.EqualValues(t, 64+32+2, cfg.DispatcherMaxConns(), "derived: sum of routes[].concurrency + 2")
+}
+
+func TestDispatcherMaxConns(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	yaml := validYAML + "    concurrency: 8\n"
+
+	cfg, err := Load(writeConfig(t, yaml), env)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, cfg.Dispatcher.MaxConns, "default: derive")
+	require.EqualValues(t, 10, cfg.DispatcherMaxConns())
+
+	cfg, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 25}\n"), env)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, cfg.DispatcherMaxConns(), "a set value wins")
+
+	_, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 9}\n"), env)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "dispatcher.max_conns: 9 is too small")
+	require.Contains(t, err.Error(), "at least 10")
+}
+
+// Item 3: the listeners' timeouts have defaults and reject nonsense.
+func TestListenerTimeouts(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	cfg, err := Load(writeConfig(t, validYAML), env)
+	require.NoError(t, err)
+	require.Equal(t, Receiver{Listen: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: time.Minute}, cfg.Receiver)
+	require.Equal(t, 10*time.Second, cfg.Dispatcher.ReadTimeout)
+	require.Equal(t, 30*time.Second, cfg.Dispatcher.WriteTimeout)
+	require.Equal(t, 2*time.Minute, cfg.Dispatcher.IdleTimeout)
+	require.Equal(t, 10*time.Second, cfg.Admin.ReadTimeout)
+	require.Equal(t, 10*time.Minute, cfg.Admin.WriteTimeout)
+	require.Equal(t, time.Minute, cfg.Admin.IdleTimeout)
+
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"zero", "receiver: {read_timeout: 0s}\n", "receiver.read_timeout: 0s must be greater than 0"},
+		{"no unit", "admin: {idle_timeout: 5}\n", "admin.idle_timeout: duration 5 has no unit"},
+		{"receiver write leaves no room for the store", "receiver: {read_timeout: 10s, write_timeout: 12s}\n",
+			"receiver.write_timeout: 12s leaves no time to store and answer: set at least 15s"},
+		{"admin write shorter than read", "admin: {read_timeout: 30s, write_timeout: 20s}\n",
+			"admin.write_timeout: 20s must be longer than admin.read_timeout (30s)"},
+		{"dispatcher write shorter than read", "dispatcher: {read_timeout: 30s, write_timeout: 20s}\n",
+			"dispatcher.write_timeout: 20s must be longer than dispatcher.read_timeout (30s)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(writeConfig(t, validYAML+tt.yaml), env)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
 }

@@ -35,6 +35,9 @@ type preset struct {
 	header      string // for token
 	idempotency Idempotency
 	eventType   EventType
+	// dedupeBody is the default of dedupe_body: on where the signature
+	// covers only the body and the key and type come from unsigned headers.
+	dedupeBody bool
 }
 
 // presets: per provider, how it signs, its stable event id, and where the
@@ -48,23 +51,31 @@ var presets = map[string]preset{
 	"github": {
 		scheme: "github",
 		// X-GitHub-Delivery is unique per delivery, and a redelivery from
-		// the UI keeps it; the hook id scopes it to the webhook.
+		// the UI keeps it; the hook id scopes it to the webhook. Neither is
+		// signed, nor is X-GitHub-Event: dedupe_body stops a captured body
+		// from coming back under a new delivery id or event type.
 		idempotency: Idempotency{Headers: []string{"X-GitHub-Hook-ID", "X-GitHub-Delivery"}},
 		eventType:   EventType{Header: "X-GitHub-Event"},
+		dedupeBody:  true,
 	},
 	"shopify": {
 		scheme:      "shopify",
 		idempotency: Idempotency{Header: "X-Shopify-Webhook-Id"}, // the same on Shopify's retries
 		eventType:   EventType{Header: "X-Shopify-Topic"},
+		// Only the body is signed; the id and topic headers are not.
+		dedupeBody: true,
 	},
+	// Standard Webhooks and Svix sign "id.timestamp.body": the key is the
+	// id the matching signature covers, from whichever header family
+	// carried it, never a raw header a replayer could rewrite.
 	"standard-webhooks": {
 		scheme:      "standard-webhooks",
-		idempotency: Idempotency{Header: "webhook-id"},
+		idempotency: Idempotency{SignedID: true},
 		eventType:   EventType{JSONPath: "type"},
 	},
 	"svix": {
 		scheme:      "standard-webhooks",
-		idempotency: Idempotency{Header: "svix-id"},
+		idempotency: Idempotency{SignedID: true},
 		eventType:   EventType{JSONPath: "type"},
 	},
 	"slack": {
@@ -126,6 +137,10 @@ func applyPreset(s *Source) {
 	}
 	if reflect.ValueOf(s.EventType).IsZero() {
 		s.EventType = p.eventType
+	}
+	if s.DedupeBody == nil {
+		on := p.dedupeBody
+		s.DedupeBody = &on
 	}
 }
 

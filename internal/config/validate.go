@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/go-playground/validator/v10"
@@ -177,6 +178,9 @@ func crossCheck(cfg *Config) []string {
 		problems = append(problems, checkVerify(key, s.Verify)...)
 
 		id := s.Idempotency
+		if id.SignedID && s.Verify.Scheme != "standard-webhooks" {
+			add("%s.idempotency.signed_id: scheme %s signs no message id (only standard-webhooks does)", key, s.Verify.Scheme)
+		}
 		if id.Header != "" && len(id.Headers) > 0 {
 			add("%s.idempotency: set header or headers, not both", key)
 		}
@@ -200,13 +204,8 @@ func crossCheck(cfg *Config) []string {
 		add("admin.token: required, at least 16 characters, when admin.listen is set")
 	}
 
-	need := 2 // the dispatcher's LISTEN-free headroom: health checks and retries
-	for _, r := range cfg.Routes {
-		need += r.Concurrency
-	}
-	if int(cfg.Database.MaxConns) < need {
-		add("database.max_conns: %d is too small for the dispatcher, which holds a connection per in-flight delivery: set at least %d (sum of routes[].concurrency + 2)", cfg.Database.MaxConns, need)
-	}
+	problems = append(problems, checkPools(cfg)...)
+	problems = append(problems, checkTimeouts(cfg)...)
 
 	seen = map[string]int{}
 	for i, r := range cfg.Routes {
@@ -217,6 +216,70 @@ func crossCheck(cfg *Config) []string {
 		if r.SigningSecret == "" && len(r.SigningSecrets) == 0 {
 			add("routes[%d]: set signing_secret or signing_secrets (deliveries are always signed)", i)
 		}
+		problems = append(problems, checkRouteHeaders(fmt.Sprintf("routes[%d].headers", i), r.Headers)...)
 	}
 	return problems
+}
+
+// checkRouteHeaders reports route headers that cannot be sent, or that
+// hookrelay sets itself on every delivery and would override. Found at load,
+// such a header is an error naming its key; found at delivery, it would
+// dead-letter every event of the route or be dropped without a word. The
+// messages never repeat a value: a header may carry a token.
+func checkRouteHeaders(key string, headers map[string]string) []string {
+	names := make([]string, 0, len(headers))
+	for name := range headers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var problems []string
+	for _, name := range names {
+		k := key + "." + name
+		if !headerRe.MatchString(name) {
+			problems = append(problems, fmt.Sprintf("%s: not a valid HTTP header name (letters, digits and !#$%%&'*+-.^_`|~ only)", k))
+			continue
+		}
+		if why := reservedHeader(name); why != "" {
+			problems = append(problems, fmt.Sprintf("%s: %s; remove it from the route", k, why))
+			continue
+		}
+		if !validHeaderValue(headers[name]) {
+			problems = append(problems, k+": value contains a control character (CR, LF, NUL or another below 0x20, or DEL); only a tab is allowed")
+		}
+	}
+	return problems
+}
+
+// reservedHeader says why a route may not set the header name, or "" when it
+// may.
+func reservedHeader(name string) string {
+	lower := strings.ToLower(name)
+	switch {
+	case lower == "content-type":
+		return "hookrelay sets it on every delivery (the event's original content type)"
+	case lower == "user-agent":
+		return "hookrelay sets it on every delivery"
+	case strings.HasPrefix(lower, "webhook-"):
+		return "hookrelay sets it on every delivery (webhook-* are the Standard Webhooks id, timestamp and signature the destination verifies)"
+	case strings.HasPrefix(lower, "x-hookrelay-"):
+		return "hookrelay sets it on every delivery (X-Hookrelay-* describe the event and attempt)"
+	}
+	switch lower {
+	case "content-length", "host", "transfer-encoding", "connection", "keep-alive",
+		"te", "trailer", "upgrade", "proxy-connection":
+		return "the HTTP client sets it for each request (framing and connection handling)"
+	}
+	return ""
+}
+
+// validHeaderValue reports whether v can be sent as a header field value:
+// no control characters except a tab (RFC 9110 field-value). Bytes above
+// 0x7f pass, as Go's HTTP client sends them.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -8,6 +8,7 @@
 package deliver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -146,11 +148,13 @@ func New(cfg Config) (*Handler, error) {
 
 // NewClient returns the HTTP client for deliveries: it does not follow
 // redirects (a 3xx is a failed attempt, its Location recorded in the
-// response headers) and bounds connection setup.
+// response headers), bounds connection setup, and reads at most
+// MaxResponseHeaderBytes of response headers.
 func NewClient() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	tr.ResponseHeaderTimeout = 0 // each request has its own deadline
+	tr.MaxResponseHeaderBytes = MaxResponseHeaderBytes
 	return &http.Client{
 		Transport: tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -411,6 +415,23 @@ func (h *Handler) tierFor(n int, retryAfter time.Duration) int {
 
 const maxBodySnippet = 1024
 
+// Limits on a destination's response headers. A destination (or whatever
+// answers at its address) can send megabytes of headers; what the relay
+// reads is bounded by MaxResponseHeaderBytes (the attempt fails with an
+// error beyond it), and what it stores per attempt by MaxStoredHeaderBytes
+// of names and values: enough for the headers an operator reads (status
+// line companions like Content-Type, Location, Retry-After, a request id),
+// small enough that a chatty destination cannot bloat delivery_attempts.
+const (
+	MaxResponseHeaderBytes = 64 << 10
+	MaxStoredHeaderBytes   = 4 << 10
+	// maxStoredHeaderValue cuts a single long value (a cookie, a CSP).
+	maxStoredHeaderValue = 512
+	// HeaderHeadersTruncated is added to stored response headers when some
+	// were dropped or cut; its value says how many.
+	HeaderHeadersTruncated = "X-Hookrelay-Headers-Truncated"
+)
+
 // post makes one HTTP attempt and reports it, with the Retry-After delay
 // asked for by a 429 or 503.
 func (h *Handler) post(ctx context.Context, r *Route, msg Message) (*webhook.Attempt, time.Duration) {
@@ -449,7 +470,7 @@ func (h *Handler) post(ctx context.Context, r *Route, msg Message) (*webhook.Att
 	}
 	defer resp.Body.Close()
 	a.Status = resp.StatusCode
-	a.ResponseHeaders = resp.Header
+	a.ResponseHeaders = capHeaders(resp.Header)
 	// The status decides the outcome; the body is kept for the operator, so
 	// a failure to read it is recorded with a failed attempt, not fatal.
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBodySnippet))
@@ -469,6 +490,67 @@ func (h *Handler) post(ctx context.Context, r *Route, msg Message) (*webhook.Att
 		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), h.now())
 	}
 	return a, retryAfter
+}
+
+// capHeaders returns what is stored of a response's headers: at most
+// MaxStoredHeaderBytes of names and values, shortest headers first (the
+// ones an operator reads are short; a filler or a cookie is long), each
+// value cut to maxStoredHeaderValue bytes. When anything was dropped or
+// cut, HeaderHeadersTruncated says how much; its own size is reserved in
+// the budget.
+func capHeaders(h http.Header) http.Header {
+	type field struct {
+		name  string
+		value string
+	}
+	var fields []field
+	for k, vs := range h {
+		for _, v := range vs {
+			fields = append(fields, field{k, v})
+		}
+	}
+	// Shortest first, then by name and value, so what is kept does not
+	// depend on map order.
+	slices.SortFunc(fields, func(a, b field) int {
+		if n := cmp.Compare(len(a.name)+len(a.value), len(b.name)+len(b.value)); n != 0 {
+			return n
+		}
+		if n := cmp.Compare(a.name, b.name); n != 0 {
+			return n
+		}
+		return cmp.Compare(a.value, b.value)
+	})
+	const reserve = len(HeaderHeadersTruncated) + 160 // room for the marker
+	out := http.Header{}
+	size, dropped, cut := 0, 0, 0
+	for _, f := range fields {
+		v := f.value
+		if len(v) > maxStoredHeaderValue {
+			v = strings.ToValidUTF8(v[:maxStoredHeaderValue], "") + "…"
+			cut++
+		}
+		if size+len(f.name)+len(v) > MaxStoredHeaderBytes-reserve {
+			dropped++
+			continue
+		}
+		size += len(f.name) + len(v)
+		out[f.name] = append(out[f.name], v)
+	}
+	if dropped > 0 || cut > 0 {
+		out.Set(HeaderHeadersTruncated, fmt.Sprintf("%d of %d header value(s) dropped, %d cut to %d bytes: %d bytes of headers received, at most %d stored",
+			dropped, len(fields), cut, maxStoredHeaderValue, headerSize(h), MaxStoredHeaderBytes))
+	}
+	return out
+}
+
+func headerSize(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }
 
 // describeError names a network failure without the URL (which may carry

@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,13 +68,17 @@ type RouteStatsFunc func(ctx context.Context) ([]RouteStat, error)
 // RouteCollector reports, at scrape time and straight from Postgres, each
 // route's undelivered pairs, the age of the oldest (the number on-call
 // alerts on: it grows while a destination is down, however the retries are
-// spaced), and its dead pairs.
+// spaced), and its dead pairs; and the pairs pending or retrying on routes
+// that are not configured, which no dispatcher delivers (a route removed
+// from the config while pairs were in flight, or receivers and
+// dispatchers running different configs).
 type RouteCollector struct {
 	stats       RouteStatsFunc
 	routes      []string
 	undelivered *prometheus.Desc
 	oldest      *prometheus.Desc
 	dead        *prometheus.Desc
+	unserved    *prometheus.Desc
 }
 
 // NewRouteCollector returns a collector over stats for routes.
@@ -87,6 +92,9 @@ func NewRouteCollector(stats RouteStatsFunc, routes []string) *RouteCollector {
 			"Age of the oldest undelivered event-route pair (0 when none).", []string{"route"}, nil),
 		dead: prometheus.NewDesc("hookrelay_route_dead",
 			"Event-route pairs in the dead-letter state, waiting for an operator.", []string{"route"}, nil),
+		unserved: prometheus.NewDesc("hookrelay_route_unserved_undelivered",
+			"Event-route pairs pending or retrying on a route this dispatcher's config does not have: nothing delivers them. "+
+				"One series per such route, none when there are none.", []string{"route"}, nil),
 	}
 }
 
@@ -95,6 +103,7 @@ func (c *RouteCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.undelivered
 	ch <- c.oldest
 	ch <- c.dead
+	ch <- c.unserved
 }
 
 // Collect implements prometheus.Collector. A failed query fails the scrape
@@ -104,7 +113,7 @@ func (c *RouteCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	stats, err := c.stats(ctx)
 	if err != nil {
-		for _, d := range []*prometheus.Desc{c.undelivered, c.oldest, c.dead} {
+		for _, d := range []*prometheus.Desc{c.undelivered, c.oldest, c.dead, c.unserved} {
 			ch <- prometheus.NewInvalidMetric(d, err)
 		}
 		return
@@ -112,6 +121,11 @@ func (c *RouteCollector) Collect(ch chan<- prometheus.Metric) {
 	byRoute := map[string]RouteStat{}
 	for _, s := range stats {
 		byRoute[s.Route] = s
+	}
+	for _, s := range stats {
+		if !slices.Contains(c.routes, s.Route) && s.Undelivered > 0 {
+			ch <- prometheus.MustNewConstMetric(c.unserved, prometheus.GaugeValue, float64(s.Undelivered), s.Route)
+		}
 	}
 	for _, r := range c.routes {
 		s := byRoute[r]

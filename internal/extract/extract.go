@@ -1,6 +1,8 @@
 // Package extract reads a webhook's idempotency key and event type from its
-// headers or JSON body, as a source's configuration says. A body or header it
-// cannot read is an *Error, which the receiver answers with 400.
+// headers, JSON body or verified signed id, as a source's configuration
+// says. A body or header it cannot read, and a value Postgres could never
+// store (a NUL byte, invalid UTF-8), is an *Error, which the receiver answers
+// with 400.
 package extract
 
 import (
@@ -22,15 +24,18 @@ const (
 )
 
 // Config says where the two values come from. Idempotency parts are taken
-// from IdempotencyHeaders, then IdempotencyPaths, and joined; with neither,
-// the key is the SHA-256 of the raw body. The event type comes from
-// EventTypeHeader, or the first of EventTypePaths that is present: exactly
-// one of the two is set.
+// from the signed id (IdempotencySignedID), then IdempotencyHeaders, then
+// IdempotencyPaths, and joined; with none, the key is the SHA-256 of the raw
+// body. The event type comes from EventTypeHeader, or the first of
+// EventTypePaths that is present: exactly one of the two is set.
 type Config struct {
-	IdempotencyHeaders []string
-	IdempotencyPaths   []string
-	EventTypeHeader    string
-	EventTypePaths     []string
+	// IdempotencySignedID takes the message id the source's signature
+	// covers (Input.SignedID) as the first part of the key.
+	IdempotencySignedID bool
+	IdempotencyHeaders  []string
+	IdempotencyPaths    []string
+	EventTypeHeader     string
+	EventTypePaths      []string
 }
 
 // Extractor applies one source's Config.
@@ -57,6 +62,19 @@ func (e *Error) Error() string { return e.Message }
 
 func fail(format string, args ...any) *Error { return &Error{Message: fmt.Sprintf(format, args...)} }
 
+// Input is the part of a request that Extract reads.
+type Input struct {
+	Header http.Header
+	Body   []byte
+	// SignedID is the message id the request's verified signature covers,
+	// "" when the scheme signs none.
+	SignedID string
+}
+
+// SignedID reports whether x keys on Input.SignedID, which only a verifier
+// that signs an id can give.
+func (x *Extractor) SignedID() bool { return x.cfg.IdempotencySignedID }
+
 // Result is what Extract found.
 type Result struct {
 	IdempotencyKey string
@@ -65,22 +83,39 @@ type Result struct {
 
 // Extract reads the idempotency key and event type. It returns an *Error for
 // input it cannot read.
-func (x *Extractor) Extract(h http.Header, body []byte) (Result, error) {
+func (x *Extractor) Extract(in Input) (Result, error) {
+	h, body := in.Header, in.Body
 	if x.needJSON && !gjson.ValidBytes(body) {
 		return Result{}, fail("body is not valid JSON")
 	}
 	var res Result
 
 	var parts []string
+	if x.cfg.IdempotencySignedID {
+		v := in.SignedID // exactly the signed bytes: no trimming
+		if v == "" {
+			return Result{}, fail("no signed message id (idempotency key)")
+		}
+		if err := checkText("signed id", v); err != nil {
+			return Result{}, fail("idempotency key: %s", err.Message)
+		}
+		parts = append(parts, v)
+	}
 	for _, name := range x.cfg.IdempotencyHeaders {
 		v := strings.TrimSpace(h.Get(name))
 		if v == "" {
 			return Result{}, fail("missing header %s (idempotency key)", name)
 		}
+		if err := checkText("header "+name, v); err != nil {
+			return Result{}, fail("idempotency key: %s", err.Message)
+		}
 		parts = append(parts, v)
 	}
 	for _, path := range x.cfg.IdempotencyPaths {
 		v, err := scalar(body, path)
+		if err == nil {
+			err = checkText(fmt.Sprintf("field %q", path), v)
+		}
 		if err != nil {
 			return Result{}, fail("idempotency key: %s", err.Message)
 		}
@@ -154,12 +189,28 @@ func joinKey(parts []string) string {
 	return strings.Join(parts, ":")
 }
 
+// checkText says why v, read from what, cannot be stored: Postgres text
+// refuses a NUL byte and invalid UTF-8, so such a value could never be
+// stored, whatever the sender retries.
+func checkText(what, v string) *Error {
+	if strings.IndexByte(v, 0) >= 0 {
+		return fail("%s contains a NUL byte", what)
+	}
+	if !utf8.ValidString(v) {
+		return fail("%s is not valid UTF-8", what)
+	}
+	return nil
+}
+
+// checkEventType says why t cannot be an event type: it must be storable
+// (checkText), fit a routing key, and hold no control character (it is
+// also sent as a header on every delivery).
 func checkEventType(t string) *Error {
 	if len(t) > maxEventTypeLen {
 		return fail("event type is longer than %d bytes", maxEventTypeLen)
 	}
-	if !utf8.ValidString(t) {
-		return fail("event type is not valid UTF-8")
+	if err := checkText("event type", t); err != nil {
+		return err
 	}
 	for _, r := range t {
 		if unicode.IsControl(r) {

@@ -1,9 +1,15 @@
 package httpserver
 
 // Degraded is what a readiness check returns when its dependency answers
-// but with a limitation that does not make the process unready (RabbitMQ
-// blocking publishers during an alarm): /readyz shows the text for the
-// check and still answers 200. Keep it a fixed word, not an error's detail.
-type Degraded string
+// with a limitation that does not make the process unready, because taking
+// it out of a load balancer would not help (RabbitMQ blocking publishers
+// during an alarm is broker-wide): /readyz still answers 200, shows State,
+// a short fixed word chosen by the check (such as "blocked"), instead of
+// "ok", and logs Err.
+type Degraded struct {
+	State string
+	Err   error
+}
 
-func (d Degraded) Error() string { return string(d) }
+func (e *Degraded) Error() string { return e.State + ": " + e.Err.Error() }
+func (e *Degraded) Unwrap() error { return e.Err }

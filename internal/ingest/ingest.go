@@ -7,12 +7,16 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/extract"
@@ -35,6 +39,11 @@ type Source struct {
 	Name      string
 	Verifier  signature.Verifier
 	Extractor *extract.Extractor
+	// DedupeBody makes a body identical to one already stored for the
+	// source a duplicate, whatever its key: for senders whose signature
+	// covers only the body, so unsigned headers (a new delivery id, another
+	// event type) cannot turn a replayed body into a new event.
+	DedupeBody bool
 }
 
 // Config configures a Handler.
@@ -92,6 +101,9 @@ func New(cfg Config) (*Handler, error) {
 	for _, s := range cfg.Sources {
 		if s.Verifier == nil || s.Extractor == nil {
 			return nil, fmt.Errorf("ingest: source %q needs a verifier and an extractor", s.Name)
+		}
+		if _, ok := s.Verifier.(signature.IDVerifier); s.Extractor.SignedID() && !ok {
+			return nil, fmt.Errorf("ingest: source %q keys on the signed id, but its verifier signs none", s.Name)
 		}
 		h.sources[s.Name] = s
 	}
@@ -152,7 +164,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		return "rejected", "read_error"
 	}
 
-	err = src.Verifier.Verify(&signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
+	signedID, err := verify(src.Verifier, &signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
 	if err != nil {
 		var ve *signature.VerifyError
 		if !errors.As(err, &ve) {
@@ -165,7 +177,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		return "rejected", "signature_" + ve.Kind()
 	}
 
-	res, err := src.Extractor.Extract(r.Header, body)
+	res, err := src.Extractor.Extract(extract.Input{Header: r.Header, Body: body, SignedID: signedID})
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return "rejected", "bad_request"
@@ -177,24 +189,29 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		return "rejected", "bad_request"
 	}
 
-	headers := r.Header.Clone()
-	for _, k := range credentialHeaders {
-		headers.Del(k)
+	contentType := r.Header.Get("Content-Type")
+	if msg := contentTypeProblem(contentType); msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return "rejected", "bad_request"
 	}
-	if sh, ok := src.Verifier.(interface{ SecretHeaders() []string }); ok {
-		for _, k := range sh.SecretHeaders() {
-			headers.Del(k)
-		}
+
+	headers, dropped := storedHeaders(r.Header, src.Verifier)
+	if len(dropped) > 0 {
+		log.Debug().Strs("headers", dropped).Msg("left header values that are not UTF-8 out of the stored headers")
 	}
 	ev := &webhook.Event{
 		ID:             uuid.Must(uuid.NewV7()),
 		Source:         src.Name,
 		IdempotencyKey: res.IdempotencyKey,
 		EventType:      res.EventType,
-		ContentType:    r.Header.Get("Content-Type"),
+		ContentType:    contentType,
 		Headers:        headers,
 		Body:           body,
 		ReceivedAt:     start,
+	}
+	if src.DedupeBody {
+		sum := sha256.Sum256(body)
+		ev.BodySHA256 = sum[:]
 	}
 	// The sender hanging up must not abort a commit half-way: the outcome
 	// would be unknown to both sides. Bound it with its own timeout instead.
@@ -217,6 +234,74 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	}
 	log.Debug().Stringer("event_id", id).Str("event_type", ev.EventType).Msg("event stored")
 	return "accepted", ""
+}
+
+// verify runs v on r and returns the message id its signature covers, ""
+// when v's scheme signs none.
+func verify(v signature.Verifier, r *signature.Request) (signedID string, err error) {
+	if iv, ok := v.(signature.IDVerifier); ok {
+		return iv.VerifyID(r)
+	}
+	return "", v.Verify(r)
+}
+
+// maxContentType is AMQP's limit on a short string: the Content-Type is
+// published as the message's content-type property, and a longer one could
+// be stored but never published.
+const maxContentType = 255
+
+// contentTypeProblem says why ct cannot be stored and published, or "".
+// It must be printable ASCII (a tab allowed): Postgres text refuses invalid
+// UTF-8, and no media type needs more. Go's server has already refused other
+// control bytes in any header.
+func contentTypeProblem(ct string) string {
+	if len(ct) > maxContentType {
+		return fmt.Sprintf("Content-Type is longer than %d bytes", maxContentType)
+	}
+	for i := 0; i < len(ct); i++ {
+		if c := ct[i]; (c < ' ' && c != '\t') || c > '~' {
+			return "Content-Type must be printable ASCII"
+		}
+	}
+	return ""
+}
+
+// storedHeaders returns the request headers to store with the event: without
+// credentials (those of credentialHeaders and the verifier's secret
+// headers), and without values that are not valid UTF-8 or hold a NUL byte,
+// which Postgres' jsonb cannot hold as sent. Go's HTTP server refuses NUL and
+// other control bytes itself, but passes bytes above 0x7f; storing such a
+// value would alter it, and a stored header is either what was sent or
+// absent. dropped names the headers that lost a value.
+func storedHeaders(h http.Header, v signature.Verifier) (stored http.Header, dropped []string) {
+	stored = h.Clone()
+	for _, k := range credentialHeaders {
+		stored.Del(k)
+	}
+	if sh, ok := v.(interface{ SecretHeaders() []string }); ok {
+		for _, k := range sh.SecretHeaders() {
+			stored.Del(k)
+		}
+	}
+	for k, vals := range stored {
+		kept := vals[:0]
+		for _, val := range vals {
+			if utf8.ValidString(val) && strings.IndexByte(val, 0) < 0 {
+				kept = append(kept, val)
+			}
+		}
+		if len(kept) == len(vals) {
+			continue
+		}
+		dropped = append(dropped, k)
+		if len(kept) == 0 {
+			delete(stored, k)
+		} else {
+			stored[k] = kept
+		}
+	}
+	sort.Strings(dropped)
+	return stored, dropped
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -1,10 +1,12 @@
 package ops
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -21,9 +23,13 @@ import (
 // <token>".
 //
 //	GET  /api/events               ?source=&event_type=&state=&route=&since=&until=&limit=
+//	                               {"total": N, "shown": n, "items": [...]}
 //	GET  /api/events/{id}
 //	POST /api/events/{id}/replay   ?route=&include_delivered=true&dry_run=true
-//	POST /api/replay               {"filter": {...}, "include_delivered": false, "dry_run": false}
+//	POST /api/replay               {"filter": {...}, "after": "", "include_delivered": false, "dry_run": false}
+//
+// POST /api/replay replays at most MaxAPIReplayEvents events per request
+// (see there).
 func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
@@ -32,7 +38,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		list, err := s.DB.EventList(r.Context(), f)
+		list, err := s.EventList(r.Context(), f)
 		if err != nil {
 			logger.Error().Err(err).Msg("listing events")
 			writeError(w, http.StatusServiceUnavailable, "storage unavailable")
@@ -46,7 +52,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			writeError(w, http.StatusBadRequest, "invalid event id")
 			return
 		}
-		ev, err := s.DB.EventShow(r.Context(), id)
+		ev, err := s.EventShow(r.Context(), id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			writeError(w, http.StatusNotFound, "no such event")
@@ -83,6 +89,16 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			writeError(w, http.StatusBadRequest, "refusing to replay everything: give a filter")
 			return
 		}
+		if req.EventID == uuid.Nil && !req.DryRun {
+			if status, msg := apiReplayTooBig(r, s, req); status != 0 {
+				if status == http.StatusServiceUnavailable {
+					logger.Error().Str("error", msg).Msg("counting replay candidates")
+					msg = "storage unavailable"
+				}
+				writeError(w, status, msg)
+				return
+			}
+		}
 		replay(w, r, s, logger, req)
 	})
 	want := sha256.Sum256([]byte(token))
@@ -98,13 +114,57 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 	})
 }
 
+// MaxAPIReplayEvents bounds a replay through the admin API. A replay is
+// paced (it waits for each batch to drain so live events keep flowing), so
+// a large one takes minutes: too long for one HTTP request to hold
+// silently, in the process that also ingests. A bigger selection is
+// refused with 422 naming the way on: page with "limit" (at most this)
+// and "after" (the previous response's next_after), each request
+// returning once its events are mostly delivered, or run `hookrelay
+// replay`, which paces a replay of any size and prints its progress.
+const MaxAPIReplayEvents = 1000
+
+// apiReplayTooBig returns a status and message when req selects more than
+// MaxAPIReplayEvents, 0 when it may run.
+func apiReplayTooBig(r *http.Request, s *Service, req ReplayRequest) (int, string) {
+	if req.Filter.Limit > MaxAPIReplayEvents {
+		return http.StatusBadRequest, fmt.Sprintf("filter.limit: the admin API replays at most %d events per request", MaxAPIReplayEvents)
+	}
+	if req.Filter.Limit > 0 {
+		return 0, ""
+	}
+	after, err := store.ParseReplayCursor(req.After)
+	if err != nil {
+		return http.StatusBadRequest, "after: " + err.Error()
+	}
+	n, err := s.DB.ReplayCandidateCount(r.Context(), req.Filter, after)
+	if err != nil {
+		return http.StatusServiceUnavailable, err.Error()
+	}
+	if n > MaxAPIReplayEvents {
+		return http.StatusUnprocessableEntity, fmt.Sprintf(
+			"the filter selects %d events; the admin API replays at most %d per request: set filter.limit (at most %d) "+
+				"and repeat with \"after\" set to each response's next_after until it is empty, or run `hookrelay replay`, "+
+				"which paces a replay of any size", n, MaxAPIReplayEvents, MaxAPIReplayEvents)
+	}
+	return 0, ""
+}
+
 func replay(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Logger, req ReplayRequest) {
 	res, err := s.Replay(r.Context(), req)
+	var stalled *StalledError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no such event")
-	case errors.Is(err, ErrUnknownRoute):
+	case errors.Is(err, ErrUnknownRoute), errors.Is(err, ErrInvalidRequest):
 		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.As(err, &stalled):
+		logger.Warn().Err(err).Msg("replay stalled")
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The caller hung up while the replay waited for a batch; what was
+		// enqueued stays enqueued. Nobody is left to answer.
+		logger.Info().Err(err).Msg("replay request ended by the caller")
 	case err != nil:
 		logger.Error().Err(err).Msg("replaying")
 		writeError(w, http.StatusServiceUnavailable, "storage unavailable")

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,133 +46,73 @@ func (s *Service) now() time.Time {
 var ErrUnknownRoute = errors.New("unknown route")
 
 func (s *Service) checkRoute(route string) error {
-	if route == "" {
+	if route == "" || s.served(route) {
 		return nil
 	}
-	for _, r := range s.Routes {
-		if r == route {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w %q", ErrUnknownRoute, route)
+	return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
 }
 
-// ReplayRequest selects what to replay: one event (EventID) or a filter,
-// to every route the event is bound to or to Filter.Route only.
-type ReplayRequest struct {
-	EventID uuid.UUID         `json:"event_id,omitzero"`
-	Filter  store.EventFilter `json:"filter"`
-	// IncludeDelivered replays pairs already delivered too.
-	IncludeDelivered bool `json:"include_delivered,omitempty"`
-	// DryRun reports what would be replayed and changes nothing.
-	DryRun bool `json:"dry_run,omitempty"`
+// served reports whether route is in the config.
+func (s *Service) served(route string) bool {
+	return slices.Contains(s.Routes, route)
 }
 
-// ReplayItem is one (event, route) pair and what replay did with it.
-type ReplayItem struct {
-	EventID    uuid.UUID `json:"event_id"`
-	Source     string    `json:"source"`
-	EventType  string    `json:"event_type"`
-	ReceivedAt time.Time `json:"received_at"`
-	Route      string    `json:"route"`
-	// State is the pair's state before the replay ("" if never attempted).
-	State string `json:"state"`
-	// Skipped says why a pair was not replayed.
-	Skipped string `json:"skipped,omitempty"`
+// UnservedReason is what an operator is told about a pair on a route that
+// is not in the config.
+func UnservedReason(route string) string {
+	return "route " + route + " is not configured: no dispatcher delivers it"
 }
 
-// ReplayResult lists the replayed and the skipped pairs.
-type ReplayResult struct {
-	DryRun   bool         `json:"dry_run"`
-	Replayed []ReplayItem `json:"replayed"`
-	Skipped  []ReplayItem `json:"skipped"`
-}
-
-// Replay puts the selected pairs back through the outbox (so a crash half
-// way loses nothing) addressed to their route's queue, each as a new
-// attempt series with the same webhook-id. Delivered pairs are skipped
-// unless IncludeDelivered; pairs pending or retrying are in flight already
-// and always skipped; purged events have no body left to send.
-func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
-	if err := s.checkRoute(req.Filter.Route); err != nil {
-		return nil, err
-	}
-	f := req.Filter
-	var candidates []store.ReplayCandidate
-	if req.EventID != uuid.Nil {
-		ev, err := s.DB.EventShow(ctx, req.EventID)
-		if err != nil {
-			return nil, err
-		}
-		c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
-		for _, d := range ev.Deliveries {
-			c.States[d.Route] = d.State
-		}
-		candidates = []store.ReplayCandidate{c}
-	} else {
-		// The pair-level filter is applied below; the event-level query
-		// needs no route/state narrowing beyond existence.
-		var err error
-		if candidates, err = s.DB.ReplayCandidates(ctx, f); err != nil {
-			return nil, err
-		}
-	}
-
-	res := &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}}
-	var pairs []store.ReplayPair
-	for _, c := range candidates {
-		for _, route := range s.RoutesFunc(webhook.RoutingKey(c.Source, c.EventType)) {
-			if f.Route != "" && route != f.Route {
-				continue
-			}
-			state := c.States[route]
-			if f.State != "" && state != f.State {
-				continue
-			}
-			item := ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt, Route: route, State: state}
-			switch {
-			case c.Purged:
-				item.Skipped = "purged: the body is no longer stored"
-			case state == string(webhook.StateDelivered) && !req.IncludeDelivered:
-				item.Skipped = "delivered (use --include-delivered)"
-			case state == string(webhook.StatePending) || state == string(webhook.StateRetrying):
-				item.Skipped = "in flight (" + state + ")"
-			}
-			if item.Skipped != "" {
-				res.Skipped = append(res.Skipped, item)
-				continue
-			}
-			res.Replayed = append(res.Replayed, item)
-			pairs = append(pairs, store.ReplayPair{EventID: c.EventID, Route: route})
-		}
-	}
-	if req.DryRun {
-		return res, nil
-	}
-	done, err := s.DB.ReplayEnqueue(ctx, pairs, req.IncludeDelivered)
+// EventShow returns one event with its deliveries and attempts, each
+// delivery marked Unserved when its route is not in the config; or
+// store.ErrNotFound.
+func (s *Service) EventShow(ctx context.Context, id uuid.UUID) (*store.EventDetail, error) {
+	ev, err := s.DB.EventShow(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if len(done) < len(pairs) {
-		// Some pair changed state since it was selected (delivered, or in
-		// flight again): it was left alone.
-		enqueued := map[store.ReplayPair]bool{}
-		for _, p := range done {
-			enqueued[p] = true
-		}
-		kept := res.Replayed[:0]
-		for _, it := range res.Replayed {
-			if enqueued[store.ReplayPair{EventID: it.EventID, Route: it.Route}] {
-				kept = append(kept, it)
-				continue
-			}
-			it.Skipped = "changed state meanwhile; left alone"
-			res.Skipped = append(res.Skipped, it)
-		}
-		res.Replayed = kept
+	for i := range ev.Deliveries {
+		ev.Deliveries[i].Unserved = !s.served(ev.Deliveries[i].Route)
 	}
-	return res, nil
+	return ev, nil
 }
+
+// EventList is part of the events a filter selects: Shown of Total.
+type EventList struct {
+	Total int64                `json:"total"`
+	Shown int                  `json:"shown"`
+	Items []store.EventSummary `json:"items"`
+}
+
+// EventList lists the events f selects, newest first, up to f.Limit
+// (default 100), with how many match in all.
+func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventList, error) {
+	if f.Limit <= 0 {
+		f.Limit = DefaultListLimit
+	}
+	items, err := s.DB.EventList(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	for i := range items {
+		for j := range items[i].Deliveries {
+			items[i].Deliveries[j].Unserved = !s.served(items[i].Deliveries[j].Route)
+		}
+	}
+	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
+	if len(items) >= f.Limit {
+		// Only a full page needs the count.
+		if out.Total, err = s.DB.EventCountByFilter(ctx, f); err != nil {
+			return nil, err
+		}
+		out.Total = max(out.Total, int64(out.Shown))
+	}
+	return out, nil
+}
+
+// DefaultListLimit is how many events or dead letters a listing shows
+// unless told otherwise.
+const DefaultListLimit = 100
 
 // DeadLetter is a message in a route's dead-letter queue.
 type DeadLetter struct {
@@ -201,10 +142,21 @@ func (s *Service) channel() (*amqp.Connection, *amqp.Channel, error) {
 	return conn, ch, nil
 }
 
+// DeadLetterList is part of a dead-letter queue: Shown of its Total
+// messages.
+type DeadLetterList struct {
+	Queue string       `json:"queue"`
+	Total int          `json:"total"`
+	Shown int          `json:"shown"`
+	Items []DeadLetter `json:"items"`
+}
+
 // DeadList reads up to limit messages of route's dead-letter queue without
 // consuming them: they are taken unacknowledged and all returned to the
 // queue. (Dead-letter queues have no delivery limit, so reading is safe.)
-func (s *Service) DeadList(ctx context.Context, route string, limit int) ([]DeadLetter, error) {
+// Total is the queue's message count, so a caller can say what it did not
+// show.
+func (s *Service) DeadList(ctx context.Context, route string, limit int) (*DeadLetterList, error) {
 	if err := s.requireRoute(route); err != nil {
 		return nil, err
 	}
@@ -213,24 +165,35 @@ func (s *Service) DeadList(ctx context.Context, route string, limit int) ([]Dead
 		return nil, err
 	}
 	defer conn.Close()
-	out := []DeadLetter{}
+	queue := s.Names.DeadQueue(route)
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inspecting %s: %w", queue, err)
+	}
+	out := &DeadLetterList{Queue: queue, Items: []DeadLetter{}}
 	var last uint64
-	for len(out) < limit {
-		d, ok, err := ch.Get(s.Names.DeadQueue(route), false)
+	for len(out.Items) < limit {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		d, ok, err := ch.Get(queue, false)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", s.Names.DeadQueue(route), err)
+			return nil, fmt.Errorf("reading %s: %w", queue, err)
 		}
 		if !ok {
 			break
 		}
 		last = d.DeliveryTag
-		out = append(out, deadLetter(d))
+		out.Items = append(out.Items, deadLetter(d))
 	}
 	if last > 0 {
 		if err := ch.Nack(last, true, true); err != nil {
 			return nil, fmt.Errorf("returning messages to the queue: %w", err)
 		}
 	}
+	out.Shown = len(out.Items)
+	// Messages dead-lettered since the count was taken may have been read.
+	out.Total = max(q.Messages, out.Shown)
 	return out, nil
 }
 
@@ -339,15 +302,31 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int
 	return moved, nil
 }
 
-// Purge deletes what is older than olderThan (see store.Purge), keeping
-// dedupe keys for the retention window.
-func (s *Service) Purge(ctx context.Context, olderThan time.Duration, batch int) (store.PurgeResult, error) {
-	if olderThan <= 0 {
+// PurgeRequest says what to purge.
+type PurgeRequest struct {
+	// OlderThan is the age past which events are purged.
+	OlderThan time.Duration
+	// Batch is how many events one transaction handles; default 1000.
+	Batch int
+	// IncludeDead purges events with dead pairs too (their dead letters
+	// then park as event_missing on requeue).
+	IncludeDead bool
+}
+
+// Purge deletes what is older than req.OlderThan (see store.Purge),
+// keeping dedupe keys for the retention window and every event with
+// something undelivered. Pairs pending or retrying on a route that is not
+// in the config are abandoned: no dispatcher will ever deliver them.
+func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResult, error) {
+	if req.OlderThan <= 0 {
 		return store.PurgeResult{}, errors.New("--older-than must be positive")
 	}
-	if batch <= 0 {
-		batch = 1000
-	}
 	now := s.now()
-	return s.DB.Purge(ctx, now.Add(-olderThan), now.Add(-s.DedupeWindow), batch)
+	return s.DB.Purge(ctx, store.PurgeConfig{
+		OlderThan:    now.Add(-req.OlderThan),
+		DedupeBefore: now.Add(-s.DedupeWindow),
+		Batch:        req.Batch,
+		IncludeDead:  req.IncludeDead,
+		ServedRoutes: append([]string{}, s.Routes...), // never nil: nil would mean every route is served
+	})
 }

@@ -2,13 +2,21 @@
 // claims outbox rows (FOR UPDATE SKIP LOCKED, so any number of receivers
 // share the work), publishes them with publisher confirms, and deletes a row
 // only after the broker confirmed its message. Anything else (a nack, a
-// return, a timeout, a lost connection, a crash) leaves the row for the next
+// return, a timeout, a lost connection, a crash) leaves the row for another
 // claim: a message may be published twice, never lost.
+//
+// A row the broker refuses (nack, return, no confirm in time) counts a
+// failed attempt and waits out a backoff before a claim takes it again, so
+// rows that keep failing never hold back the rows behind them. A failure of
+// the whole publish (connection lost, broker blocking) says nothing about
+// the rows: they go back as they were.
 package outbox
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/backoff"
@@ -20,21 +28,87 @@ import (
 // Batch is a set of claimed rows, locked until Complete or Release.
 type Batch interface {
 	Messages() []webhook.Message
-	// Complete deletes the confirmed rows and releases the others.
-	Complete(ctx context.Context, confirmed []int64) error
+	// Complete deletes the confirmed rows, records each failure on its row
+	// (one more attempt, the reason, the next try after RetryIn), releases
+	// the others, and commits all of it together.
+	Complete(ctx context.Context, confirmed []int64, failed []Failure) error
 	// Release gives every row back.
 	Release(ctx context.Context) error
 }
 
-// Store claims outbox rows.
+// Failure is a claimed row whose message the broker refused.
+type Failure struct {
+	OutboxID int64
+	Reason   string
+	RetryIn  time.Duration
+}
+
+// Store claims outbox rows that are due.
 type Store interface {
 	OutboxClaim(ctx context.Context, limit int) (Batch, error)
 }
 
-// Publisher sends a batch and reports, per message, whether the broker
-// confirmed it. An error means the connection failed.
+// Result is the broker's answer about one published message.
+type Result struct {
+	// Acked: the broker took responsibility for the message.
+	Acked bool
+	// Failure, when not Acked, names why the broker refused this message
+	// ("nack", "returned", "unconfirmed"); the row counts a failed attempt.
+	// Empty means there is no answer about this message (the publish
+	// failed as a whole first): the row goes back uncounted.
+	Failure string
+}
+
+// Publisher sends a batch and reports each message's Result, in order. A
+// non-nil error means the publish failed as a whole (connection lost,
+// broker blocking, confirm timeout); the results still hold every answer
+// known.
 type Publisher interface {
-	Publish(ctx context.Context, msgs []webhook.Message) (acked []bool, err error)
+	Publish(ctx context.Context, msgs []webhook.Message) ([]Result, error)
+}
+
+// Backoff of a refused row. The first retries come soon, because a
+// refusal is often brief: a route queue a starting dispatcher is about to
+// declare, a quorum queue electing a new leader, a confirm that just missed
+// the timeout. A row that stays refused (a queue deleted for good, a replay
+// to a route no dispatcher declares any more) costs one publish and confirm
+// per try: at most one try per row every five minutes keeps 10,000 such
+// rows to about 33 publishes a second, and a fixed cause is picked up within
+// five minutes.
+const (
+	rowRetryMin = time.Second
+	rowRetryMax = 5 * time.Minute
+)
+
+// retryDelay is how long a row waits after its n-th refusal (n >= 1):
+// rowRetryMin doubled per refusal, capped at rowRetryMax, and drawn from
+// the upper half of that step ("equal jitter"), so rows refused together
+// spread out instead of coming back as one batch, and none comes back
+// sooner than half its step.
+func retryDelay(n int) time.Duration {
+	step := rowRetryMin << min(max(n-1, 0), 20)
+	if step > rowRetryMax || step <= 0 {
+		step = rowRetryMax
+	}
+	return step/2 + rand.N(step/2+1)
+}
+
+// Metrics counts refused rows.
+type Metrics struct {
+	failures *prometheus.CounterVec
+}
+
+// NewMetrics registers hookrelay_outbox_failures_total on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookrelay_outbox_failures_total",
+		Help: "Outbox rows the broker refused, by reason: nack, returned (unroutable) or unconfirmed (no confirm within the timeout). Each waits out a backoff.",
+	}, []string{"reason"})}
+	reg.MustRegister(m.failures)
+	for _, r := range []string{"nack", "returned", "unconfirmed"} {
+		m.failures.WithLabelValues(r)
+	}
+	return m
 }
 
 // Config configures a Relay.
@@ -51,6 +125,8 @@ type Config struct {
 	// not cut short by shutdown, so a claimed batch finishes.
 	PublishTimeout time.Duration
 	Logger         zerolog.Logger
+	// Metrics counts refused rows; nil counts nothing.
+	Metrics *Metrics
 	// AfterPublishFunc, when set, runs after a batch's confirms and before
 	// its rows are deleted. Tests use it to kill the process there.
 	AfterPublishFunc func()
@@ -122,11 +198,19 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	defer cancel()
 
-	acked, pubErr := r.cfg.Publisher.Publish(ctx, msgs)
+	results, pubErr := r.cfg.Publisher.Publish(ctx, msgs)
 	confirmed := make([]int64, 0, len(msgs))
+	var failed []Failure
 	for i, m := range msgs {
-		if i < len(acked) && acked[i] {
+		var res Result
+		if i < len(results) {
+			res = results[i]
+		}
+		switch {
+		case res.Acked:
 			confirmed = append(confirmed, m.OutboxID)
+		case res.Failure != "":
+			failed = append(failed, Failure{OutboxID: m.OutboxID, Reason: res.Failure, RetryIn: retryDelay(m.OutboxAttempts + 1)})
 		}
 	}
 
@@ -137,31 +221,67 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	// undeleted (they would all be published again).
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer ccancel()
-	if err := batch.Complete(cctx, confirmed); err != nil {
-		// The rows stay; their messages will be published again.
+	if err := batch.Complete(cctx, confirmed, failed); err != nil {
+		// The rows stay as they were; their messages will be published
+		// again.
 		return len(msgs), err
 	}
+	r.recordFailures(msgs, failed)
 	if pubErr != nil {
 		return len(msgs), pubErr
 	}
-	if len(confirmed) < len(msgs) {
-		return len(msgs), errors.New("broker did not confirm every message; the rest stay in the outbox")
+	if unanswered := len(msgs) - len(confirmed) - len(failed); unanswered > 0 {
+		return len(msgs), fmt.Errorf("publisher reported no outcome for %d of %d messages; they stay in the outbox", unanswered, len(msgs))
 	}
-	r.logger.Debug().Int("published", len(confirmed)).Msg("outbox batch published")
+	r.logger.Debug().Int("published", len(confirmed)).Int("refused", len(failed)).Msg("outbox batch published")
 	return len(msgs), nil
+}
+
+// recordFailures counts and logs the refused rows once their backoff is
+// stored. A row is logged on its first refusal and then whenever its
+// attempts reach a power of two, so a row that keeps failing stays visible
+// without a line per retry.
+func (r *Relay) recordFailures(msgs []webhook.Message, failed []Failure) {
+	if len(failed) == 0 {
+		return
+	}
+	byID := make(map[int64]*webhook.Message, len(msgs))
+	for i := range msgs {
+		byID[msgs[i].OutboxID] = &msgs[i]
+	}
+	for _, f := range failed {
+		if r.cfg.Metrics != nil {
+			r.cfg.Metrics.failures.WithLabelValues(f.Reason).Inc()
+		}
+		m := byID[f.OutboxID]
+		attempts := m.OutboxAttempts + 1
+		if attempts&(attempts-1) != 0 {
+			continue
+		}
+		ev := r.logger.Warn().Int64("outbox_id", f.OutboxID).Stringer("event_id", m.EventID).
+			Str("reason", f.Reason).Int("attempts", attempts).Dur("retry_in", f.RetryIn)
+		if m.Route != "" {
+			ev = ev.Str("route", m.Route)
+		} else {
+			ev = ev.Str("routing_key", m.RoutingKey)
+		}
+		ev.Msg("broker refused outbox row; retrying with backoff")
+	}
 }
 
 // Stats reads the outbox backlog.
 type Stats interface {
 	OutboxStats(ctx context.Context) (backlog int64, oldest time.Duration, err error)
+	OutboxBackoffCount(ctx context.Context) (int64, error)
 }
 
-// BacklogCollector reports the backlog and the age of the oldest row at
-// scrape time, straight from Postgres, so every receiver reports the same
-// truth.
+// BacklogCollector reports the backlog, the rows waiting out a backoff and
+// the age of the oldest row at scrape time, straight from Postgres, so
+// every receiver reports the same truth.
 type BacklogCollector struct {
 	stats   Stats
 	backlog *prometheus.Desc
+	backoff *prometheus.Desc
 	oldest  *prometheus.Desc
 }
 
@@ -170,6 +290,7 @@ func NewBacklogCollector(stats Stats) *BacklogCollector {
 	return &BacklogCollector{
 		stats:   stats,
 		backlog: prometheus.NewDesc("hookrelay_outbox_backlog", "Outbox rows not yet confirmed by RabbitMQ.", nil, nil),
+		backoff: prometheus.NewDesc("hookrelay_outbox_backoff", "Outbox rows the broker refused, waiting out a backoff before their next try.", nil, nil),
 		oldest:  prometheus.NewDesc("hookrelay_outbox_oldest_age_seconds", "Age of the oldest outbox row (0 when empty).", nil, nil),
 	}
 }
@@ -177,6 +298,7 @@ func NewBacklogCollector(stats Stats) *BacklogCollector {
 // Describe implements prometheus.Collector.
 func (c *BacklogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backlog
+	ch <- c.backoff
 	ch <- c.oldest
 }
 
@@ -186,11 +308,17 @@ func (c *BacklogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	n, age, err := c.stats.OutboxStats(ctx)
+	var inBackoff int64
+	if err == nil {
+		inBackoff, err = c.stats.OutboxBackoffCount(ctx)
+	}
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.backlog, err)
+		ch <- prometheus.NewInvalidMetric(c.backoff, err)
 		ch <- prometheus.NewInvalidMetric(c.oldest, err)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(c.backoff, prometheus.GaugeValue, float64(inBackoff))
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age.Seconds())
 }

@@ -74,6 +74,19 @@ type Verifier interface {
 	Verify(r *Request) error
 }
 
+// IDVerifier is a Verifier whose scheme signs a message id along with the
+// body (Standard Webhooks, and Svix under its own header names). An id read
+// from a header the signature does not cover can be changed by anyone who
+// replays a captured request; the one VerifyID returns cannot, so it is the
+// idempotency key to use.
+type IDVerifier interface {
+	Verifier
+	// VerifyID verifies r exactly as Verify does and, when r is authentic,
+	// returns the message id the matching signature covers. On error the id
+	// is "".
+	VerifyID(r *Request) (id string, err error)
+}
+
 // None accepts every request. Use it only behind another layer of
 // authentication.
 type None struct{}

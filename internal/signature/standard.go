@@ -52,7 +52,8 @@ type StandardConfig struct {
 
 // Standard verifies Standard Webhooks (and Svix, which uses the same scheme
 // under svix- header names): webhook-signature holds space-separated
-// "v1,<base64>" signatures of "id.timestamp.body".
+// "v1,<base64>" signatures of "id.timestamp.body". It is an IDVerifier: the
+// id it verified is the one to key on.
 type Standard struct {
 	keys      [][]byte
 	tolerance time.Duration
@@ -78,32 +79,63 @@ func NewStandard(cfg StandardConfig) (*Standard, error) {
 	return v, nil
 }
 
-// standardHeaders returns the id, timestamp and signature headers, from the
-// webhook- names or, when those are absent, the svix- names.
-func standardHeaders(h http.Header) (id, ts, sig string, names [3]string) {
-	for _, p := range []string{"webhook", "svix"} {
+// standardFamilies are the header name prefixes of the scheme: webhook-* of
+// the specification first, then svix-*, which Svix sends.
+var standardFamilies = [2]string{"webhook", "svix"}
+
+// standardHeaders returns the id, timestamp and signature headers from the
+// webhook- names or, when none of those is present, the svix- names. A
+// request carrying webhook-id and svix-id with different values is
+// rejected: only one family is verified, and an id read from the other (by
+// a key rule, or by a reader of the stored headers) would be one nobody
+// signed, which is how a captured request gets relabelled as a new event.
+// Each header may be sent once.
+func standardHeaders(h http.Header) (id, ts, sig string, names [3]string, err error) {
+	ids := [2]string{}
+	for i, p := range standardFamilies {
+		for _, n := range []string{p + "-id", p + "-timestamp", p + "-signature"} {
+			if len(h.Values(n)) > 1 {
+				return "", "", "", names, reject(ErrMalformed, "header %s is malformed: sent more than once", n)
+			}
+		}
+		ids[i] = h.Get(p + "-id")
+	}
+	if ids[0] != "" && ids[1] != "" && ids[0] != ids[1] {
+		return "", "", "", names, reject(ErrMalformed, "headers webhook-id and svix-id differ: send one header family, or the same id in both")
+	}
+	for _, p := range standardFamilies {
 		names = [3]string{p + "-id", p + "-timestamp", p + "-signature"}
 		id, ts, sig = h.Get(names[0]), h.Get(names[1]), h.Get(names[2])
 		if id != "" || ts != "" || sig != "" {
-			return
+			return id, ts, sig, names, nil
 		}
 	}
-	return "", "", "", [3]string{"webhook-id", "webhook-timestamp", "webhook-signature"}
+	return "", "", "", [3]string{"webhook-id", "webhook-timestamp", "webhook-signature"}, nil
 }
 
 // Verify checks the signature and the timestamp.
 func (v *Standard) Verify(r *Request) error {
-	id, ts, sigs, names := standardHeaders(r.Header)
+	_, err := v.VerifyID(r)
+	return err
+}
+
+// VerifyID checks the signature and the timestamp, and returns the message
+// id the signature covers (see IDVerifier).
+func (v *Standard) VerifyID(r *Request) (string, error) {
+	id, ts, sigs, names, err := standardHeaders(r.Header)
+	if err != nil {
+		return "", err
+	}
 	for i, val := range []string{id, ts, sigs} {
 		if val == "" {
-			return reject(ErrMissing, "missing header %s", names[i])
+			return "", reject(ErrMissing, "missing header %s", names[i])
 		}
 	}
 	if _, ok := parseUnix(ts); !ok {
-		return reject(ErrMalformed, "header %s is not a Unix timestamp", names[1])
+		return "", reject(ErrMalformed, "header %s is not a Unix timestamp", names[1])
 	}
 	if !withinTolerance(r.Now, ts, v.tolerance) {
-		return reject(ErrExpired, "timestamp outside tolerance (%s either way)", v.tolerance)
+		return "", reject(ErrExpired, "timestamp outside tolerance (%s either way)", v.tolerance)
 	}
 	var got [][]byte
 	for _, s := range strings.Fields(sigs) {
@@ -116,10 +148,10 @@ func (v *Standard) Verify(r *Request) error {
 		}
 	}
 	if len(got) == 0 {
-		return reject(ErrMalformed, "header %s has no v1 signature", names[2])
+		return "", reject(ErrMalformed, "header %s has no v1 signature", names[2])
 	}
 	if anyMatch(sha256.New, v.keys, got, []byte(id), []byte{'.'}, []byte(ts), []byte{'.'}, r.Body) {
-		return nil
+		return id, nil
 	}
-	return reject(ErrMismatch, "signature mismatch")
+	return "", reject(ErrMismatch, "signature mismatch")
 }

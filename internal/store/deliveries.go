@@ -20,23 +20,29 @@ import (
 // one. If the process dies, Postgres drops the connection and the lock with
 // it, so a redelivered message can proceed at once.
 type DeliveryLock struct {
+	db    *DB
 	tx    pgx.Tx
 	id    int64
 	state webhook.DeliveryState
 }
 
-// DeliveryLock creates the delivery row if needed and locks it.
+// DeliveryLock creates the delivery row if needed and locks it. The call
+// has the query timeout; the lock it returns is held, with no deadline,
+// until Record or Release. Waiting behind another dispatcher's lock on the
+// same pair counts against the timeout: the caller then tries again.
 func (db *DB) DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (*DeliveryLock, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("beginning delivery: %w", err)
 	}
 	id, state, err := lockDelivery(ctx, tx, eventID, route)
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		db.rollback(ctx, tx)
 		return nil, err
 	}
-	return &DeliveryLock{tx: tx, id: id, state: state}, nil
+	return &DeliveryLock{db: db, tx: tx, id: id, state: state}, nil
 }
 
 func lockDelivery(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, route string) (int64, webhook.DeliveryState, error) {
@@ -69,8 +75,10 @@ func (l *DeliveryLock) State() webhook.DeliveryState { return l.state }
 // Record stores the attempt, moves the delivery to a.Outcome, and commits,
 // releasing the lock.
 func (l *DeliveryLock) Record(ctx context.Context, a *webhook.Attempt) error {
+	ctx, cancel := l.db.bound(ctx)
+	defer cancel()
 	if err := recordAttempt(ctx, l.tx, l.id, a); err != nil {
-		_ = l.tx.Rollback(context.WithoutCancel(ctx))
+		l.db.rollback(ctx, l.tx)
 		return err
 	}
 	if err := l.tx.Commit(ctx); err != nil {
@@ -81,6 +89,8 @@ func (l *DeliveryLock) Record(ctx context.Context, a *webhook.Attempt) error {
 
 // Release gives the lock back without recording anything.
 func (l *DeliveryLock) Release(ctx context.Context) error {
+	ctx, cancel := l.db.bound(ctx)
+	defer cancel()
 	if err := l.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("releasing delivery: %w", err)
 	}
@@ -90,6 +100,8 @@ func (l *DeliveryLock) Release(ctx context.Context) error {
 // AttemptRecord stores an attempt in a transaction of its own, for when the
 // lock's connection was lost during the attempt.
 func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	return db.InTx(ctx, func(tx pgx.Tx) error {
 		id, _, err := lockDelivery(ctx, tx, a.EventID, a.Route)
 		if err != nil {
@@ -143,6 +155,8 @@ func recordAttempt(ctx context.Context, tx pgx.Tx, deliveryID int64, a *webhook.
 // DeliveryGet returns the state and attempt count of one pair, or
 // ErrNotFound.
 func (db *DB) DeliveryGet(ctx context.Context, eventID uuid.UUID, route string) (webhook.DeliveryState, int, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	var (
 		state    string
 		attempts int
@@ -171,6 +185,8 @@ type RouteStats struct {
 
 // RouteStatsList reports undelivered and dead pairs per route.
 func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	rows, err := db.pool.Query(ctx, `
 		SELECT route,
 		       count(*) FILTER (WHERE state IN ('pending', 'retrying')),

@@ -18,13 +18,17 @@ var ErrNotFound = errors.New("not found")
 
 // EventInsert stores ev, its outbox row, and a pending delivery for each of
 // routes (the routes whose bindings match it) in one transaction. When an
-// event with the same (source, idempotency key) exists, nothing is written
-// and the existing event's id is returned with duplicate true. ev.ID and
-// ev.ReceivedAt must be set by the caller.
+// event of the same source exists with the same idempotency key, or with the
+// same body hash (ev.BodySHA256, set for sources that deduplicate on the
+// body), nothing is written and the existing event's id is returned with
+// duplicate true; one matching the key wins over one matching only the
+// body. ev.ID and ev.ReceivedAt must be set by the caller.
 //
-// Concurrent inserts of one key are safe: INSERT ... ON CONFLICT DO NOTHING
-// waits for the other transaction, and the follow-up SELECT (a new snapshot
-// under READ COMMITTED) then sees its row.
+// Concurrent inserts of one key or one body are safe: INSERT ... ON
+// CONFLICT DO NOTHING, without a conflict target, checks every unique index
+// (the key's and the partial one on (source, body_sha256)) and waits for the
+// other transaction; the follow-up SELECT (a new snapshot under READ
+// COMMITTED) then sees its row. A NULL hash never conflicts.
 func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []string) (id uuid.UUID, duplicate bool, err error) {
 	err = db.InTx(ctx, func(tx pgx.Tx) error {
 		headers := ev.Headers
@@ -32,17 +36,20 @@ func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []strin
 			headers = http.Header{}
 		}
 		err := tx.QueryRow(ctx, `
-			INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-			ON CONFLICT (source, idempotency_key) DO NOTHING
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, body_sha256, received_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT DO NOTHING
 			RETURNING id`,
-			ev.ID, ev.Source, ev.IdempotencyKey, ev.EventType, ev.ContentType, headers, ev.Body, ev.ReceivedAt,
+			ev.ID, ev.Source, ev.IdempotencyKey, ev.EventType, ev.ContentType, headers, ev.Body, ev.BodySHA256, ev.ReceivedAt,
 		).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			duplicate = true
-			err = tx.QueryRow(ctx,
-				`SELECT id FROM events WHERE source = $1 AND idempotency_key = $2`,
-				ev.Source, ev.IdempotencyKey,
+			err = tx.QueryRow(ctx, `
+				SELECT id FROM events
+				WHERE source = $1 AND (idempotency_key = $2 OR body_sha256 = $3)
+				ORDER BY idempotency_key = $2 DESC
+				LIMIT 1`,
+				ev.Source, ev.IdempotencyKey, ev.BodySHA256,
 			).Scan(&id)
 			if err != nil {
 				return fmt.Errorf("reading duplicate event: %w", err)
@@ -78,6 +85,8 @@ func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []strin
 
 // EventGet returns one event by id, or ErrNotFound.
 func (db *DB) EventGet(ctx context.Context, id uuid.UUID) (*webhook.Event, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	var ev webhook.Event
 	err := db.pool.QueryRow(ctx, `
 		SELECT id, source, idempotency_key, event_type, content_type, headers, body, received_at
@@ -107,6 +116,8 @@ func (db *DB) EventCount(ctx context.Context, source string) (int64, error) {
 // OutboxStats reports the number of unpublished outbox rows and the age of
 // the oldest (zero when empty).
 func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Duration, err error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
 	var ageSeconds float64
 	err = db.pool.QueryRow(ctx, `
 		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
@@ -116,6 +127,18 @@ func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Durat
 		return 0, 0, fmt.Errorf("reading outbox stats: %w", err)
 	}
 	return backlog, time.Duration(ageSeconds * float64(time.Second)), nil
+}
+
+// OutboxBackoffCount counts the outbox rows waiting out a backoff after the
+// broker refused them.
+func (db *DB) OutboxBackoffCount(ctx context.Context) (int64, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	var n int64
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE next_try_at > now()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting outbox rows in backoff: %w", err)
+	}
+	return n, nil
 }
 
 func isUndefinedTable(err error) bool {

@@ -31,20 +31,27 @@ func (db *DB) Listen(ctx context.Context, channel string, wake chan<- struct{}, 
 }
 
 func (db *DB) listenOnce(ctx context.Context, channel string, wake chan<- struct{}, connected func()) error {
-	conn, err := db.pool.Acquire(ctx)
+	actx, cancel := db.bound(ctx)
+	defer cancel()
+	conn, err := db.pool.Acquire(actx)
 	if err != nil {
 		return err
 	}
 	// A connection that has LISTENed must not go back to the pool.
 	defer func() {
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		cctx, cancel := db.bound(context.WithoutCancel(ctx))
+		defer cancel()
+		_ = conn.Conn().Close(cctx)
 		conn.Release()
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(actx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
 	connected()
 	signal(wake)
+	// No deadline on the wait itself: silence is its normal state. A peer
+	// that vanished is noticed by TCP keepalive (see dial.go); meanwhile
+	// the publisher polls.
 	for {
 		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
 			if errors.Is(err, context.Canceled) {

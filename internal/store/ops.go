@@ -11,6 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// opsTimeout bounds each operator call (a listing, a count, a replay page
+// or batch, a purge batch). They may scan more than the relay's own calls,
+// so they get longer than the query timeout; but a connection that stops
+// answering must fail a CLI command or an admin request, not hang it.
+const opsTimeout = time.Minute
+
+func (db *DB) boundOps(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(opsTimeout, db.queryTimeout))
+}
+
 // EventFilter selects events for listing and replay. Zero fields do not
 // filter. State and Route select events that have a delivery in that state
 // and/or to that route.
@@ -32,6 +42,9 @@ type DeliverySummary struct {
 	LastStatus    *int       `json:"last_status,omitempty"`
 	LastError     *string    `json:"last_error,omitempty"`
 	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+	// Unserved marks a route that is not in the config (set by ops, which
+	// knows it): no dispatcher delivers it.
+	Unserved bool `json:"unserved,omitempty"`
 }
 
 // EventSummary is an event in a listing.
@@ -68,6 +81,8 @@ func filterArgs(f EventFilter) []any {
 // EventList returns events matching f, newest first, with their deliveries.
 // Limit defaults to 100.
 func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -91,6 +106,18 @@ func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, err
 		err := row.Scan(&s.ID, &s.Source, &s.EventType, &s.IdempotencyKey, &s.ReceivedAt, &s.Purged, &s.Deliveries)
 		return s, err
 	})
+}
+
+// EventCountByFilter counts the events f selects, ignoring its limit: what
+// a listing that stopped at its limit reports as the total.
+func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	var n int64
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE `+eventFilterSQL, filterArgs(f)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting events: %w", err)
+	}
+	return n, nil
 }
 
 // AttemptRow is one stored HTTP attempt.
@@ -130,6 +157,8 @@ type EventDetail struct {
 // EventShow returns one event with its deliveries and attempts, or
 // ErrNotFound.
 func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
 	var ev EventDetail
 	var body []byte
 	err := db.pool.QueryRow(ctx, `
@@ -187,144 +216,145 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	return &ev, nil
 }
 
-// ReplayCandidate is an event that a replay filter selected, with the state
-// of each of its deliveries.
-type ReplayCandidate struct {
-	EventID    uuid.UUID
-	Source     string
-	EventType  string
-	ReceivedAt time.Time
-	Purged     bool
-	States     map[string]string // route -> state
-}
-
-// ReplayCandidates returns the events f selects, oldest first, with their
-// delivery states. Limit 0 means no limit.
-func (db *DB) ReplayCandidates(ctx context.Context, f EventFilter) ([]ReplayCandidate, error) {
-	limit := any(nil)
-	if f.Limit > 0 {
-		limit = f.Limit
-	}
-	rows, err := db.pool.Query(ctx, `
-		SELECT e.id, e.source, e.event_type, e.received_at, e.purged_at IS NOT NULL,
-			COALESCE((SELECT json_object_agg(d.route, d.state) FROM deliveries d WHERE d.event_id = e.id), '{}')
-		FROM events e
-		WHERE `+eventFilterSQL+`
-		ORDER BY e.received_at, e.id
-		LIMIT $7`, append(filterArgs(f), limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("selecting replay candidates: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReplayCandidate, error) {
-		var c ReplayCandidate
-		err := row.Scan(&c.EventID, &c.Source, &c.EventType, &c.ReceivedAt, &c.Purged, &c.States)
-		return c, err
-	})
-}
-
-// ReplayPair is one (event, route) to deliver again.
-type ReplayPair struct {
-	EventID uuid.UUID
-	Route   string
-}
-
-// ReplayEnqueue resets each pair to pending and puts it in the outbox,
-// addressed to its route's queue, in one transaction: a crash leaves all of
-// them queued or none. Each becomes a new attempt series; the destination
-// sees the same webhook-id. The reset is conditional on the pair's state
-// now, not when the caller looked: only a dead pair (or a delivered one,
-// with includeDelivered) or one never attempted is replayed, so a pair that
-// became delivered or went back in flight meanwhile is left alone. It
-// returns the pairs it enqueued.
-func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDelivered bool) ([]ReplayPair, error) {
-	if len(pairs) == 0 {
-		return nil, nil
-	}
-	ids := make([]uuid.UUID, len(pairs))
-	routes := make([]string, len(pairs))
-	for i, p := range pairs {
-		ids[i], routes[i] = p.EventID, p.Route
-	}
-	var done []ReplayPair
-	err := db.InTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			WITH reset AS (
-				INSERT INTO deliveries (event_id, route)
-				SELECT * FROM unnest($1::uuid[], $2::text[])
-				ON CONFLICT (event_id, route) DO UPDATE SET
-					state = 'pending', delivered_at = NULL, created_at = now(), updated_at = now()
-				WHERE deliveries.state = 'dead' OR ($3 AND deliveries.state = 'delivered')
-				RETURNING event_id, route
-			)
-			INSERT INTO outbox (event_id, routing_key, route)
-			SELECT r.event_id, e.source || '.' || e.event_type, r.route
-			FROM reset r JOIN events e ON e.id = r.event_id
-			RETURNING event_id, route`, ids, routes, includeDelivered)
-		if err != nil {
-			return fmt.Errorf("enqueueing replays: %w", err)
-		}
-		done, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReplayPair, error) {
-			var p ReplayPair
-			err := row.Scan(&p.EventID, &p.Route)
-			return p, err
-		})
-		if err != nil {
-			return fmt.Errorf("enqueueing replays: %w", err)
-		}
-		return nil
-	})
-	return done, err
-}
-
 // PurgeResult counts what Purge removed.
 type PurgeResult struct {
 	Events     int64 `json:"events_deleted"`
 	Stripped   int64 `json:"events_stripped"`
 	Deliveries int64 `json:"deliveries_deleted"`
-	Batches    int   `json:"batches"`
+	// Abandoned counts the deleted deliveries that were pending or
+	// retrying on a route no dispatcher serves.
+	Abandoned int64 `json:"deliveries_abandoned"`
+	Batches   int   `json:"batches"`
+	// KeptUndelivered counts events old enough to purge that were kept
+	// because something of them is undelivered: in the outbox, in flight on
+	// a served route, or dead (without IncludeDead).
+	KeptUndelivered int64 `json:"events_kept_undelivered"`
 }
 
-// purgeable: nothing of the event is still in flight.
-const purgeable = `
-	NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id)
-	AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state IN ('pending', 'retrying'))`
+// PurgeConfig says what Purge removes.
+type PurgeConfig struct {
+	// OlderThan: events received before it lose their deliveries (and
+	// attempts) and their body and headers.
+	OlderThan time.Time
+	// DedupeBefore: such events received before it too are deleted, dedupe
+	// key and all.
+	DedupeBefore time.Time
+	// Batch is how many events one transaction handles. Default 1000.
+	Batch int
+	// IncludeDead purges events with dead pairs too. Their dead letters
+	// then become event_missing on requeue, so it is off by default.
+	IncludeDead bool
+	// ServedRoutes are the routes a dispatcher delivers. A pair pending or
+	// retrying on any other route never clears on its own: it is abandoned
+	// and purged with its event. nil means every route is served.
+	ServedRoutes []string
+}
 
-// Purge removes, in batches of batch rows, what is older than olderThan:
-// deliveries and their attempts, and events themselves once they are also
-// older than dedupeBefore. An event between the two keeps its row (its
-// dedupe key) but loses body and headers. Nothing still in the outbox or
-// pending delivery is touched.
-func (db *DB) Purge(ctx context.Context, olderThan, dedupeBefore time.Time, batch int) (PurgeResult, error) {
+// purgeableSQL holds when nothing of event e must be kept: no outbox row
+// (a replay or an unpublished event), no pair in flight on a served route,
+// no dead pair unless $2 (include dead). $1 is the served routes (NULL:
+// all).
+const purgeableSQL = `
+	NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id)
+	AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND (
+		(d.state IN ('pending', 'retrying') AND ($1::text[] IS NULL OR d.route = ANY($1::text[])))
+		OR (d.state = 'dead' AND NOT $2::boolean)))`
+
+// Purge removes what is older than cfg.OlderThan, an event at a time and
+// never part of one: an event with nothing to keep (see purgeableSQL)
+// loses its deliveries and attempts, then is deleted once older than
+// cfg.DedupeBefore too, or else keeps only its row (its dedupe key) with
+// purged_at set. An event with anything undelivered is kept whole, so a
+// replay or a requeued dead letter still finds its body and its
+// deliveries.
+//
+// Each batch locks its events (FOR UPDATE SKIP LOCKED) and then checks
+// them again in a new statement, whose snapshot sees every replay that
+// committed before the lock: a replay enqueue locks the event FOR SHARE
+// and re-checks purged_at, so whichever of the two comes second sees the
+// other, and a replay never sends a purged (empty) body.
+func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 	var res PurgeResult
-	deleteBefore := olderThan
-	if dedupeBefore.Before(deleteBefore) {
-		deleteBefore = dedupeBefore
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1000
 	}
-	steps := []struct {
-		sql   string
-		arg   time.Time
-		count *int64
-	}{
-		{`DELETE FROM deliveries WHERE id IN (
-			SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event_id
-			WHERE e.received_at < $1 AND ` + purgeable + ` LIMIT $2)`, olderThan, &res.Deliveries},
-		{`DELETE FROM events WHERE id IN (
-			SELECT e.id FROM events e WHERE e.received_at < $1 AND ` + purgeable + ` LIMIT $2)`, deleteBefore, &res.Events},
-		{`UPDATE events SET body = '', headers = '{}', purged_at = now() WHERE id IN (
-			SELECT e.id FROM events e WHERE e.received_at < $1 AND e.purged_at IS NULL AND ` + purgeable + ` LIMIT $2)`, olderThan, &res.Stripped},
+	deleteBefore := cfg.OlderThan
+	if cfg.DedupeBefore.Before(deleteBefore) {
+		deleteBefore = cfg.DedupeBefore
 	}
-	for _, st := range steps {
-		for {
-			tag, err := db.pool.Exec(ctx, st.sql, st.arg, batch)
+	for {
+		var selected int
+		bctx, cancel := db.boundOps(ctx)
+		err := db.InTx(bctx, func(tx pgx.Tx) error {
+			ctx := bctx
+			rows, err := tx.Query(ctx, `
+				SELECT e.id FROM events e
+				WHERE e.received_at < $3 AND (e.purged_at IS NULL OR e.received_at < $4) AND `+purgeableSQL+`
+				ORDER BY e.received_at
+				LIMIT $5
+				FOR UPDATE SKIP LOCKED`, cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan, deleteBefore, cfg.Batch)
 			if err != nil {
-				return res, fmt.Errorf("purging: %w", err)
+				return fmt.Errorf("selecting events to purge: %w", err)
 			}
-			res.Batches++
-			*st.count += tag.RowsAffected()
-			if tag.RowsAffected() < int64(batch) {
-				break
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			if err != nil {
+				return fmt.Errorf("selecting events to purge: %w", err)
 			}
+			selected = len(ids)
+			if selected == 0 {
+				return nil
+			}
+			rows, err = tx.Query(ctx, `SELECT e.id FROM events e WHERE e.id = ANY($3) AND `+purgeableSQL,
+				cfg.ServedRoutes, cfg.IncludeDead, ids)
+			if err != nil {
+				return fmt.Errorf("re-checking events to purge: %w", err)
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+				return fmt.Errorf("re-checking events to purge: %w", err)
+			}
+			var deleted, abandoned int64
+			err = tx.QueryRow(ctx, `
+				WITH gone AS (DELETE FROM deliveries WHERE event_id = ANY($1) RETURNING state)
+				SELECT count(*), count(*) FILTER (WHERE state IN ('pending', 'retrying')) FROM gone`, ids,
+			).Scan(&deleted, &abandoned)
+			if err != nil {
+				return fmt.Errorf("purging deliveries: %w", err)
+			}
+			tag, err := tx.Exec(ctx, `DELETE FROM events WHERE id = ANY($1) AND received_at < $2`, ids, deleteBefore)
+			if err != nil {
+				return fmt.Errorf("purging events: %w", err)
+			}
+			events := tag.RowsAffected()
+			tag, err = tx.Exec(ctx, `
+				UPDATE events SET body = '', headers = '{}', purged_at = now()
+				WHERE id = ANY($1) AND purged_at IS NULL`, ids)
+			if err != nil {
+				return fmt.Errorf("stripping events: %w", err)
+			}
+			res.Deliveries += deleted
+			res.Abandoned += abandoned
+			res.Events += events
+			res.Stripped += tag.RowsAffected()
+			return nil
+		})
+		cancel()
+		if err != nil {
+			return res, err
 		}
+		res.Batches++
+		if selected < cfg.Batch {
+			break
+		}
+	}
+	cctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	err := db.pool.QueryRow(cctx, `
+		SELECT count(*) FROM events e
+		WHERE e.received_at < $3 AND e.purged_at IS NULL AND NOT (`+purgeableSQL+`)`,
+		cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan,
+	).Scan(&res.KeptUndelivered)
+	if err != nil {
+		return res, fmt.Errorf("counting events kept: %w", err)
 	}
 	return res, nil
 }

@@ -16,7 +16,8 @@ import (
 
 // DB is a pool of Postgres connections with hookrelay's queries.
 type DB struct {
-	pool *pgxpool.Pool
+	pool         *pgxpool.Pool
+	queryTimeout time.Duration
 }
 
 // Config configures Open.
@@ -27,7 +28,17 @@ type Config struct {
 	MaxConns int32
 	// ApplicationName shows in pg_stat_activity.
 	ApplicationName string
+	// QueryTimeout bounds each call of the outbox publisher's and the
+	// dispatcher's queries (a claim, a delivery lock, a record), including
+	// the wait for a pool connection. Zero means DefaultQueryTimeout.
+	QueryTimeout time.Duration
 }
+
+// DefaultQueryTimeout is the query timeout when Config leaves it zero. The
+// calls it bounds touch a handful of rows by primary key or index, and take
+// milliseconds on a healthy database; 5s leaves room for a busy one while
+// keeping a silent connection far from RabbitMQ's consumer timeout (30 min).
+const DefaultQueryTimeout = 5 * time.Second
 
 // Open creates the pool and checks that Postgres answers. It does not check
 // the schema; see DB.RequireSchema.
@@ -47,14 +58,49 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > 5*time.Second {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	// Keepalive and a TCP user timeout: a connection whose peer went silent
+	// (a dead host, a dropped route) fails on its own, also where no call
+	// with a deadline is waiting on it (an idle pooled connection, the
+	// LISTEN connection). See dial.go.
+	pc.ConnConfig.DialFunc = dialFunc()
+	pc.AfterConnect = serverKeepalive(pc.ConnConfig.RuntimeParams)
+	timeout := cfg.QueryTimeout
+	if timeout <= 0 {
+		timeout = DefaultQueryTimeout
+	}
+	// The health check of an idle connection at acquire: without a bound,
+	// a caller with no deadline of its own would wait on a silent one.
+	pc.PingTimeout = timeout
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &DB{pool: pool}, nil
+	return &DB{pool: pool, queryTimeout: timeout}, nil
 }
 
-// Close closes every connection of the pool.
+// bound gives one call its deadline: the query timeout, or ctx's own if
+// that comes first. When a deadline passes mid-query, pgx interrupts the
+// socket read (a net.Conn deadline), returns an error wrapping
+// context.DeadlineExceeded and closes the connection, which the pool then
+// discards: a silent connection costs one failed call, not a hung one.
+func (db *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, db.queryTimeout)
+}
+
+// rollback ends tx after a failed call. It runs even when ctx is done (the
+// failure may be ctx's deadline) but has a deadline of its own.
+func (db *DB) rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := db.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	// The caller returns the error that made it roll back; a failed
+	// rollback leaves nothing committed either, and the pool discards a
+	// connection whose transaction could not be ended.
+	_ = tx.Rollback(rctx)
+}
+
+// Close closes every connection of the pool. Connections pgx is tearing down
+// after a failed call may take it up to 15s on a silent network; callers
+// that must stop sooner bound the wait.
 func (db *DB) Close() { db.pool.Close() }
 
 // Ping checks that Postgres answers a query.
@@ -76,9 +122,7 @@ func (db *DB) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
 	if err := fn(tx); err != nil {
-		// The rollback error adds nothing: fn's error is the cause, and a
-		// failed rollback leaves nothing committed either.
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		db.rollback(ctx, tx)
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

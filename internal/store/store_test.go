@@ -107,7 +107,7 @@ func TestOutboxClaimSkipsLockedRows(t *testing.T) {
 	}
 
 	// a: one confirmed, the rest released; b: released.
-	require.NoError(t, a.Complete(ctx, []int64{a.Messages()[0].OutboxID}))
+	require.NoError(t, a.Complete(ctx, []int64{a.Messages()[0].OutboxID}, nil))
 	require.NoError(t, b.Release(ctx))
 	backlog, _, err := db.OutboxStats(ctx)
 	require.NoError(t, err)

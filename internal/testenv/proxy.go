@@ -2,15 +2,14 @@ package testenv
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
 )
 
 // Proxy is a TCP proxy in front of a real service, so a test can cut the
-// network between hookrelay and Postgres or RabbitMQ and restore it, without
-// stopping the shared service.
+// network between hookrelay and Postgres or RabbitMQ and restore it, or
+// stall it, without stopping the shared service.
 type Proxy struct {
 	t      testing.TB
 	target string
@@ -19,6 +18,7 @@ type Proxy struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]struct{}
+	stall chan struct{} // non-nil while stalled; Resume closes it
 	wg    sync.WaitGroup
 }
 
@@ -88,7 +88,7 @@ func (p *Proxy) pipe(client net.Conn) {
 	wg.Add(2)
 	copyClose := func(dst, src net.Conn) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		p.forward(dst, src)
 		dst.Close()
 		src.Close()
 	}
@@ -101,11 +101,62 @@ func (p *Proxy) pipe(client net.Conn) {
 	p.mu.Unlock()
 }
 
+// forward copies src to dst until either fails. While the proxy is stalled
+// it holds what it read instead of writing it, and stops reading.
+func (p *Proxy) forward(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			gate := p.stall
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF or a closed socket: the pipe ends either way
+		}
+	}
+}
+
+// Stall stops forwarding in both directions without closing anything: every
+// socket stays open and connected, new connections are accepted, and bytes
+// simply stop arriving, as on a network path that black-holes packets (the
+// hard case: nothing tells the client the peer is gone). Bytes already read
+// are held and delivered after Resume, in order.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stall == nil {
+		p.stall = make(chan struct{})
+	}
+}
+
+// Resume forwards again, starting with the bytes held during the stall.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.resumeLocked()
+}
+
+func (p *Proxy) resumeLocked() {
+	if p.stall != nil {
+		close(p.stall)
+		p.stall = nil
+	}
+}
+
 // Cut closes the listener (new connections are refused) and every open
-// connection, as a network failure would.
+// connection, as a network failure would. It also ends a stall.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.resumeLocked()
 	if p.ln != nil {
 		p.ln.Close()
 		p.ln = nil

@@ -18,7 +18,11 @@ type Event struct {
 	ContentType    string
 	Headers        http.Header
 	Body           []byte
-	ReceivedAt     time.Time
+	// BodySHA256 is the SHA-256 of Body for a source that deduplicates on
+	// the body (its signature covers only the body), nil otherwise. An
+	// event of the same source with the same hash is a duplicate.
+	BodySHA256 []byte
+	ReceivedAt time.Time
 }
 
 // RoutingKey is the topic routing key of the event: "<source>.<event_type>".
@@ -42,6 +46,10 @@ type Message struct {
 	ContentType string
 	Body        []byte
 	ReceivedAt  time.Time
+
+	// OutboxAttempts counts the publishes of this row the broker refused
+	// before this one (nack, return, no confirm in time).
+	OutboxAttempts int
 }
 
 // AMQP header names carried by every published event. Dispatchers read them

@@ -1,0 +1,399 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+)
+
+// Replay sizing and pacing. A replay shares the route queues with live
+// events, and quorum queues have no priorities: whatever a replay enqueues
+// is delivered before a live event that arrives after it. So a replay
+// enqueues a batch, waits until the dispatchers have taken most of it, and
+// only then enqueues the next: a live event never waits behind more than
+// one batch. Batches are sized to what the dispatchers drained in about
+// replayBatchTime, so that wait stays about a second whether they deliver
+// 100 or 5,000 pairs a second.
+const (
+	// DefaultReplayBatch is the most pairs enqueued in one transaction.
+	DefaultReplayBatch = 1000
+	// DefaultReplayStall is how long a replay waits for a batch without
+	// any of it leaving pending before it gives up.
+	DefaultReplayStall = 2 * time.Minute
+	// replayPage is how many events one selection query reads.
+	replayPage = 1000
+	// replayFirstBatch starts small: the drain rate is not known yet.
+	replayFirstBatch = 100
+	// replayBatchTime is the dispatcher time one batch should take.
+	replayBatchTime = time.Second
+	// replayPoll is how often a waiting replay looks at its batch.
+	replayPoll = 100 * time.Millisecond
+)
+
+// ReplayRequest selects what to replay: one event (EventID) or a filter,
+// to every route the event is bound to or to Filter.Route only.
+type ReplayRequest struct {
+	EventID uuid.UUID         `json:"event_id,omitzero"`
+	Filter  store.EventFilter `json:"filter"`
+	// After continues a selection after the last event of an earlier one
+	// that stopped at Filter.Limit: that result's NextAfter.
+	After string `json:"after,omitempty"`
+	// IncludeDelivered replays pairs already delivered too.
+	IncludeDelivered bool `json:"include_delivered,omitempty"`
+	// DryRun reports what would be replayed and changes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+	// ListLimit is how many pairs the result lists of each kind (replayed,
+	// skipped); the counts cover them all. Default 100.
+	ListLimit int `json:"list_limit,omitempty"`
+
+	// MaxBatch is the most pairs per transaction; DefaultReplayBatch when 0.
+	MaxBatch int `json:"-"`
+	// StallTimeout ends a replay whose last batch made no progress for
+	// that long; DefaultReplayStall when 0.
+	StallTimeout time.Duration `json:"-"`
+	// ProgressFunc, when set, is called after each batch and while waiting.
+	ProgressFunc func(ReplayProgress) `json:"-"`
+}
+
+// ReplayItem is one (event, route) pair and what replay did with it.
+type ReplayItem struct {
+	EventID    uuid.UUID `json:"event_id"`
+	Source     string    `json:"source"`
+	EventType  string    `json:"event_type"`
+	ReceivedAt time.Time `json:"received_at"`
+	Route      string    `json:"route"`
+	// State is the pair's state before the replay ("" if never attempted).
+	State string `json:"state"`
+	// Skipped says why a pair was not replayed.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// ReplayResult counts the replayed and skipped pairs and lists the first
+// ListLimit of each.
+type ReplayResult struct {
+	DryRun bool `json:"dry_run"`
+	// Events is how many events the selection matches (within its limit).
+	Events int64 `json:"events"`
+	// Scanned is how many of them were looked at.
+	Scanned       int          `json:"scanned"`
+	ReplayedCount int          `json:"replayed_count"`
+	SkippedCount  int          `json:"skipped_count"`
+	Replayed      []ReplayItem `json:"replayed"`
+	Skipped       []ReplayItem `json:"skipped"`
+	// Delivered counts replayed pairs seen delivered before Replay
+	// returned; the rest are on their way.
+	Delivered int `json:"delivered"`
+	// NextAfter is set when Filter.Limit stopped the selection and more
+	// events match: pass it as After to go on.
+	NextAfter string `json:"next_after,omitempty"`
+}
+
+// ReplayProgress is where a running replay stands.
+type ReplayProgress struct {
+	// Events is how many events the selection matches; Scanned how many
+	// were looked at so far.
+	Events  int64
+	Scanned int
+	// Enqueued and Skipped count pairs so far; Delivered those of the
+	// enqueued seen delivered.
+	Enqueued  int
+	Skipped   int
+	Delivered int
+	// Batch is the current batch size.
+	Batch int
+}
+
+// ErrReplayStalled is the cause of a StalledError.
+var ErrReplayStalled = errors.New("replay stalled")
+
+// StalledError ends a replay whose last batch stayed pending: no
+// dispatcher is consuming (or no outbox publisher publishing) the route.
+type StalledError struct {
+	Pending, Batch, Enqueued int
+	Waited                   time.Duration
+}
+
+func (e *StalledError) Error() string {
+	return fmt.Sprintf("replay stalled: %d of the last batch of %d pair(s) still pending after %s without progress "+
+		"(is a dispatcher consuming the route, and a receiver publishing its outbox?); the %d pair(s) enqueued so far "+
+		"stay enqueued and will be delivered once they are; running the same replay again skips them while they are in flight",
+		e.Pending, e.Batch, e.Waited.Round(time.Second), e.Enqueued)
+}
+
+// Unwrap makes errors.Is(err, ErrReplayStalled) hold.
+func (e *StalledError) Unwrap() error { return ErrReplayStalled }
+
+// Replay puts the selected pairs back through the outbox (so a crash half
+// way loses nothing) addressed to their route's queue, each as a new
+// attempt series with the same webhook-id. Delivered pairs are skipped
+// unless IncludeDelivered; pairs pending or retrying are in flight already
+// and always skipped; purged events have no body left to send.
+//
+// A selection by filter is read a page at a time (never all in memory) and
+// enqueued a batch per transaction, each batch paced as the constants
+// above explain, so a replay of any size leaves room for live events. A
+// replay of one event is not paced. On error (a stall, ctx done) the
+// result counts what was done before it, and what was enqueued stays
+// enqueued.
+func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
+	if err := s.checkRoute(req.Filter.Route); err != nil {
+		return nil, err
+	}
+	after, err := store.ParseReplayCursor(req.After)
+	if err != nil {
+		return nil, fmt.Errorf("%w: after: %w", ErrInvalidRequest, err)
+	}
+	r := &replayer{s: s, req: req, res: &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}}}
+	r.maxBatch = cmpOr(req.MaxBatch, DefaultReplayBatch)
+	r.batch = min(replayFirstBatch, r.maxBatch)
+	r.listLimit = cmpOr(req.ListLimit, DefaultListLimit)
+	r.stall = cmpOr(req.StallTimeout, DefaultReplayStall)
+
+	if req.EventID != uuid.Nil {
+		ev, err := s.DB.EventShow(ctx, req.EventID)
+		if err != nil {
+			return nil, err
+		}
+		c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
+		for _, d := range ev.Deliveries {
+			c.States[d.Route] = d.State
+		}
+		r.res.Events, r.res.Scanned = 1, 1
+		r.add([]store.ReplayCandidate{c})
+		// One event: a handful of pairs, enqueued at once, not waited for.
+		err = r.flush(ctx, len(r.queue), false)
+		return r.res, err
+	}
+
+	f := req.Filter
+	if r.res.Events, err = s.DB.ReplayCandidateCount(ctx, f, after); err != nil {
+		return nil, err
+	}
+	if f.Limit > 0 {
+		r.res.Events = min(r.res.Events, int64(f.Limit))
+	}
+	for {
+		size := replayPage
+		if f.Limit > 0 {
+			size = min(size, f.Limit-r.res.Scanned)
+		}
+		if size == 0 {
+			// The limit stopped it: say where to go on, if anything is left.
+			more, err := s.DB.ReplayCandidatesPage(ctx, f, after, 1)
+			if err != nil {
+				return r.res, err
+			}
+			if len(more) > 0 {
+				r.res.NextAfter = after.String()
+			}
+			break
+		}
+		page, err := s.DB.ReplayCandidatesPage(ctx, f, after, size)
+		if err != nil {
+			return r.res, err
+		}
+		r.res.Scanned += len(page)
+		r.add(page)
+		for len(r.queue) >= r.batch {
+			if err := r.flush(ctx, r.batch, true); err != nil {
+				return r.res, err
+			}
+		}
+		r.progress()
+		if len(page) < size {
+			break
+		}
+		last := page[len(page)-1]
+		after = store.ReplayCursor{ReceivedAt: last.ReceivedAt, ID: last.EventID}
+	}
+	for len(r.queue) > 0 {
+		if err := r.flush(ctx, min(r.batch, len(r.queue)), true); err != nil {
+			return r.res, err
+		}
+	}
+	return r.res, nil
+}
+
+// ErrInvalidRequest marks a request that can never succeed as given.
+var ErrInvalidRequest = errors.New("invalid request")
+
+func cmpOr[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// replayer is one running replay.
+type replayer struct {
+	s         *Service
+	req       ReplayRequest
+	res       *ReplayResult
+	maxBatch  int
+	batch     int
+	listLimit int
+	stall     time.Duration
+	// queue holds selected pairs not yet enqueued: at most a page's worth
+	// plus a batch.
+	queue []ReplayItem
+	// delivered counts pairs of finished batches seen delivered.
+	delivered int
+}
+
+// add sorts a page's pairs into skipped ones (counted and listed) and ones
+// to enqueue (queued).
+func (r *replayer) add(page []store.ReplayCandidate) {
+	f := r.req.Filter
+	for _, c := range page {
+		// Pairs on routes no longer configured: nothing would deliver
+		// them, so they are refused, with the reason (not "in flight").
+		// With a route filter there are none: it must be configured.
+		if f.Route == "" {
+			for _, route := range slices.Sorted(maps.Keys(c.States)) {
+				state := c.States[route]
+				if r.s.served(route) || (f.State != "" && state != f.State) {
+					continue
+				}
+				r.skip(ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt,
+					Route: route, State: state, Skipped: UnservedReason(route)})
+			}
+		}
+		for _, route := range r.s.RoutesFunc(webhook.RoutingKey(c.Source, c.EventType)) {
+			if f.Route != "" && route != f.Route {
+				continue
+			}
+			state := c.States[route]
+			if f.State != "" && state != f.State {
+				continue
+			}
+			item := ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt, Route: route, State: state}
+			switch {
+			case c.Purged:
+				item.Skipped = "purged: the body is no longer stored"
+			case state == string(webhook.StateDelivered) && !r.req.IncludeDelivered:
+				item.Skipped = "delivered (use --include-delivered)"
+			case state == string(webhook.StatePending) || state == string(webhook.StateRetrying):
+				item.Skipped = "in flight (" + state + ")"
+			}
+			if item.Skipped != "" {
+				r.skip(item)
+				continue
+			}
+			if r.req.DryRun {
+				r.replayed(item)
+				continue
+			}
+			r.queue = append(r.queue, item)
+		}
+	}
+}
+
+func (r *replayer) skip(it ReplayItem) {
+	r.res.SkippedCount++
+	if len(r.res.Skipped) < r.listLimit {
+		r.res.Skipped = append(r.res.Skipped, it)
+	}
+}
+
+func (r *replayer) replayed(it ReplayItem) {
+	r.res.ReplayedCount++
+	if len(r.res.Replayed) < r.listLimit {
+		r.res.Replayed = append(r.res.Replayed, it)
+	}
+}
+
+// flush enqueues the first n queued pairs in one transaction and, when
+// pace is set, waits for them to drain.
+func (r *replayer) flush(ctx context.Context, n int, pace bool) error {
+	if n == 0 {
+		return nil
+	}
+	items := r.queue[:n]
+	pairs := make([]store.ReplayPair, n)
+	for i, it := range items {
+		pairs[i] = store.ReplayPair{EventID: it.EventID, Route: it.Route}
+	}
+	done, err := r.s.DB.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered)
+	if err != nil {
+		return err
+	}
+	enqueued := make(map[store.ReplayPair]bool, len(done))
+	for _, p := range done {
+		enqueued[p] = true
+	}
+	for i, it := range items {
+		if enqueued[pairs[i]] {
+			r.replayed(it)
+			continue
+		}
+		// Its state changed since it was selected (delivered, in flight
+		// again) or its event was purged: it was left alone.
+		it.Skipped = "changed meanwhile (delivered, in flight or purged); left alone"
+		r.skip(it)
+	}
+	r.queue = append(r.queue[:0], r.queue[n:]...)
+	r.progress()
+	if !pace || len(done) == 0 {
+		return nil
+	}
+	return r.pace(ctx, done)
+}
+
+// pace waits until at most a tenth of the batch just enqueued (and at
+// least one pair: a message RabbitMQ parked for its delivery limit stays
+// pending for ever) is still pending, then sizes the next batch to what drained in about
+// replayBatchTime. It fails with a StalledError when the batch makes no
+// progress for the stall timeout.
+func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
+	start := time.Now()
+	lowWater := max(len(batch)/10, 1)
+	lastPending, lastChange := len(batch), start
+	tick := time.NewTicker(replayPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replay interrupted after %d pair(s) enqueued (they stay enqueued): %w", r.res.ReplayedCount, ctx.Err())
+		case <-tick.C:
+		}
+		pending, delivered, err := r.s.DB.ReplayPairStates(ctx, batch)
+		if err != nil {
+			return err
+		}
+		r.res.Delivered = r.delivered + delivered
+		r.progress()
+		now := time.Now()
+		if pending <= lowWater {
+			r.delivered += delivered
+			// Next batch: what drained per replayBatchTime, at most double
+			// this one, within [replayFirstBatch/2, maxBatch].
+			rate := float64(len(batch)-pending) / now.Sub(start).Seconds()
+			next := int(rate * replayBatchTime.Seconds())
+			r.batch = min(max(next, replayFirstBatch/2), 2*r.batch, r.maxBatch)
+			return nil
+		}
+		if pending < lastPending {
+			lastPending, lastChange = pending, now
+		} else if now.Sub(lastChange) >= r.stall {
+			r.delivered += delivered
+			return &StalledError{Pending: pending, Batch: len(batch), Enqueued: r.res.ReplayedCount, Waited: now.Sub(lastChange)}
+		}
+	}
+}
+
+func (r *replayer) progress() {
+	if r.req.ProgressFunc == nil {
+		return
+	}
+	r.req.ProgressFunc(ReplayProgress{
+		Events: r.res.Events, Scanned: r.res.Scanned, Enqueued: r.res.ReplayedCount, Skipped: r.res.SkippedCount,
+		Delivered: r.res.Delivered, Batch: r.batch,
+	})
+}

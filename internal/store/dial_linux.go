@@ -1,0 +1,24 @@
+package store
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// setUserTimeout sets TCP_USER_TIMEOUT on the socket.
+func setUserTimeout(c syscall.RawConn, d time.Duration) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("setting TCP_USER_TIMEOUT: %w", err)
+	}
+	return nil
+}

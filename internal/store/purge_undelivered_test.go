@@ -1,0 +1,154 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+// purgeFixture inserts an event received age ago with one delivery per
+// route in the given final state (pending: never attempted), its outbox
+// row already drained, and returns its id.
+func purgeFixture(t *testing.T, db *store.DB, key string, age time.Duration, states map[string]webhook.DeliveryState) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	ev := newEvent("acme", key)
+	ev.ReceivedAt = time.Now().Add(-age)
+	var routes []string
+	for r := range states {
+		routes = append(routes, r)
+	}
+	id, _, err := db.EventInsert(ctx, ev, routes)
+	require.NoError(t, err)
+	for r, s := range states {
+		if s == webhook.StatePending {
+			continue
+		}
+		require.NoError(t, db.AttemptRecord(ctx, &webhook.Attempt{EventID: id, Route: r, Number: 1, StartedAt: ev.ReceivedAt, Outcome: s}))
+	}
+	_, err = db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	return id
+}
+
+// eventKept reports whether id still has its row and its body.
+func eventKept(t *testing.T, db *store.DB, id uuid.UUID) (row, body bool) {
+	t.Helper()
+	ev, err := db.EventShow(context.Background(), id)
+	if err == store.ErrNotFound {
+		return false, false
+	}
+	require.NoError(t, err)
+	return true, !ev.Purged && ev.Body != ""
+}
+
+// Purge keeps what is undelivered (issue 8, item 16): an event with a dead
+// pair keeps its row, body and deliveries (its message still sits in the
+// route's .dead queue, and `dead requeue` must find it), unless
+// IncludeDead; an event with any pair still in flight on a served route is
+// never touched.
+func TestPurgeKeepsUndeliveredUnlessIncludeDead(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	const old, mid = 40 * 24 * time.Hour, 20 * 24 * time.Hour
+	D, X, P, R := webhook.StateDelivered, webhook.StateDead, webhook.StatePending, webhook.StateRetrying
+	delivered := purgeFixture(t, db, "delivered", old, map[string]webhook.DeliveryState{"billing": D})
+	dead := purgeFixture(t, db, "dead", old, map[string]webhook.DeliveryState{"billing": X})
+	halfDead := purgeFixture(t, db, "half_dead", old, map[string]webhook.DeliveryState{"billing": D, "crm": X})
+	midDead := purgeFixture(t, db, "mid_dead", mid, map[string]webhook.DeliveryState{"billing": X})
+	retrying := purgeFixture(t, db, "retrying", old, map[string]webhook.DeliveryState{"billing": D, "crm": R})
+	pending := purgeFixture(t, db, "pending", old, map[string]webhook.DeliveryState{"crm": P})
+
+	cfg := store.PurgeConfig{
+		OlderThan: time.Now().Add(-7 * 24 * time.Hour), DedupeBefore: time.Now().Add(-30 * 24 * time.Hour),
+		Batch: 2, ServedRoutes: []string{"billing", "crm"},
+	}
+	res, err := db.Purge(ctx, cfg)
+	require.NoError(t, err)
+	t.Logf("%+v", res)
+	row, _ := eventKept(t, db, delivered)
+	require.False(t, row, "a delivered event past the dedupe window is deleted")
+	for name, id := range map[string]uuid.UUID{"dead": dead, "half dead": halfDead, "mid dead": midDead, "retrying": retrying, "pending": pending} {
+		row, body := eventKept(t, db, id)
+		require.True(t, row && body, "%s: kept whole", name)
+	}
+	state, _, err := db.DeliveryGet(ctx, halfDead, "billing")
+	require.NoError(t, err)
+	require.Equal(t, D, state, "an event kept keeps all its deliveries: a replay must still know billing has it")
+	require.EqualValues(t, 1, res.Events)
+	require.EqualValues(t, 1, res.Deliveries)
+	require.Zero(t, res.Stripped)
+	require.EqualValues(t, 5, res.KeptUndelivered, "the operator is told what was kept")
+
+	cfg.IncludeDead = true
+	res, err = db.Purge(ctx, cfg)
+	require.NoError(t, err)
+	for name, id := range map[string]uuid.UUID{"dead": dead, "half dead": halfDead} {
+		row, _ := eventKept(t, db, id)
+		require.False(t, row, "%s: deleted with IncludeDead", name)
+	}
+	row, body := eventKept(t, db, midDead)
+	require.True(t, row, "inside the dedupe window the row stays")
+	require.False(t, body, "stripped with IncludeDead")
+	for name, id := range map[string]uuid.UUID{"retrying": retrying, "pending": pending} {
+		row, body := eventKept(t, db, id)
+		require.True(t, row && body, "%s: in flight, never purged", name)
+	}
+	require.EqualValues(t, 2, res.Events)
+	require.EqualValues(t, 1, res.Stripped)
+	require.EqualValues(t, 4, res.Deliveries)
+	require.EqualValues(t, 2, res.KeptUndelivered)
+}
+
+// A purge that runs between a replay's selection and its enqueue (the
+// operator looked, then cron purged) must not let the replay send an empty
+// body: the enqueue re-checks purged_at in its own transaction.
+func TestReplayEnqueueSkipsEventPurgedSinceSelection(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	id := purgeFixture(t, db, "dead_mid", 20*24*time.Hour, map[string]webhook.DeliveryState{"billing": webhook.StateDead})
+
+	// The replay selects it: dead, body present.
+	page, err := db.ReplayCandidatesPage(ctx, store.EventFilter{State: "dead"}, store.ReplayCursor{}, 100)
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.False(t, page[0].Purged)
+
+	// Purge strips it meanwhile.
+	res, err := db.Purge(ctx, store.PurgeConfig{
+		OlderThan: time.Now().Add(-7 * 24 * time.Hour), DedupeBefore: time.Now().Add(-30 * 24 * time.Hour),
+		Batch: 100, IncludeDead: true, ServedRoutes: []string{"billing"},
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Stripped)
+
+	done, err := db.ReplayEnqueue(ctx, []store.ReplayPair{{EventID: id, Route: "billing"}}, false)
+	require.NoError(t, err)
+	require.Empty(t, done, "a purged event is not enqueued")
+	var outbox int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&outbox))
+	require.Zero(t, outbox, "nothing for the publisher to send with an empty body")
+
+	// The other order: a replayed event (in the outbox, pending again) is
+	// not purged.
+	id2 := purgeFixture(t, db, "dead_mid_2", 20*24*time.Hour, map[string]webhook.DeliveryState{"billing": webhook.StateDead})
+	done, err = db.ReplayEnqueue(ctx, []store.ReplayPair{{EventID: id2, Route: "billing"}}, false)
+	require.NoError(t, err)
+	require.Len(t, done, 1)
+	res, err = db.Purge(ctx, store.PurgeConfig{
+		OlderThan: time.Now().Add(-7 * 24 * time.Hour), DedupeBefore: time.Now().Add(-30 * 24 * time.Hour),
+		Batch: 100, IncludeDead: true, ServedRoutes: []string{"billing"},
+	})
+	require.NoError(t, err)
+	require.Zero(t, res.Stripped+res.Events)
+	_, body := eventKept(t, db, id2)
+	require.True(t, body)
+}
