@@ -323,6 +323,26 @@ wait:
 			outcomes[i] = Nacked
 		}
 	}
+	if waitErr != nil {
+		// The wait ended early, but answers for later messages may have
+		// arrived meanwhile: an ack taken now saves a second publish of
+		// its row. (After a lost connection every pending confirm reads as
+		// a nack; the caller knows those say nothing.)
+		for i, dc := range confirms {
+			if outcomes[i] != Unconfirmed || dc == nil {
+				continue
+			}
+			select {
+			case <-dc.Done():
+				if dc.Acked() {
+					outcomes[i] = Acked
+				} else {
+					outcomes[i] = Nacked
+				}
+			default:
+			}
+		}
+	}
 	// Every return for an answered message arrived before its answer, so it
 	// is in the buffer now.
 	p.drainReturnsLocked(cc, index, outcomes)
@@ -357,8 +377,10 @@ func (p *Publisher) drainReturnsLocked(cc *confirmChannel, index map[string]int,
 			}
 			if i, mine := index[r.CorrelationId]; mine {
 				outcomes[i] = Returned
-				p.logger.Error().Str("event_id", r.MessageId).Str("routing_key", r.RoutingKey).
-					Str("reply", r.ReplyText).Msg("message returned unroutable; is the alternate exchange missing?")
+				// The outbox logs refused rows itself, sparingly; a row
+				// that keeps coming back must not log on every try.
+				p.logger.Debug().Str("event_id", r.MessageId).Str("routing_key", r.RoutingKey).
+					Str("reply", r.ReplyText).Msg("message returned unroutable")
 			}
 		default:
 			return
