@@ -13,8 +13,11 @@ import (
 )
 
 // HandleFunc processes one delivery. Returning nil acks it; an error nacks
-// it with requeue (after a pause), so it comes back. It runs with a context
-// that shutdown does not cancel: it must bound its own work.
+// it with requeue (after a pause), so it comes back. Shutdown first closes
+// d.Stopping (stop waiting for dependencies), then, after the shutdown
+// timeout, cancels ctx: the handler abandons its work, and the message,
+// neither acked nor nacked, goes back to the queue when the connection
+// closes. Until then ctx is not cancelled: the handler bounds its own work.
 type HandleFunc func(ctx context.Context, d *Delivery) error
 
 // ConsumerGroup is Concurrency consumers of one queue, each on its own
@@ -32,15 +35,24 @@ type ConsumersConfig struct {
 	// Topology is declared on every (re)connect before consuming.
 	Topology Topology
 	Groups   []ConsumerGroup
-	// ConfirmTimeout bounds Delivery.Publish's wait for a confirm.
-	ConfirmTimeout time.Duration
-	Logger         zerolog.Logger
+	// ShutdownTimeout bounds how long Run waits for in-flight deliveries on
+	// shutdown before it cancels them. Default 30s.
+	ShutdownTimeout time.Duration
+	Logger          zerolog.Logger
 }
+
+// abortGrace is how long Run waits for cancelled deliveries to return
+// after the shutdown timeout, before it closes the connection regardless.
+// With the connection's bounded close it stays under the processes' own
+// stop grace (internal/app).
+const abortGrace = 2 * time.Second
 
 // Consumers runs every group's consumers on one connection and reconnects
 // with backoff and jitter when it is lost. Each reconnect opens fresh
 // channels: a delivery from a lost channel can no longer be acked (the ack
-// fails, the broker redelivers), and can never ack another message.
+// fails, the broker redelivers), and can never ack another message. The
+// connection only consumes and acks: publish on another one, so that a
+// broker alarm, which blocks publishing connections, cannot freeze acks.
 type Consumers struct {
 	cfg    ConsumersConfig
 	logger zerolog.Logger
@@ -51,8 +63,8 @@ type Consumers struct {
 
 // NewConsumers returns Consumers; Run starts them.
 func NewConsumers(cfg ConsumersConfig) *Consumers {
-	if cfg.ConfirmTimeout <= 0 {
-		cfg.ConfirmTimeout = 10 * time.Second
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
 	}
 	return &Consumers{cfg: cfg, logger: cfg.Logger.With().Str("component", "amqp_consumers").Logger()}
 }
@@ -67,13 +79,19 @@ func (c *Consumers) Ping(context.Context) error {
 	return nil
 }
 
-// Run consumes until ctx is done. On shutdown it cancels every consumer,
-// lets each in-flight delivery finish (and be acked), closes the connection
-// and returns nil. Connection failures are retried, never returned.
+// Run consumes until ctx is done. On shutdown it cancels every consumer (no
+// new deliveries), waits up to the shutdown timeout for in-flight
+// deliveries to finish and be acked, then cancels the rest, closes the
+// connection (the broker requeues what was not acked) and returns nil.
+// Connection failures are retried, never returned. Run is not reusable.
 func (c *Consumers) Run(ctx context.Context) error {
+	// Deliveries run under work, not ctx: shutdown cancels it only after
+	// the shutdown timeout.
+	work, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
 	retry := backoff.Backoff{Min: 200 * time.Millisecond, Max: 30 * time.Second}
 	for {
-		err := c.session(ctx, retry.Reset)
+		err := c.session(ctx, work, abort, retry.Reset)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -85,12 +103,12 @@ func (c *Consumers) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Consumers) session(ctx context.Context, connected func()) error {
+func (c *Consumers) session(ctx, work context.Context, abort func(), connected func()) error {
 	conn, err := Dial(c.cfg.URL, c.cfg.ConnectionName)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = closeConn(conn) }() // gone or abandoned either way
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go drainBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 4)), c.logger)
 
@@ -126,7 +144,7 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cc.run(sctx, g.Handle)
+				cc.run(sctx, work, g.Handle)
 				if sctx.Err() == nil {
 					err := fmt.Errorf("consumer of %s stopped", g.Queue)
 					select {
@@ -155,7 +173,7 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 	select {
 	case <-ctx.Done():
 		stop()
-		wg.Wait() // in-flight deliveries finish and are acked
+		c.drain(&wg, abort)
 		return nil
 	case err := <-closed:
 		stop()
@@ -171,12 +189,41 @@ func (c *Consumers) session(ctx context.Context, connected func()) error {
 	}
 }
 
+// drain waits for in-flight deliveries on shutdown: up to the shutdown
+// timeout, then it aborts them and waits a little more.
+func (c *Consumers) drain(wg *sync.WaitGroup, abort func()) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(c.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return // every delivery finished and was acked or nacked
+	case <-t.C:
+	}
+	c.logger.Warn().Dur("shutdown_timeout", c.cfg.ShutdownTimeout).
+		Msg("deliveries still in flight at the shutdown timeout; aborting them, rabbitmq redelivers them")
+	abort()
+	t.Reset(abortGrace)
+	select {
+	case <-done:
+	case <-t.C:
+		c.logger.Error().Dur("waited", abortGrace).Msg("aborted deliveries did not return; closing the connection regardless")
+	}
+}
+
+// drainBlocked drains a consuming connection's block notifications (an
+// undrained channel stalls the connection's reader). Only publishing
+// connections are blocked; this one just says so in the log.
 func drainBlocked(c <-chan amqp.Blocking, logger zerolog.Logger) {
 	for b := range c {
 		if b.Active {
-			logger.Warn().Str("reason", b.Reason).Msg("rabbitmq blocked publishing")
+			logger.Info().Str("reason", b.Reason).Msg("rabbitmq blocks publishers; this connection only consumes")
 		} else {
-			logger.Info().Msg("rabbitmq unblocked publishing")
+			logger.Info().Msg("rabbitmq unblocked publishers")
 		}
 	}
 }
@@ -185,8 +232,6 @@ type consumer struct {
 	ch         *amqp.Channel
 	tag        string
 	deliveries <-chan amqp.Delivery
-	returns    chan amqp.Return
-	timeout    time.Duration
 	logger     zerolog.Logger
 }
 
@@ -201,11 +246,6 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 	if err := ch.Qos(1, 0, false); err != nil {
 		return nil, fmt.Errorf("setting prefetch: %w", err)
 	}
-	// Retries and dead letters are published on this channel and confirmed
-	// before the original is acked.
-	if err := ch.Confirm(false); err != nil {
-		return nil, fmt.Errorf("enabling confirms: %w", err)
-	}
 	tag := fmt.Sprintf("%s#%d", c.cfg.ConnectionName, i)
 	// autoAck false: a message is acked only after its outcome is stored.
 	deliveries, err := ch.Consume(g.Queue, tag, false, false, false, false, nil)
@@ -214,15 +254,13 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 	}
 	return &consumer{
 		ch: ch, tag: tag, deliveries: deliveries,
-		// One publish in flight at a time per channel; the return, if any,
-		// arrives before that publish's confirm.
-		returns: ch.NotifyReturn(make(chan amqp.Return, 1)),
-		timeout: c.cfg.ConfirmTimeout,
-		logger:  c.logger.With().Str("queue", g.Queue).Str("consumer", tag).Logger(),
+		logger: c.logger.With().Str("queue", g.Queue).Str("consumer", tag).Logger(),
 	}, nil
 }
 
-func (cc *consumer) run(ctx context.Context, handle HandleFunc) {
+// run hands each delivery to handle until ctx is done; handle runs under
+// work.
+func (cc *consumer) run(ctx, work context.Context, handle HandleFunc) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,13 +272,19 @@ func (cc *consumer) run(ctx context.Context, handle HandleFunc) {
 			if !ok {
 				return // channel or connection closed
 			}
-			cc.handle(ctx, d, handle)
+			cc.handle(ctx, work, d, handle)
 		}
 	}
 }
 
-func (cc *consumer) handle(ctx context.Context, d amqp.Delivery, handle HandleFunc) {
-	err := safeHandle(context.WithoutCancel(ctx), &Delivery{Delivery: d, c: cc, stopping: ctx.Done()}, handle)
+func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle HandleFunc) {
+	err := safeHandle(work, &Delivery{Delivery: d, stopping: ctx.Done()}, handle)
+	if err != nil && work.Err() != nil {
+		// Aborted at the shutdown timeout: neither acked nor nacked, it goes
+		// back to the queue when the connection closes.
+		cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("delivery aborted by shutdown; rabbitmq redelivers it")
+		return
+	}
 	if err == nil {
 		if err := d.Ack(false); err != nil {
 			// The channel is gone: the broker redelivers the message.
@@ -266,38 +310,13 @@ func safeHandle(ctx context.Context, d *Delivery, handle HandleFunc) (err error)
 	return handle(ctx, d)
 }
 
-// Delivery is a consumed message and the channel it came on.
+// Delivery is a consumed message.
 type Delivery struct {
 	amqp.Delivery
-	c        *consumer
 	stopping <-chan struct{}
 }
 
-// Stopping is closed when the consumers shut down. A handler waiting for a
-// dependency gives up then; its message is requeued.
+// Stopping is closed when the consumers shut down or their connection is
+// lost. A handler waiting for a dependency gives up then; its message is
+// requeued.
 func (d *Delivery) Stopping() <-chan struct{} { return d.stopping }
-
-// Publish publishes p on the delivery's channel and waits for the broker's
-// confirm. It fails when the broker nacks or returns the message (mandatory)
-// or the confirm does not come within the timeout.
-func (d *Delivery) Publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
-	dc, err := d.c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
-	if err != nil {
-		return fmt.Errorf("publishing to %q with key %q: %w", exchange, key, err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, d.c.timeout)
-	defer cancel()
-	acked, err := dc.WaitContext(wctx)
-	if err != nil {
-		return fmt.Errorf("waiting for confirm: %w", err)
-	}
-	select {
-	case r := <-d.c.returns:
-		return fmt.Errorf("publish to %q with key %q returned: %s", exchange, key, r.ReplyText)
-	default:
-	}
-	if !acked {
-		return fmt.Errorf("publish to %q with key %q nacked by the broker", exchange, key)
-	}
-	return nil
-}

@@ -63,6 +63,9 @@ type PublisherConfig struct {
 	Logger         zerolog.Logger
 	// Confirms counts outcomes when set; see NewConfirmsCounter.
 	Confirms *prometheus.CounterVec
+	// Blocked, when set, is 1 while the broker blocks the connection; see
+	// NewBlockedGauge.
+	Blocked prometheus.Gauge
 }
 
 // NewConfirmsCounter registers hookrelay_publish_confirms_total on reg.
@@ -85,19 +88,18 @@ func NewConfirmsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 //
 // It does not use amqp091-go's automatic recovery: a fresh connection and
 // channel after every failure means no confirm or tag from an old channel
-// can be mistaken for a new one.
+// can be mistaken for a new one. A channel whose confirms were not all
+// answered (a timeout, a block) is never used again.
 type Publisher struct {
 	cfg    PublisherConfig
 	logger zerolog.Logger
 
-	mu      sync.Mutex // serialises Publish and guards the fields below
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	returns chan amqp.Return
-	closed  chan *amqp.Error
+	mu    sync.Mutex // serialises Publish and guards the fields below
+	cc    *confirmChannel
+	batch uint64 // numbers publishes, for correlation ids
 
-	blockedMu sync.Mutex
-	blocked   string // non-empty while the broker blocks publishing
+	sessMu sync.Mutex // guards sess, read without waiting for a publish
+	sess   *session
 }
 
 // NewPublisher returns a Publisher; it does not connect yet.
@@ -108,119 +110,116 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 10 * time.Second
 	}
+	if cfg.Blocked != nil {
+		cfg.Blocked.Set(0)
+	}
 	return &Publisher{cfg: cfg, logger: cfg.Logger.With().Str("component", "amqp_publisher").Logger()}
 }
 
-// Dial opens a connection with hookrelay's settings.
-func Dial(url, name string) (*amqp.Connection, error) {
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(name)
-	conn, err := amqp.DialConfig(url, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Locale:     "en_US",
-		Properties: props,
-		Dial:       amqp.DefaultDial(5 * time.Second),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to rabbitmq: %w", err)
-	}
-	return conn, nil
+func (p *Publisher) session() *session {
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	return p.sess
 }
 
-// connectLocked dials, declares the topology and opens a confirm channel.
-func (p *Publisher) connectLocked() error {
-	if p.ch != nil {
-		select {
-		case err := <-p.closed:
+// connectLocked dials if there is no open connection and opens a confirm
+// channel if there is none; the topology is declared on each new channel.
+func (p *Publisher) connectLocked() (*session, error) {
+	s := p.session()
+	if s != nil {
+		if gone, err := s.closed(); gone {
 			p.logger.Warn().Err(err).Msg("rabbitmq connection lost")
 			p.resetLocked()
-		default:
-			return nil
+			s = nil
 		}
 	}
-	conn, err := Dial(p.cfg.URL, p.cfg.ConnectionName)
-	if err != nil {
-		return err
+	if s == nil {
+		var err error
+		if s, err = openSession(p.cfg.URL, p.cfg.ConnectionName, p.cfg.Blocked, p.logger); err != nil {
+			return nil, err
+		}
+		p.sessMu.Lock()
+		p.sess = s
+		p.sessMu.Unlock()
+		p.logger.Info().Msg("connected to rabbitmq")
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		_ = conn.Close()
-		return fmt.Errorf("opening channel: %w", err)
+	if p.cc != nil {
+		return s, nil
 	}
-	if err := p.cfg.Topology.Declare(ch); err != nil {
-		_ = conn.Close()
-		return err
+	if reason, _ := s.block.current(); reason != "" {
+		// A blocked broker does not read: opening a channel would hang.
+		return s, blockedError(reason)
 	}
-	if err := ch.Confirm(false); err != nil {
-		_ = conn.Close()
-		return fmt.Errorf("enabling publisher confirms: %w", err)
-	}
-	p.closed = conn.NotifyClose(make(chan *amqp.Error, 1))
 	// The broker sends basic.return before the ack of the same message, from
 	// the connection's single reader goroutine. Sized for a whole batch, the
 	// buffer never blocks that reader; Publish drains it after the confirms,
 	// by which time every return of the batch is already in it.
-	p.returns = ch.NotifyReturn(make(chan amqp.Return, p.cfg.MaxBatch+1))
-	go p.watchBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
-	p.conn, p.ch = conn, ch
-	p.logger.Info().Msg("connected to rabbitmq")
-	return nil
-}
-
-// watchBlocked drains blocked notifications (an undrained channel stalls the
-// connection) and remembers whether publishing is blocked by an alarm.
-func (p *Publisher) watchBlocked(c <-chan amqp.Blocking) {
-	for b := range c {
-		p.blockedMu.Lock()
-		if b.Active {
-			p.blocked = b.Reason
-			p.logger.Warn().Str("reason", b.Reason).Msg("rabbitmq blocked publishing")
-		} else {
-			p.blocked = ""
-			p.logger.Info().Msg("rabbitmq unblocked publishing")
-		}
-		p.blockedMu.Unlock()
+	cc, err := s.openConfirmChannel(p.cfg.ConfirmTimeout, p.cfg.MaxBatch+1, p.cfg.Topology.Declare)
+	if err != nil {
+		p.resetLocked()
+		return nil, err
 	}
+	p.cc = cc
+	return s, nil
 }
 
+// resetLocked abandons the connection; the next publish dials again.
 func (p *Publisher) resetLocked() {
-	if p.conn != nil {
-		_ = p.conn.Close() // the connection is being abandoned either way
+	p.sessMu.Lock()
+	s := p.sess
+	p.sess = nil
+	p.sessMu.Unlock()
+	p.cc = nil
+	if s != nil {
+		_ = closeConn(s.conn) // the connection is being abandoned either way
 	}
-	p.conn, p.ch, p.returns, p.closed = nil, nil, nil, nil
-	// A block belongs to the connection: a new one starts unblocked (and is
-	// told again if the alarm persists).
-	p.blockedMu.Lock()
-	p.blocked = ""
-	p.blockedMu.Unlock()
 }
 
-// Ping connects if needed and reports whether the connection is open.
+// discardChannelLocked gives up the channel (its publishes were not all
+// answered) and keeps the connection: the next publish opens a fresh
+// channel, so no late confirm or return can be taken for a later one's.
+func (p *Publisher) discardChannelLocked() {
+	if p.cc != nil {
+		p.cc.discard()
+		p.cc = nil
+	}
+}
+
+// Ping connects if needed and reports whether the connection is open: nil,
+// ErrBlocked (wrapped) while the broker blocks it, or the connection error.
+// It does not wait for a publish in progress when connected.
 func (p *Publisher) Ping(context.Context) error {
+	if s := p.session(); s != nil {
+		if gone, _ := s.closed(); !gone {
+			if reason, _ := s.block.current(); reason != "" {
+				return blockedError(reason)
+			}
+			return nil
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.connectLocked(); err != nil {
-		return err
-	}
-	if p.conn.IsClosed() {
-		return errors.New("rabbitmq connection closed")
-	}
-	return nil
+	_, err := p.connectLocked()
+	return err
 }
 
 // ErrConfirmTimeout is wrapped by Publish's error when the broker did not
 // confirm every message within the confirm timeout: the outcomes then say
-// which messages it answered (Unconfirmed for the rest). Any other error
-// means the connection or channel failed, and outcomes other than Acked say
-// nothing about their messages.
+// which messages it answered (Unconfirmed for the rest). After any other
+// error (the connection or channel failed, or ErrBlocked) outcomes other
+// than Acked say nothing about their messages.
 var ErrConfirmTimeout = errors.New("confirm timeout")
 
 // Publish sends msgs to the exchange, all in flight at once, and waits up to
 // the confirm timeout for the broker's answers. outcomes[i] is the answer
 // about msgs[i]: only Acked means the broker took it. A non-nil error means
 // the connection or channel failed, or the confirms timed out
-// (ErrConfirmTimeout); either way it is reset and the next call reconnects.
-// ctx is checked before each write only.
+// (ErrConfirmTimeout): either way it is reset and the next call reconnects.
+// Or the broker blocks publishing (ErrBlocked): then Publish answers at
+// once, also when the block begins while it waits for the confirms, and
+// the next call fails at once until the block lifts; unanswered outcomes
+// say nothing about their messages then. ctx is checked before each write
+// only.
 func (p *Publisher) Publish(ctx context.Context, msgs []webhook.Message) (outcomes []Outcome, err error) {
 	outcomes, err = p.publish(ctx, msgs)
 	if p.cfg.Confirms != nil {
@@ -239,19 +238,22 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 	if len(msgs) > p.cfg.MaxBatch {
 		return outcomes, fmt.Errorf("batch of %d exceeds MaxBatch %d", len(msgs), p.cfg.MaxBatch)
 	}
-	p.blockedMu.Lock()
-	blocked := p.blocked
-	p.blockedMu.Unlock()
-	if blocked != "" {
-		// A publish now would hang on the socket: the broker stopped reading.
-		return outcomes, fmt.Errorf("rabbitmq is blocking publishers: %s", blocked)
+	if s := p.session(); s != nil {
+		if reason, _ := s.block.current(); reason != "" {
+			// The broker stopped reading this connection: answer at once,
+			// so the caller releases its claim.
+			return outcomes, blockedError(reason)
+		}
 	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.connectLocked(); err != nil {
+	s, err := p.connectLocked()
+	if err != nil {
 		return outcomes, err
 	}
+	cc := p.cc
+	p.batch++
 
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	index := make(map[string]int, len(msgs))
@@ -259,13 +261,14 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 		id := m.EventID.String()
 		// Returns are matched by the outbox row, not the event: one batch
 		// may hold several rows of one event (a replay to several routes).
-		corr := strconv.FormatInt(m.OutboxID, 10)
+		// The batch number makes the id unique to this publish.
+		corr := strconv.FormatUint(p.batch, 10) + "." + strconv.FormatInt(m.OutboxID, 10)
 		index[corr] = i
 		exchange, key := p.cfg.Exchange, m.RoutingKey
 		if m.Route != "" {
 			exchange, key = "", p.cfg.Names.RouteQueue(m.Route)
 		}
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
+		dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
 			DeliveryMode:  amqp.Persistent,
 			ContentType:   m.ContentType,
 			MessageId:     id,
@@ -287,53 +290,97 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 		confirms[i] = dc
 	}
 
-	waitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ConfirmTimeout)
-	defer cancel()
+	// Not cut short by ctx: the batch is in flight, and its answers decide
+	// which rows are deleted. A block or a lost connection ends the wait at
+	// once.
+	timer := time.NewTimer(p.cfg.ConfirmTimeout)
+	defer timer.Stop()
 	var waitErr error
+	blocked := false
+wait:
 	for i, dc := range confirms {
-		acked, err := dc.WaitContext(waitCtx)
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				err = fmt.Errorf("%w after %s", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
+		select {
+		case <-dc.Done():
+		case <-s.block.beginning():
+			reason, _ := s.block.current()
+			if reason == "" {
+				reason = "lifted again"
 			}
-			waitErr = fmt.Errorf("waiting for publisher confirms: %w", err)
-			break
+			waitErr = fmt.Errorf("waiting for publisher confirms: %w", blockedError(reason))
+			blocked = true
+			break wait
+		case <-s.gone:
+			_, cause := s.closed()
+			waitErr = fmt.Errorf("rabbitmq connection lost: %w", cause)
+			break wait
+		case <-timer.C:
+			waitErr = fmt.Errorf("waiting for publisher confirms: %w after %s", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
+			break wait
 		}
-		if acked {
+		if dc.Acked() {
 			outcomes[i] = Acked
 		} else {
 			outcomes[i] = Nacked
 		}
 	}
-	// Every return for an acked message arrived before its ack, so it is in
-	// the buffer now.
-	p.drainReturnsLocked(index, outcomes)
-
 	if waitErr != nil {
+		// The wait ended early, but answers for later messages may have
+		// arrived meanwhile: an ack taken now saves a second publish of
+		// its row. (After a lost connection every pending confirm reads as
+		// a nack; the caller knows those say nothing.)
+		for i, dc := range confirms {
+			if outcomes[i] != Unconfirmed || dc == nil {
+				continue
+			}
+			select {
+			case <-dc.Done():
+				if dc.Acked() {
+					outcomes[i] = Acked
+				} else {
+					outcomes[i] = Nacked
+				}
+			default:
+			}
+		}
+	}
+	// Every return for an answered message arrived before its answer, so it
+	// is in the buffer now.
+	p.drainReturnsLocked(cc, index, outcomes)
+
+	switch {
+	case blocked:
+		// Keep the connection (a new one would be blocked at its first
+		// publish too) but not the channel with unanswered publishes.
+		p.discardChannelLocked()
+		return outcomes, waitErr
+	case waitErr != nil:
 		p.resetLocked()
 		return outcomes, waitErr
 	}
-	select {
-	case err := <-p.closed:
+	if gone, cause := s.closed(); gone || cc.ch.IsClosed() {
 		// Confirms of a closing channel resolve as nacks; report the cause.
+		if cause == nil {
+			cause = errors.New("channel closed by the broker")
+		}
 		p.resetLocked()
-		return outcomes, fmt.Errorf("rabbitmq connection lost: %w", err)
-	default:
+		return outcomes, fmt.Errorf("rabbitmq connection lost: %w", cause)
 	}
 	return outcomes, nil
 }
 
-func (p *Publisher) drainReturnsLocked(index map[string]int, outcomes []Outcome) {
+func (p *Publisher) drainReturnsLocked(cc *confirmChannel, index map[string]int, outcomes []Outcome) {
 	for {
 		select {
-		case r, ok := <-p.returns:
+		case r, ok := <-cc.returns:
 			if !ok {
 				return
 			}
 			if i, mine := index[r.CorrelationId]; mine {
 				outcomes[i] = Returned
-				p.logger.Error().Str("event_id", r.MessageId).Str("routing_key", r.RoutingKey).
-					Str("reply", r.ReplyText).Msg("message returned unroutable; is the alternate exchange missing?")
+				// The outbox logs refused rows itself, sparingly; a row
+				// that keeps coming back must not log on every try.
+				p.logger.Debug().Str("event_id", r.MessageId).Str("routing_key", r.RoutingKey).
+					Str("reply", r.ReplyText).Msg("message returned unroutable")
 			}
 		default:
 			return
@@ -341,17 +388,17 @@ func (p *Publisher) drainReturnsLocked(index map[string]int, outcomes []Outcome)
 	}
 }
 
-// Close closes the connection.
+// Close closes the connection. A later Publish connects again.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn == nil {
+	p.sessMu.Lock()
+	s := p.sess
+	p.sess = nil
+	p.sessMu.Unlock()
+	p.cc = nil
+	if s == nil {
 		return nil
 	}
-	err := p.conn.Close()
-	p.conn, p.ch, p.returns, p.closed = nil, nil, nil, nil
-	if err != nil && !errors.Is(err, amqp.ErrClosed) {
-		return fmt.Errorf("closing rabbitmq connection: %w", err)
-	}
-	return nil
+	return closeConn(s.conn)
 }

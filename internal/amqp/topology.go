@@ -1,6 +1,8 @@
 // Package amqp is hookrelay's RabbitMQ layer: the topology (exchanges,
 // quorum queues, bindings) built from the config, declared idempotently and
-// exported as a definitions file, and a confirming publisher that reconnects.
+// exported as a definitions file; the confirming publishers that reconnect
+// (the outbox's batch Publisher, the dispatcher's ConfirmPublisher); and the
+// dispatcher's Consumers.
 package amqp
 
 import (

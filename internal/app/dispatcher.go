@@ -37,9 +37,10 @@ type DispatcherOptions struct {
 // limit policy first. It opens its listener first and starts no goroutine
 // before everything that can fail at startup succeeded; it closes the
 // listener (also one given in opts) when it returns. On shutdown it stops
-// consuming, lets in-flight deliveries finish, record and ack, and returns
-// nil. When a component fails, the others are stopped and the error names
-// the cause.
+// consuming and lets in-flight deliveries finish, record and ack for up to
+// dispatcher.shutdown_timeout; then it cancels the rest (nothing recorded,
+// not acked: RabbitMQ redelivers them) and returns nil. When a component
+// fails, the others are stopped and the error names the cause.
 func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptions) error {
 	logger := opts.Logger.With().Str("process", "dispatcher").Logger()
 	reg := opts.Registry
@@ -95,13 +96,29 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		})
 		routeNames = append(routeNames, r.Name)
 	}
+	// Retries and dead letters go out on a connection of their own: a
+	// broker alarm blocks publishing connections, and must not freeze the
+	// acks on the consuming one.
+	publisher := amqp.NewConfirmPublisher(amqp.ConfirmPublisherConfig{
+		URL:            cfg.AMQP.URL,
+		ConnectionName: "hookrelay-dispatcher-publisher " + cfg.AMQP.Prefix + "@" + hostname(),
+		ConfirmTimeout: cfg.Outbox.PublishTimeout,
+		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("dispatcher_publisher"),
+		Logger:         logger,
+	})
+	defer func() {
+		if err := publisher.Close(); err != nil {
+			logger.Warn().Err(err).Msg("closing rabbitmq publishing connection")
+		}
+	}()
 	handler, err := deliver.New(deliver.Config{
-		Routes:  routes,
-		Tiers:   tiers,
-		Store:   deliverStore{db},
-		Client:  opts.Client,
-		Metrics: deliver.NewMetrics(reg, routeNames),
-		Logger:  logger,
+		Routes:    routes,
+		Tiers:     tiers,
+		Store:     deliverStore{db},
+		Publisher: publisher,
+		Client:    opts.Client,
+		Metrics:   deliver.NewMetrics(reg, routeNames),
+		Logger:    logger,
 	})
 	if err != nil {
 		return err
@@ -114,23 +131,28 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
 			Handle: func(ctx context.Context, d *amqp.Delivery) error {
-				return handler.Handle(ctx, route, d.Delivery, d)
+				return handler.Handle(ctx, route, d.Delivery, d.Stopping())
 			},
 		})
 	}
 	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
-		URL:            cfg.AMQP.URL,
-		ConnectionName: "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
-		Topology:       topo,
-		Groups:         groups,
-		ConfirmTimeout: cfg.Outbox.PublishTimeout,
-		Logger:         logger,
+		URL:             cfg.AMQP.URL,
+		ConnectionName:  "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
+		Topology:        topo,
+		Groups:          groups,
+		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
+		Logger:          logger,
 	})
 
 	mux := http.NewServeMux()
 	httpserver.Health(mux, logger,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
-		httpserver.Check{Name: "rabbitmq", Func: consumers.Ping},
+		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error {
+			if err := consumers.Ping(ctx); err != nil {
+				return err
+			}
+			return rabbitmqReady(publisher.Ping(ctx))
+		}},
 	)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	g, gctx := errgroup.WithContext(ctx)
@@ -142,13 +164,25 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	})
 	g.Go(func() error { return consumers.Run(gctx) })
 	logger.Info().Str("listen", ln.Addr().String()).Int("routes", len(routes)).Msg("dispatcher started")
-	// shutdown_timeout bounds the HTTP shutdown and is meant to bound
-	// in-flight deliveries too; past it and stopGrace, stop waiting.
+	// shutdown_timeout bounds the HTTP shutdown and the in-flight
+	// deliveries (Consumers aborts what is left, then waits a short
+	// grace); past it and stopGrace, stop waiting.
 	if err := wait(gctx, g, cfg.Dispatcher.ShutdownTimeout+stopGrace); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	logger.Info().Msg("dispatcher stopped")
 	return nil
+}
+
+// rabbitmqReady maps a publisher's Ping to readiness. A broker alarm that
+// blocks publishing is shown as "blocked" but keeps the process ready: it
+// is broker-wide, so no other instance would do better, and ingest (which
+// needs only Postgres) and deliveries that need no publish go on.
+func rabbitmqReady(err error) error {
+	if errors.Is(err, amqp.ErrBlocked) {
+		return &httpserver.Degraded{State: "blocked", Err: err}
+	}
+	return err
 }
 
 // routeStats adapts store.RouteStatsList to the collector.

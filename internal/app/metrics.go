@@ -18,6 +18,7 @@ func MetricNames() []string {
 	rec := &describeRecorder{names: map[string]bool{}}
 	ingest.NewMetrics(rec)
 	amqp.NewConfirmsCounter(rec)
+	amqp.NewBlockedGauge(rec)
 	outbox.NewMetrics(rec)
 	deliver.NewMetrics(rec, nil)
 	rec.MustRegister(outbox.NewBacklogCollector(nil), deliver.NewRouteCollector(nil, nil))

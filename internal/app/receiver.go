@@ -110,6 +110,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		ConnectionName: "hookrelay-receiver " + cfg.AMQP.Prefix + "@" + hostname(),
 		Logger:         logger,
 		Confirms:       amqp.NewConfirmsCounter(reg),
+		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("receiver_publisher"),
 	})
 	defer func() {
 		if err := publisher.Close(); err != nil {
@@ -122,7 +123,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	handler.Register(mux)
 	httpserver.Health(mux, logger,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
-		httpserver.Check{Name: "rabbitmq", Func: publisher.Ping},
+		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
 	)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 

@@ -50,12 +50,14 @@ type Store interface {
 	AttemptRecord(ctx context.Context, a *webhook.Attempt) error
 }
 
-// Publisher publishes on the channel the message came from and waits for
-// the broker's confirm. Stopping is closed when the dispatcher shuts down:
-// waits for a dependency end early then, and the message is requeued.
+// Publisher publishes retries and dead letters and waits, bounded, for the
+// broker's confirm: nil means confirmed and routed.
 type Publisher interface {
 	Publish(ctx context.Context, exchange, key string, p amqp.Publishing) error
-	Stopping() <-chan struct{}
+	// Blocked returns nil while the broker accepts publishes. While it
+	// blocks them (a memory or disk alarm), it returns a channel that is
+	// closed when the block lifts.
+	Blocked() <-chan struct{}
 }
 
 // Route is one destination.
@@ -87,11 +89,12 @@ type Config struct {
 	Routes []Route
 	// Tiers are ordered by attempt: a failed attempt n goes to tier n-1 (the
 	// last tier repeats).
-	Tiers   []Tier
-	Store   Store
-	Client  *http.Client
-	Metrics *Metrics
-	Logger  zerolog.Logger
+	Tiers     []Tier
+	Store     Store
+	Publisher Publisher
+	Client    *http.Client
+	Metrics   *Metrics
+	Logger    zerolog.Logger
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
 	// StoreRetryFor bounds how long a Postgres failure is retried while the
@@ -99,6 +102,12 @@ type Config struct {
 	// Postgres outage does not push messages toward the delivery limit; it
 	// stays well under RabbitMQ's 30-minute consumer timeout. Default 10m.
 	StoreRetryFor time.Duration
+	// PublishHoldFor bounds how long a message whose outcome needs a
+	// publish is held while the broker blocks publishing (a resource
+	// alarm): no new POST and no requeue loop meanwhile. After it, the
+	// message is requeued. Default 10m, well under RabbitMQ's 30-minute
+	// consumer timeout.
+	PublishHoldFor time.Duration
 }
 
 // Handler delivers messages.
@@ -111,14 +120,17 @@ type Handler struct {
 
 // New returns a Handler.
 func New(cfg Config) (*Handler, error) {
-	if cfg.Store == nil || cfg.Metrics == nil || len(cfg.Tiers) == 0 {
-		return nil, errors.New("deliver: Store, Metrics and at least one Tier are required")
+	if cfg.Store == nil || cfg.Publisher == nil || cfg.Metrics == nil || len(cfg.Tiers) == 0 {
+		return nil, errors.New("deliver: Store, Publisher, Metrics and at least one Tier are required")
 	}
 	if cfg.Client == nil {
 		cfg.Client = NewClient()
 	}
 	if cfg.StoreRetryFor == 0 {
 		cfg.StoreRetryFor = 10 * time.Minute
+	}
+	if cfg.PublishHoldFor == 0 {
+		cfg.PublishHoldFor = 10 * time.Minute
 	}
 	h := &Handler{cfg: cfg, routes: map[string]*Route{}, logger: cfg.Logger.With().Str("component", "deliver").Logger(), now: cfg.NowFunc}
 	if h.now == nil {
@@ -217,8 +229,11 @@ func headerInt(h amqp.Table, key string) (int, bool) {
 
 // Handle delivers one message of route's queue. It returns nil when the
 // outcome is stored and any republish confirmed: the caller then acks. Any
-// error means "do not ack".
-func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub Publisher) error {
+// error means "do not ack". Waits for a dependency (Postgres down, the
+// broker blocking publishes) end early when stopping closes. Cancelling ctx
+// aborts the delivery: an HTTP attempt in flight is cancelled and nothing
+// is recorded for it.
+func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, stopping <-chan struct{}) error {
 	r, ok := h.routes[route]
 	if !ok {
 		return fmt.Errorf("no route %q", route)
@@ -228,14 +243,14 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 	if err != nil {
 		// Nothing to deliver or record against: park it for an operator.
 		log.Error().Err(err).Str("message_id", d.MessageId).Msg("malformed message; dead-lettering")
-		return h.publishDead(ctx, pub, r, d, Message{Body: d.Body, ContentType: d.ContentType, Attempt: 1}, &webhook.Attempt{
+		return h.publishDead(ctx, stopping, log, r, d, Message{Body: d.Body, ContentType: d.ContentType, Attempt: 1}, &webhook.Attempt{
 			Route: route, Number: 0, StartedAt: h.now(), Error: err.Error(),
 		}, "malformed")
 	}
 	log = log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
 
 	var lock Lock
-	err = h.retryStore(ctx, pub.Stopping(), log, "locking delivery", func() (err error) {
+	err = h.retryStore(ctx, stopping, log, "locking delivery", func() (err error) {
 		lock, err = h.cfg.Store.DeliveryLock(ctx, msg.EventID, route)
 		return err
 	})
@@ -243,7 +258,7 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 		// Retrying cannot help, and delivering without a record would
 		// break the at-most-once promise: park it for an operator.
 		log.Error().Err(err).Msg("event purged; dead-lettering")
-		return h.publishDead(ctx, pub, r, d, msg, &webhook.Attempt{
+		return h.publishDead(ctx, stopping, log, r, d, msg, &webhook.Attempt{
 			Route: route, Number: msg.Attempt, StartedAt: h.now(), Error: "event purged from the database",
 		}, "event_missing")
 	}
@@ -262,6 +277,17 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 	h.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
 	attempt, retryAfter := h.post(ctx, r, msg)
 	h.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
+	if err := ctx.Err(); err != nil {
+		// Aborted (shutdown timeout): the attempt's result, if any, is not
+		// known to be the destination's answer. Record nothing; the message
+		// is not acked, so it is delivered again after the restart.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if rerr := lock.Release(rctx); rerr != nil {
+			log.Warn().Err(rerr).Msg("releasing delivery lock")
+		}
+		return fmt.Errorf("delivery aborted: %w", err)
+	}
 	h.cfg.Metrics.duration.WithLabelValues(route).Observe(attempt.Duration.Seconds())
 
 	tier, deadReason := -1, ""
@@ -281,7 +307,7 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 		// The lock's connection failed during the attempt: record in a
 		// transaction of its own.
 		log.Warn().Err(err).Msg("recording attempt failed; retrying")
-		err = h.retryStore(ctx, pub.Stopping(), log, "recording attempt", func() error {
+		err = h.retryStore(ctx, stopping, log, "recording attempt", func() error {
 			return h.cfg.Store.AttemptRecord(ctx, attempt)
 		})
 		if err != nil {
@@ -291,14 +317,14 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, pub
 
 	switch attempt.Outcome {
 	case webhook.StateRetrying:
-		if err := h.publishRetry(ctx, pub, r, msg, tier); err != nil {
+		if err := h.publishRetry(ctx, stopping, log, r, msg, tier); err != nil {
 			return err
 		}
 		h.cfg.Metrics.outcome(route, "retry_scheduled")
 		h.cfg.Metrics.retries.WithLabelValues(route, h.cfg.Tiers[tier].Name).Inc()
 		log.Info().Int("status", attempt.Status).Str("error", attempt.Error).Dur("retry_in", h.cfg.Tiers[tier].Delay).Msg("delivery failed; retry scheduled")
 	case webhook.StateDead:
-		if err := h.publishDead(ctx, pub, r, d, msg, attempt, deadReason); err != nil {
+		if err := h.publishDead(ctx, stopping, log, r, d, msg, attempt, deadReason); err != nil {
 			return err
 		}
 		h.cfg.Metrics.outcome(route, "dead")
@@ -337,6 +363,42 @@ func (h *Handler) retryStore(ctx context.Context, stop <-chan struct{}, log zero
 		}
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// publish publishes and waits for the confirm. While the broker blocks
+// publishing it holds the message (unacked, no new POST) until the block
+// lifts, for up to PublishHoldFor, and publishes then; a publish already
+// sent when the block began waits for its confirm within the same bound.
+// stop ends a hold early, ctx any wait. Other failures return at once.
+func (h *Handler) publish(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, exchange, key string, p amqp.Publishing) error {
+	pub := h.cfg.Publisher
+	hctx, cancel := context.WithTimeout(ctx, h.cfg.PublishHoldFor)
+	defer cancel()
+	held := false
+	for {
+		lifted := pub.Blocked()
+		if lifted == nil {
+			err := pub.Publish(hctx, exchange, key, p)
+			if err == nil || pub.Blocked() == nil {
+				return err
+			}
+			continue // the block began meanwhile: hold
+		}
+		if !held {
+			held = true
+			log.Warn().Dur("hold_for", h.cfg.PublishHoldFor).Msg("rabbitmq blocks publishing; holding the message")
+		}
+		select {
+		case <-lifted:
+		case <-stop:
+			return errors.New("rabbitmq blocks publishing (shutting down)")
+		case <-hctx.Done():
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("rabbitmq blocks publishing: %w", err)
+			}
+			return fmt.Errorf("rabbitmq blocked publishing for longer than %s", h.cfg.PublishHoldFor)
+		}
+	}
 }
 
 // tierFor picks the tier after failed attempt n: tier n-1 (the last one
@@ -521,13 +583,13 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-func (h *Handler) publishRetry(ctx context.Context, pub Publisher, r *Route, msg Message, tier int) error {
+func (h *Handler) publishRetry(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, r *Route, msg Message, tier int) error {
 	first := msg.FirstAttemptAt
 	if first.IsZero() {
 		first = h.now()
 	}
 	id := msg.EventID.String()
-	err := pub.Publish(ctx, h.cfg.Tiers[tier].Exchange, r.Queue, amqp.Publishing{
+	err := h.publish(ctx, stop, log, h.cfg.Tiers[tier].Exchange, r.Queue, amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		ContentType:  msg.ContentType,
 		MessageId:    id,
@@ -562,7 +624,7 @@ const (
 	HeaderDeadReason = "x-hookrelay-dead-reason"
 )
 
-func (h *Handler) publishDead(ctx context.Context, pub Publisher, r *Route, d amqp.Delivery, msg Message, a *webhook.Attempt, reason string) error {
+func (h *Handler) publishDead(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, r *Route, d amqp.Delivery, msg Message, a *webhook.Attempt, reason string) error {
 	first := msg.FirstAttemptAt
 	if first.IsZero() {
 		first = a.StartedAt
@@ -585,7 +647,7 @@ func (h *Handler) publishDead(ctx context.Context, pub Publisher, r *Route, d am
 	headers[HeaderLastError] = a.Error
 	headers[webhook.HeaderFirstAttemptAt] = first.UTC().Format(time.RFC3339Nano)
 	headers[HeaderLastAttemptAt] = a.StartedAt.UTC().Format(time.RFC3339Nano)
-	err := pub.Publish(ctx, "", r.DeadQueue, amqp.Publishing{
+	err := h.publish(ctx, stop, log, "", r.DeadQueue, amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		ContentType:  d.ContentType,
 		MessageId:    d.MessageId,

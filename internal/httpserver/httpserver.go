@@ -111,8 +111,9 @@ const Unavailable = "unavailable"
 const checkTimeout = 3 * time.Second
 
 // Health registers GET /healthz (the process is alive) and GET /readyz on
-// mux. /readyz runs every check at once and answers 200 when all pass, 503
-// otherwise, with {"<name>": "ok" | "unavailable" | <StateError.State>}. A
+// mux. /readyz runs every check at once and answers 200 when all pass or
+// are Degraded, 503 otherwise, with {"<name>": "ok" | "unavailable" |
+// <StateError.State> | <Degraded.State>}. A
 // check's error can name hosts, ports, users and databases, and these
 // listeners are often public: it goes to logger at warn with the
 // dependency's name, never into the answer.
@@ -136,6 +137,12 @@ func Health(mux *http.ServeMux, logger zerolog.Logger, checks ...Check) {
 			err := errs[i]
 			if err == nil {
 				results[c.Name] = "ok"
+				continue
+			}
+			var dg *Degraded
+			if errors.As(err, &dg) && dg.State != "" {
+				results[c.Name] = dg.State
+				logger.Warn().Err(err).Str("dependency", c.Name).Msg("readiness check degraded")
 				continue
 			}
 			status = http.StatusServiceUnavailable

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -159,6 +160,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		if errors.As(err, &tooLarge) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody))
 			return "rejected", "too_large"
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			// The body did not arrive within the read timeout: nothing is
+			// stored, and 408 tells the sender to send it again.
+			writeError(w, http.StatusRequestTimeout, "body not received within the read timeout; send it again")
+			return "rejected", "read_timeout"
 		}
 		writeError(w, http.StatusBadRequest, "reading body failed")
 		return "rejected", "read_error"

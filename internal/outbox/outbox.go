@@ -154,7 +154,11 @@ func New(cfg Config) (*Relay, error) {
 // PublishTimeout). Failures are retried with exponential backoff and jitter;
 // Run returns only when ctx is done.
 func (r *Relay) Run(ctx context.Context) error {
-	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
+	// A failed batch (Postgres or RabbitMQ unreachable, the broker
+	// blocking) is tried again with backoff capped at 5s, so publishing
+	// resumes within seconds of an outage's end. (Waking on every commit
+	// instead would turn a broker outage under load into a dial per event.)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	ticker := time.NewTicker(r.cfg.PollInterval)
 	defer ticker.Stop()
 	for {
@@ -164,7 +168,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			wait := retry.Next()
-			r.logger.Warn().Err(err).Dur("retry_in", wait).Msg("outbox batch failed")
+			r.logger.Warn().Err(err).Str("retry_in", wait.String()).Msg("outbox batch failed")
 			if !backoff.Sleep(ctx, wait) {
 				return nil
 			}
