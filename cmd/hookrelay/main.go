@@ -17,6 +17,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/rs/zerolog"
 )
 
 const usage = `usage: hookrelay [--config PATH] <command> [flags]
@@ -118,7 +119,11 @@ func topology(ctx context.Context, cfg *config.Config, sub string, args []string
 		fmt.Fprintf(out, "wrote %s\n", *file)
 		return nil
 	case "apply":
-		conn, err := amqp.Dial(cfg.AMQP.URL, "hookrelay-cli")
+		dialer, err := app.Dialer(cfg, nil, zerolog.Nop())
+		if err != nil {
+			return err
+		}
+		conn, err := dialer.Dial("hookrelay-cli")
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,8 @@ import (
 
 // ConfirmPublisherConfig configures a ConfirmPublisher.
 type ConfirmPublisherConfig struct {
-	URL string
+	// Dialer reaches a node of the cluster.
+	Dialer *Dialer
 	// ConnectionName shows in the management UI.
 	ConnectionName string
 	// ConfirmTimeout bounds the wait for one publish's confirm.
@@ -82,7 +83,7 @@ func (p *ConfirmPublisher) session() (*session, error) {
 	if closed {
 		return nil, errors.New("publisher closed")
 	}
-	s, err := openSession(p.cfg.URL, p.cfg.ConnectionName, p.cfg.Blocked, p.logger)
+	s, err := openSession(p.cfg.Dialer, p.cfg.ConnectionName, p.cfg.Blocked, p.logger)
 	if err != nil {
 		return nil, err
 	}

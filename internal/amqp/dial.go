@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
 )
 
 // TLSConfig names the files of a TLS connection to brokers that require it
@@ -87,7 +89,10 @@ func Node(rawURL string) string {
 // NodeGauge is hookrelay_rabbitmq_connected_node: 1 for the node each
 // connection is on, so a dashboard shows which node a process talks to and
 // when it moved.
-type NodeGauge struct{ g *prometheus.GaugeVec }
+type NodeGauge struct {
+	mu sync.Mutex
+	g  *prometheus.GaugeVec
+}
 
 // NewNodeGauge registers the gauge on reg.
 func NewNodeGauge(reg prometheus.Registerer) *NodeGauge {
@@ -103,10 +108,21 @@ func (n *NodeGauge) set(connection, node string) {
 	if n == nil {
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.g.DeletePartialMatch(prometheus.Labels{"connection": connection})
-	if node != "" {
-		n.g.WithLabelValues(connection, node).Set(1)
+	n.g.WithLabelValues(connection, node).Set(1)
+}
+
+// clear removes connection's series if it still names node (a newer
+// connection may already be on another).
+func (n *NodeGauge) clear(connection, node string) {
+	if n == nil {
+		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.g.DeleteLabelValues(connection, node)
 }
 
 // DialerConfig configures a Dialer.
@@ -124,6 +140,8 @@ type DialerConfig struct {
 	DialTimeout time.Duration
 	// Nodes reports the node each connection is on; may be nil.
 	Nodes *NodeGauge
+	// Logger says which node each connection reached.
+	Logger zerolog.Logger
 }
 
 // Dialer connects to one node of a cluster. The first connection starts at
@@ -154,7 +172,7 @@ func NewDialer(cfg DialerConfig) (*Dialer, error) {
 		cfg.Heartbeat = 10 * time.Second
 	}
 	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 5 * time.Second
+		cfg.DialTimeout = dialTimeout
 	}
 	return &Dialer{cfg: cfg, next: rand.IntN(len(cfg.URLs))}, nil
 }
@@ -167,15 +185,6 @@ type Conn struct {
 	*amqp.Connection
 	// Node is host:port of the node.
 	Node string
-
-	name  string
-	nodes *NodeGauge
-}
-
-// Close closes the connection and clears it from the node gauge.
-func (c *Conn) Close() error {
-	c.nodes.set(c.name, "")
-	return c.Connection.Close()
 }
 
 // Dial connects to the next node that answers, trying each node once. name
@@ -200,8 +209,16 @@ func (d *Dialer) Dial(name string) (*Conn, error) {
 		// node after this one.
 		d.next = (idx + 1) % n
 		d.mu.Unlock()
-		c := &Conn{Connection: conn, Node: Node(raw), name: name, nodes: d.cfg.Nodes}
+		c := &Conn{Connection: conn, Node: Node(raw)}
 		d.cfg.Nodes.set(name, c.Node)
+		// The gauge shows a connection only while it is open.
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		go func() {
+			for range closed { // closed with the connection
+			}
+			d.cfg.Nodes.clear(name, c.Node)
+		}()
+		d.cfg.Logger.Info().Str("connection", name).Str("node", c.Node).Msg("connected to rabbitmq")
 		return c, nil
 	}
 	d.mu.Lock()
@@ -218,7 +235,13 @@ func (d *Dialer) dialOne(raw, name string) (*amqp.Connection, error) {
 		Locale:          "en_US",
 		Properties:      props,
 		TLSClientConfig: d.cfg.TLS,
-		Dial:            amqp.DefaultDial(d.cfg.DialTimeout),
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := amqp.DefaultDial(d.cfg.DialTimeout)(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &writeDeadlineConn{Conn: c, timeout: writeTimeout}, nil
+		},
 	})
 	if err != nil {
 		return nil, describeDialError(err)

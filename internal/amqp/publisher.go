@@ -45,7 +45,8 @@ func (o Outcome) String() string {
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	URL string
+	// Dialer reaches a node of the cluster.
+	Dialer *Dialer
 	// Topology is declared on every (re)connect.
 	Topology Topology
 	// Exchange receives the messages.
@@ -135,7 +136,7 @@ func (p *Publisher) connectLocked() (*session, error) {
 	}
 	if s == nil {
 		var err error
-		if s, err = openSession(p.cfg.URL, p.cfg.ConnectionName, p.cfg.Blocked, p.logger); err != nil {
+		if s, err = openSession(p.cfg.Dialer, p.cfg.ConnectionName, p.cfg.Blocked, p.logger); err != nil {
 			return nil, err
 		}
 		p.sessMu.Lock()

@@ -99,8 +99,12 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	// Retries and dead letters go out on a connection of their own: a
 	// broker alarm blocks publishing connections, and must not freeze the
 	// acks on the consuming one.
+	dialer, err := Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	if err != nil {
+		return err
+	}
 	publisher := amqp.NewConfirmPublisher(amqp.ConfirmPublisherConfig{
-		URL:            cfg.AMQP.URL,
+		Dialer:         dialer,
 		ConnectionName: "hookrelay-dispatcher-publisher " + cfg.AMQP.Prefix + "@" + hostname(),
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,
 		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("dispatcher_publisher"),
@@ -136,7 +140,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		})
 	}
 	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
-		URL:             cfg.AMQP.URL,
+		Dialer:          dialer,
 		ConnectionName:  "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
 		Topology:        topo,
 		Groups:          groups,
