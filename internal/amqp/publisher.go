@@ -266,8 +266,16 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 		corr := strconv.FormatUint(p.batch, 10) + "." + strconv.FormatInt(m.OutboxID, 10)
 		index[corr] = i
 		exchange, key := p.cfg.Exchange, m.RoutingKey
+		headers := amqp.Table{
+			webhook.HeaderEventID:   id,
+			webhook.HeaderSource:    m.Source,
+			webhook.HeaderEventType: m.EventType,
+		}
 		if m.Route != "" {
+			// A copy for one route (a replay, a reconciled resend) goes
+			// straight to its queue, with the pair's generation.
 			exchange, key = "", p.cfg.Names.RouteQueue(m.Route)
+			headers[webhook.HeaderGen] = m.Gen
 		}
 		dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
 			DeliveryMode:  amqp.Persistent,
@@ -277,12 +285,8 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 			Timestamp:     m.ReceivedAt,
 			Type:          m.EventType,
 			AppId:         "hookrelay",
-			Headers: amqp.Table{
-				webhook.HeaderEventID:   id,
-				webhook.HeaderSource:    m.Source,
-				webhook.HeaderEventType: m.EventType,
-			},
-			Body: m.Body,
+			Headers:       headers,
+			Body:          m.Body,
 		})
 		if err != nil {
 			p.resetLocked()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp"
@@ -147,6 +148,22 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
 		Logger:          logger,
 	})
+	inspector := amqp.NewInspector(dialer, "hookrelay-dispatcher-inspector "+cfg.AMQP.Prefix+"@"+hostname())
+	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
+	reconciler, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: routeNames,
+		Store:  reconcileStore{db},
+		QueueReady: func(ctx context.Context, route string) (int, error) {
+			return inspector.Ready(ctx, names.RouteQueue(route))
+		},
+		Interval:   cfg.Reconcile.Interval,
+		Margin:     cfg.Reconcile.Margin,
+		Registerer: reg,
+		Logger:     logger,
+	})
+	if err != nil {
+		return err
+	}
 
 	mux := http.NewServeMux()
 	httpserver.Health(mux, logger,
@@ -167,6 +184,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return httpserver.Run(gctx, ln, srv, cfg.Dispatcher.ShutdownTimeout)
 	})
 	g.Go(func() error { return consumers.Run(gctx) })
+	g.Go(func() error { return reconciler.Run(gctx) })
 	logger.Info().Str("listen", ln.Addr().String()).Int("routes", len(routes)).Msg("dispatcher started")
 	// shutdown_timeout bounds the HTTP shutdown and the in-flight
 	// deliveries (Consumers aborts what is left, then waits a short
@@ -187,6 +205,21 @@ func rabbitmqReady(err error) error {
 		return &httpserver.Degraded{State: "blocked", Err: err}
 	}
 	return err
+}
+
+// reconcileStore adapts *store.DB to deliver.ReconcileStore.
+type reconcileStore struct{ db *store.DB }
+
+func (s reconcileStore) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]deliver.Reconciled, error) {
+	list, err := s.db.DeliveryReconcile(ctx, route, margin, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]deliver.Reconciled, len(list))
+	for i, r := range list {
+		out[i] = deliver.Reconciled(r)
+	}
+	return out, nil
 }
 
 // routeStats adapts store.RouteStatsList to the collector.
@@ -215,10 +248,10 @@ func (s deliverStore) DeliveryLock(ctx context.Context, eventID uuid.UUID, route
 	return lock, err
 }
 
-func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) error {
-	err := s.db.AttemptRecord(ctx, a)
+func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
+	gen, current, err := s.db.AttemptRecord(ctx, a)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+		return 0, false, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
 	}
-	return err
+	return gen, current, err
 }

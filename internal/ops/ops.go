@@ -271,8 +271,12 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int
 		if !ok {
 			break
 		}
-		headers := amqp.Table{}
-		for _, k := range []string{webhook.HeaderEventID, webhook.HeaderSource, webhook.HeaderEventType} {
+		// A fresh attempt series: no attempt count. The route header and the
+		// generation tell the dispatcher this is a dead letter moved back, to
+		// restart only if the pair is still dead at that generation (a
+		// replay may have delivered it meanwhile).
+		headers := amqp.Table{deliver.HeaderRoute: route}
+		for _, k := range []string{webhook.HeaderEventID, webhook.HeaderSource, webhook.HeaderEventType, webhook.HeaderGen} {
 			if v, ok := d.Headers[k]; ok {
 				headers[k] = v
 			}
