@@ -183,12 +183,17 @@ func (p *ConfirmPublisher) Publish(ctx context.Context, exchange, key string, ms
 		cc.discard()
 		return fmt.Errorf("publish to %q with key %q: channel closed by the broker", exchange, key)
 	}
-	p.putBack(s, cc)
-	switch {
-	case returned != nil:
-		return fmt.Errorf("publish to %q with key %q returned: %s", exchange, key, returned.ReplyText)
-	case !dc.Acked():
+	if !dc.Acked() {
+		// A quorum queue's channel that registered as a publisher while
+		// the queue had no leader (its node just died) can go on refusing
+		// every publish (rabbitmq-server#15333 has the same root); a
+		// fresh channel registers again.
+		cc.discard()
 		return fmt.Errorf("publish to %q with key %q nacked by the broker", exchange, key)
+	}
+	p.putBack(s, cc)
+	if returned != nil {
+		return fmt.Errorf("publish to %q with key %q returned: %s", exchange, key, returned.ReplyText)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -369,6 +370,14 @@ wait:
 		}
 		p.resetLocked()
 		return outcomes, fmt.Errorf("rabbitmq connection lost: %w", cause)
+	}
+	if slices.Contains(outcomes, Nacked) {
+		// A channel that registered as a quorum queue's publisher while
+		// the queue had no leader (its node had just died) can go on
+		// refusing every publish; a fresh channel registers again. Seen on
+		// 3.10 after a node's kill -9: every later publish on the old
+		// channel was nacked for minutes.
+		p.discardChannelLocked()
 	}
 	return outcomes, nil
 }

@@ -1,8 +1,10 @@
 package app_test
 
 import (
+	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,4 +72,70 @@ func connectedNodes(t *testing.T, base string) map[string]string {
 		out[conn] = node
 	}
 	return out
+}
+
+// On a three-node cluster, the node the dispatcher consumes from is killed
+// mid-run: its connection moves to another node within 10 s, and every
+// event is delivered exactly once, as the destination counts.
+func TestDispatcherMovesWhenItsNodeIsKilled(t *testing.T) {
+	t.Parallel()
+	cl := testenv.RequireCluster(t)
+	h := newHarness(t)
+	h.cfg.AMQP.URL, h.cfg.AMQP.URLs = "", cl.AMQPURLs
+	h.cfg.AMQP.ManagementURL, h.cfg.AMQP.ManagementURLs = "", cl.ManagementURLs
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+
+	const total = 300
+	sent := 0
+	send := func(n int) {
+		for range n {
+			sent++
+			require.Equal(t, http.StatusOK, h.postSigned(fmt.Sprintf("evt_node_%03d", sent), "invoice.paid").status)
+		}
+	}
+	send(100)
+	dest.waitFor(30*time.Second, "deliveries under way", func(rs []received) bool { return len(rs) >= 30 })
+
+	consumer := consumerNode(t, h.dispatcherBase)
+	n := cl.NodeIndex(consumer)
+	require.NotZero(t, n, "the consumers' node %s is one of the cluster's", consumer)
+	cl.Run(t, "kill", strconv.Itoa(n))
+	killed := time.Now()
+	t.Cleanup(func() { cl.Run(t, "start", strconv.Itoa(n)) })
+	t.Logf("killed node %d (%s), the dispatcher's consumers' node, after %d deliveries", n, consumer, len(dest.snapshot()))
+
+	// Keep sending while the dispatcher moves.
+	var moved time.Duration
+	for moved == 0 {
+		if sent < total {
+			send(10)
+		}
+		if now := consumerNode(t, h.dispatcherBase); now != "" && now != consumer {
+			moved = time.Since(killed)
+			t.Logf("consumers moved to %s after %s", now, moved.Round(time.Millisecond))
+		}
+		require.Less(t, time.Since(killed), 10*time.Second, "the dispatcher's consumers did not move off the dead node within 10s")
+	}
+	send(total - sent)
+
+	dest.waitFor(60*time.Second, "every event", func(rs []received) bool { return len(dest.successes()) == total })
+	for pair, n := range dest.successes() {
+		require.Equal(t, 1, n, "pair %s delivered once", pair)
+	}
+	require.Len(t, dest.snapshot(), total, "one POST per event, nothing again")
+}
+
+// consumerNode is the node the dispatcher's consuming connection is on, ""
+// while it has none.
+func consumerNode(t *testing.T, base string) string {
+	t.Helper()
+	for conn, node := range connectedNodes(t, base) {
+		if strings.HasPrefix(conn, "hookrelay-dispatcher ") {
+			return node
+		}
+	}
+	return ""
 }
