@@ -12,7 +12,7 @@
 # cluster uses CLUSTER_PREFIX (default hrchaos) and ports from
 # CLUSTER_BASE_PORT (default 5731), and Postgres runs from a temporary folder
 # on port 55432. The work folder (logs of every process) is kept when the
-# suite fails, and its path printed.
+# suite fails, or with CHAOS_KEEP_LOGS=1, and its path printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +27,7 @@ export CLUSTER_DIR="$work/cluster"
 status=1
 cleanup() {
 	scripts/cluster.sh down >/dev/null 2>&1 || true
-	if [[ $status -eq 0 ]]; then
+	if [[ $status -eq 0 && -z "${CHAOS_KEEP_LOGS:-}" ]]; then
 		rm -rf "$work"
 	else
 		echo "chaos: logs kept in $work/run" >&2

@@ -16,6 +16,10 @@ type pair struct {
 	route string
 }
 
+// flakyRoute is the route whose destination refuses each pair's first
+// attempt.
+const flakyRoute = "paid"
+
 // destination counts what it receives: every POST per pair, and when the
 // first one arrived. It can go down (its port refuses connections) and
 // come back on the same port.
@@ -25,13 +29,14 @@ type destination struct {
 	mu        sync.Mutex
 	srv       *http.Server
 	posts     map[pair]int       // 2xx answers per pair
+	refused   map[pair]int       // 503s of the flaky route per pair
 	first     map[pair]time.Time // first 2xx
 	requests  int
 	malformed int
 }
 
 func newDestination() (*destination, error) {
-	d := &destination{posts: map[pair]int{}, first: map[pair]time.Time{}}
+	d := &destination{posts: map[pair]int{}, first: map[pair]time.Time{}, refused: map[pair]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -69,6 +74,14 @@ func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := pair{event: ev.ID, route: route}
+	if route == flakyRoute && d.refused[p] == 0 {
+		// The flaky route refuses each pair's first attempt: its messages
+		// keep passing through the retry tiers while nodes die.
+		d.refused[p]++
+		d.mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	d.posts[p]++
 	if _, ok := d.first[p]; !ok {
 		d.first[p] = time.Now()

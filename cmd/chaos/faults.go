@@ -152,7 +152,12 @@ func (s *suite) runFaults(ctx context.Context) error {
 	s.logf("load stopped; waiting for the relay to deliver everything accepted")
 	drainStart := time.Now()
 	drained := s.waitCaughtUp(ctx, time.Now(), 4*time.Minute)
-	s.logf("drain: %s after the load stopped (complete: %v)", time.Since(drainStart).Round(100*time.Millisecond), drained)
+	s.logf("drain: every accepted pair delivered %s after the load stopped (complete: %v)", time.Since(drainStart).Round(100*time.Millisecond), drained)
+	// Copies published twice (a confirm lost in a fault) are still in the
+	// queues: the dispatchers drop them as duplicates. Wait for that too,
+	// bounded: a message the broker strands in a tier never leaves.
+	left := s.waitQueuesEmpty(ctx, 2*time.Minute)
+	s.logf("drain: queues %s %s after the load stopped", left, time.Since(drainStart).Round(100*time.Millisecond))
 
 	var stopErrs []string
 	for _, p := range append(append([]*proc{}, s.receivers...), s.dispatch...) {
@@ -243,6 +248,33 @@ func (s *suite) waitCaughtUp(ctx context.Context, t time.Time, timeout time.Dura
 	}
 }
 
+// waitQueuesEmpty waits until every queue of the suite holds no message,
+// up to timeout, and says how it ended.
+func (s *suite) waitQueuesEmpty(ctx context.Context, timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		qs, err := s.queueMessages(ctx)
+		left := 0
+		for _, n := range qs {
+			left += n
+		}
+		if err == nil && left == 0 {
+			return "empty"
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return "unknown: " + err.Error()
+			}
+			return fmt.Sprintf("still holding %d message(s)", left)
+		}
+		select {
+		case <-ctx.Done():
+			return "unknown: " + ctx.Err().Error()
+		case <-time.After(500 * time.Millisecond): // polling the management API
+		}
+	}
+}
+
 // missing lists the pairs of events accepted at or before t (all when t is
 // zero) that the destination has not received.
 func (s *suite) missing(t time.Time) []pair {
@@ -262,14 +294,20 @@ func (s *suite) missing(t time.Time) []pair {
 // reconciled is the number of times the reconciler re-sent a pair, from
 // Postgres (dispatchers restart; their counters would not add up).
 func (s *suite) reconciled(ctx context.Context) (int64, error) {
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var n int64
-	err := s.db.QueryRow(qctx, `SELECT COALESCE(sum(reconciled), 0) FROM deliveries`).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("reading reconciled pairs: %w", err)
+	// Right after a Postgres restart the pool may hand out a connection
+	// that died with it: try a few times.
+	var err error
+	for range 5 {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var n int64
+		err = s.db.QueryRow(qctx, `SELECT COALESCE(sum(reconciled), 0) FROM deliveries`).Scan(&n)
+		cancel()
+		if err == nil {
+			return n, nil
+		}
+		time.Sleep(time.Second) // waiting out a restart
 	}
-	return n, nil
+	return 0, fmt.Errorf("reading reconciled pairs: %w", err)
 }
 
 func (s *suite) report(ctx context.Context, results []faultResult, interrupting int, stopErrs []string) error {

@@ -29,13 +29,14 @@ type proc struct {
 	done  chan struct{}
 	err   error
 	runs  int
-	stops int // exits we asked for
+	down  bool // killed or stopped on purpose, not started again yet
 }
 
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.runs++
+	p.down = false
 	logPath := filepath.Join(p.logDir, fmt.Sprintf("%s.%d.log", p.name, p.runs))
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -65,7 +66,7 @@ func (p *proc) start() error {
 func (p *proc) kill() error {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
-	p.stops++
+	p.down = true
 	p.mu.Unlock()
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing %s: %w", p.name, err)
@@ -78,7 +79,7 @@ func (p *proc) kill() error {
 func (p *proc) stop(timeout time.Duration) error {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
-	p.stops++
+	p.down = true
 	p.mu.Unlock()
 	if cmd == nil {
 		return nil
@@ -105,7 +106,7 @@ func (p *proc) stop(timeout time.Duration) error {
 func (p *proc) exited() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done == nil {
+	if p.done == nil || p.down {
 		return nil
 	}
 	select {

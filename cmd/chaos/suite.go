@@ -15,7 +15,7 @@ import (
 	"time"
 
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 type options struct {
@@ -34,10 +34,13 @@ type route struct {
 
 // The routes' bindings overlap: order.paid goes to three routes,
 // refund.issued and order.created to two, customer.updated to one.
+// Each route has 8 consumers per dispatcher, so a backlog built up during
+// a fault drains in seconds; "paid" refuses each pair's first attempt (see
+// flakyRoute), so its messages keep passing through the retry tiers.
 var routes = []route{
-	{name: "orders", bindings: []string{"chaos.order.*"}, concurrency: 4},
-	{name: "all", bindings: []string{"chaos.#"}, concurrency: 4},
-	{name: "paid", bindings: []string{"chaos.order.paid", "chaos.refund.*"}, concurrency: 2},
+	{name: "orders", bindings: []string{"chaos.order.*"}, concurrency: 8},
+	{name: "all", bindings: []string{"chaos.#"}, concurrency: 8},
+	{name: "paid", bindings: []string{"chaos.order.paid", "chaos.refund.*"}, concurrency: 8},
 }
 
 const (
@@ -73,7 +76,7 @@ type suite struct {
 	load      *load
 	loadStop  context.CancelFunc
 	loadDone  chan struct{}
-	db        *pgx.Conn // straight to Postgres, for the counts
+	db        *pgxpool.Pool // straight to Postgres, for the counts (reconnects after a restart)
 }
 
 func setup(ctx context.Context, opts options, out io.Writer) (*suite, error) {
@@ -119,7 +122,7 @@ func setup(ctx context.Context, opts options, out io.Writer) (*suite, error) {
 		s.teardown()
 		return nil, fmt.Errorf("hookrelay migrate: %w\n%s", err, b)
 	}
-	if s.db, err = pgx.Connect(ctx, s.pg.url("hookrelay")); err != nil {
+	if s.db, err = pgxpool.New(ctx, s.pg.url("hookrelay")); err != nil {
 		s.teardown()
 		return nil, err
 	}
@@ -157,8 +160,8 @@ func (s *suite) config(dbURL string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "database: {url: %q, max_conns: 20}\n", dbURL)
 	fmt.Fprintf(&b, "amqp:\n  prefix: %s\n  urls: [%s]\n  management_urls: [%s]\n", prefix, quoteList(s.opts.amqpURLs), quoteList(s.opts.mgmtURLs))
-	b.WriteString("receiver: {listen: \"127.0.0.1:0\", max_body_bytes: 65536}\n")
-	b.WriteString("dispatcher: {listen: \"127.0.0.1:0\", shutdown_timeout: 20s}\n")
+	b.WriteString("receiver: {listen: \"127.0.0.1:8080\", max_body_bytes: 65536}\n") // each process listens where HOOKRELAY_RECEIVER_LISTEN says
+	b.WriteString("dispatcher: {listen: \"127.0.0.1:8081\", shutdown_timeout: 20s}\n")
 	b.WriteString("outbox: {batch_size: 200, poll_interval: 250ms, publish_timeout: 5s}\n")
 	b.WriteString("retry: {backoff: [300ms, 600ms, 1200ms, 2400ms, 5s]}\n")
 	b.WriteString("reconcile: {interval: 2s, margin: 10s}\n")
@@ -184,7 +187,7 @@ func (s *suite) teardown() {
 		}
 	}
 	if s.db != nil {
-		_ = s.db.Close(context.Background())
+		s.db.Close()
 	}
 	if s.hole != nil {
 		_ = s.hole.close()
