@@ -72,19 +72,25 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 500
 	}
-	r := &Reconciler{
-		cfg:    cfg,
-		logger: cfg.Logger.With().Str("component", "reconciler").Logger(),
-		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hookrelay_reconciled_total",
-			Help: "Pairs sent again because their message was lost by the broker (overdue, not in flight, not in the outbox).",
-		}, []string{"route"}),
+	return &Reconciler{
+		cfg:        cfg,
+		logger:     cfg.Logger.With().Str("component", "reconciler").Logger(),
+		reconciled: NewReconciledCounter(cfg.Registerer, cfg.Routes),
+	}, nil
+}
+
+// NewReconciledCounter registers hookrelay_reconciled_total on reg, with a
+// series for each route from the start.
+func NewReconciledCounter(reg prometheus.Registerer, routes []string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookrelay_reconciled_total",
+		Help: "Pairs sent again because their message was lost by the broker (overdue, not in flight, not in the outbox).",
+	}, []string{"route"})
+	reg.MustRegister(c)
+	for _, route := range routes {
+		c.WithLabelValues(route)
 	}
-	cfg.Registerer.MustRegister(r.reconciled)
-	for _, route := range cfg.Routes {
-		r.reconciled.WithLabelValues(route)
-	}
-	return r, nil
+	return c
 }
 
 // Run reconciles every Interval until ctx is done, then returns nil. A
