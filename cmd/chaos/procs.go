@@ -24,12 +24,12 @@ type proc struct {
 	listen string   // health and metrics address
 	logDir string
 
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	done  chan struct{}
-	err   error
-	runs  int
-	down  bool // killed or stopped on purpose, not started again yet
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	runs int
+	down bool // killed or stopped on purpose, not started again yet
 }
 
 func (p *proc) start() error {
