@@ -27,6 +27,10 @@ test: ## the whole suite with the race detector, against real services
 test/short: ## unit tests only (no services)
 	go test -short -count=1 ./...
 
+.PHONY: chaos
+chaos: ## the fault suite: a cluster and Postgres of its own, faults under load, a counted report
+	scripts/chaos.sh
+
 .PHONY: fuzz
 fuzz: ## every fuzz target for $(FUZZTIME) (a count like 20000x, or a duration)
 	scripts/fuzz.sh $(FUZZTIME)

@@ -17,6 +17,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/rs/zerolog"
 )
 
 const usage = `usage: hookrelay [--config PATH] <command> [flags]
@@ -118,7 +119,11 @@ func topology(ctx context.Context, cfg *config.Config, sub string, args []string
 		fmt.Fprintf(out, "wrote %s\n", *file)
 		return nil
 	case "apply":
-		conn, err := amqp.Dial(cfg.AMQP.URL, "hookrelay-cli")
+		dialer, err := app.Dialer(cfg, nil, zerolog.Nop())
+		if err != nil {
+			return err
+		}
+		conn, err := dialer.Dial("hookrelay-cli")
 		if err != nil {
 			return err
 		}
@@ -130,7 +135,7 @@ func topology(ctx context.Context, cfg *config.Config, sub string, args []string
 		if err := topo.Declare(ch); err != nil {
 			return err
 		}
-		if err := amqp.ApplyPolicies(ctx, cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies); err != nil {
+		if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))

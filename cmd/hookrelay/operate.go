@@ -19,6 +19,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/rs/zerolog"
 )
 
 // operate runs the commands that need the database.
@@ -31,7 +32,11 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 	if err := db.RequireSchema(ctx); err != nil {
 		return err
 	}
-	svc := app.Ops(cfg, db)
+	dialer, err := app.Dialer(cfg, nil, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	svc := app.Ops(cfg, db, dialer)
 	cmd := args[0]
 	if len(args) > 1 && !strings.HasPrefix(args[1], "-") {
 		cmd += " " + args[1]

@@ -34,7 +34,7 @@ func TestUnservedRoutePairs(t *testing.T) {
 	}
 	// "legacy" was removed from the config; billing delivered the event.
 	orphan := insert("evt_orphan", 40*24*time.Hour, "billing", "legacy")
-	require.NoError(t, db.AttemptRecord(ctx, &webhook.Attempt{EventID: orphan, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 200, Outcome: webhook.StateDelivered}))
+	require.NoError(t, recordErr(db.AttemptRecord(ctx, &webhook.Attempt{EventID: orphan, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 200, Outcome: webhook.StateDelivered})))
 	young := insert("evt_young", time.Hour, "legacy")
 	path, _ := cliConfig(t, dbURL, "hookrelay")
 

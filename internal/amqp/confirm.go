@@ -15,7 +15,8 @@ import (
 
 // ConfirmPublisherConfig configures a ConfirmPublisher.
 type ConfirmPublisherConfig struct {
-	URL string
+	// Dialer reaches a node of the cluster.
+	Dialer *Dialer
 	// ConnectionName shows in the management UI.
 	ConnectionName string
 	// ConfirmTimeout bounds the wait for one publish's confirm.
@@ -82,7 +83,7 @@ func (p *ConfirmPublisher) session() (*session, error) {
 	if closed {
 		return nil, errors.New("publisher closed")
 	}
-	s, err := openSession(p.cfg.URL, p.cfg.ConnectionName, p.cfg.Blocked, p.logger)
+	s, err := openSession(p.cfg.Dialer, p.cfg.ConnectionName, p.cfg.Blocked, p.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -182,12 +183,17 @@ func (p *ConfirmPublisher) Publish(ctx context.Context, exchange, key string, ms
 		cc.discard()
 		return fmt.Errorf("publish to %q with key %q: channel closed by the broker", exchange, key)
 	}
-	p.putBack(s, cc)
-	switch {
-	case returned != nil:
-		return fmt.Errorf("publish to %q with key %q returned: %s", exchange, key, returned.ReplyText)
-	case !dc.Acked():
+	if !dc.Acked() {
+		// A quorum queue's channel that registered as a publisher while
+		// the queue had no leader (its node just died) can go on refusing
+		// every publish (rabbitmq-server#15333 has the same root); a
+		// fresh channel registers again.
+		cc.discard()
 		return fmt.Errorf("publish to %q with key %q nacked by the broker", exchange, key)
+	}
+	p.putBack(s, cc)
+	if returned != nil {
+		return fmt.Errorf("publish to %q with key %q returned: %s", exchange, key, returned.ReplyText)
 	}
 	return nil
 }

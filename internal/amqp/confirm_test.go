@@ -27,7 +27,7 @@ func TestLateReturnIsNotBlamedOnTheNextPublish(t *testing.T) {
 	require.NoError(t, err)
 	proxy := newHoldProxy(t, testenv.AMQPURL())
 	pub := hamqp.NewConfirmPublisher(hamqp.ConfirmPublisherConfig{
-		URL: proxy.URL(), ConnectionName: "test-late-return", ConfirmTimeout: 300 * time.Millisecond,
+		Dialer: amqptest.Dialer(t, proxy.URL()), ConnectionName: "test-late-return", ConfirmTimeout: 300 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })
@@ -58,7 +58,7 @@ func TestConcurrentPublishesGetTheirOwnAnswers(t *testing.T) {
 	_, err := ch.QueueDeclare(out, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 	require.NoError(t, err)
 	pub := hamqp.NewConfirmPublisher(hamqp.ConfirmPublisherConfig{
-		URL: testenv.AMQPURL(), ConnectionName: "test-concurrent", ConfirmTimeout: 5 * time.Second,
+		Dialer: amqptest.Dialer(t), ConnectionName: "test-concurrent", ConfirmTimeout: 5 * time.Second,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })

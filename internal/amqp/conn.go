@@ -35,29 +35,6 @@ const (
 	closeTimeout = 2 * time.Second
 )
 
-// Dial opens a connection with hookrelay's settings: 10s heartbeats, a
-// bounded connect and handshake, and a deadline on every socket write.
-func Dial(url, name string) (*amqp.Connection, error) {
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(name)
-	conn, err := amqp.DialConfig(url, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Locale:     "en_US",
-		Properties: props,
-		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := amqp.DefaultDial(dialTimeout)(network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &writeDeadlineConn{Conn: c, timeout: writeTimeout}, nil
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to rabbitmq: %w", err)
-	}
-	return conn, nil
-}
-
 // writeDeadlineConn sets a fresh write deadline before each write, so a
 // write that makes no progress for timeout fails. A deadline the library
 // sets itself (the handshake, a bounded close) still applies when earlier.
@@ -185,11 +162,12 @@ type session struct {
 	err error // why it closed; set before gone closes
 }
 
-func openSession(url, name string, gauge prometheus.Gauge, logger zerolog.Logger) (*session, error) {
-	conn, err := Dial(url, name)
+func openSession(d *Dialer, name string, gauge prometheus.Gauge, logger zerolog.Logger) (*session, error) {
+	c, err := d.Dial(name)
 	if err != nil {
 		return nil, err
 	}
+	conn := c.Connection
 	s := &session{conn: conn, block: newBlockState(gauge), gone: make(chan struct{})}
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))

@@ -30,7 +30,8 @@ type ConsumerGroup struct {
 
 // ConsumersConfig configures Consumers.
 type ConsumersConfig struct {
-	URL            string
+	// Dialer reaches a node of the cluster.
+	Dialer         *Dialer
 	ConnectionName string
 	// Topology is declared on every (re)connect before consuming.
 	Topology Topology
@@ -104,10 +105,11 @@ func (c *Consumers) Run(ctx context.Context) error {
 }
 
 func (c *Consumers) session(ctx, work context.Context, abort func(), connected func()) error {
-	conn, err := Dial(c.cfg.URL, c.cfg.ConnectionName)
+	node, err := c.cfg.Dialer.Dial(c.cfg.ConnectionName)
 	if err != nil {
 		return err
 	}
+	conn := node.Connection
 	defer func() { _ = closeConn(conn) }() // gone or abandoned either way
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go drainBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 4)), c.logger)

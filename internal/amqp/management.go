@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,68 +13,149 @@ import (
 	"time"
 )
 
-// ApplyPolicies creates or updates each policy through the management HTTP
-// API at mgmtURL, in the vhost of amqpURL. Credentials come from mgmtURL, or
-// from amqpURL when mgmtURL has none. Errors never contain credentials.
-func ApplyPolicies(ctx context.Context, mgmtURL, amqpURL string, policies []Policy) error {
-	if len(policies) == 0 {
-		return nil
-	}
-	base, err := url.Parse(mgmtURL)
-	if err != nil {
-		return fmt.Errorf("parsing management url: %w", err)
+// Management is a client of RabbitMQ's management HTTP API on a cluster:
+// each request goes to the first node that answers, so one node down does
+// not stop it. Errors never contain credentials.
+type Management struct {
+	urls   []*url.URL
+	user   *url.Userinfo
+	vhost  string
+	client *http.Client
+}
+
+// NewManagement returns a client for the management APIs at mgmtURLs, for
+// the vhost of amqpURL. Credentials come from a management URL, or from
+// amqpURL when it has none.
+func NewManagement(mgmtURLs []string, amqpURL string) (*Management, error) {
+	if len(mgmtURLs) == 0 {
+		return nil, errors.New("no management API URL")
 	}
 	au, err := url.Parse(amqpURL)
 	if err != nil {
-		return fmt.Errorf("parsing amqp url: invalid")
+		return nil, errors.New("parsing amqp url: invalid")
 	}
-	user := base.User
-	if user == nil {
-		user = au.User
+	m := &Management{user: au.User, vhost: "/", client: &http.Client{Timeout: 10 * time.Second}}
+	if v := strings.TrimPrefix(au.Path, "/"); v != "" {
+		if m.vhost, err = url.PathUnescape(v); err != nil {
+			return nil, errors.New("parsing amqp url: invalid vhost")
+		}
 	}
-	if user == nil {
-		user = url.UserPassword("guest", "guest")
+	for _, raw := range mgmtURLs {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return nil, errors.New("parsing management url: invalid")
+		}
+		if u.User != nil {
+			m.user = u.User
+		}
+		u.User = nil
+		m.urls = append(m.urls, u)
 	}
-	base.User = nil
-	vhost := strings.TrimPrefix(au.Path, "/")
-	if vhost == "" {
-		vhost = "/"
-	} else if v, err := url.PathUnescape(vhost); err == nil {
-		vhost = v
+	if m.user == nil {
+		m.user = url.UserPassword("guest", "guest")
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
+	return m, nil
+}
+
+// VHost is the vhost requests are about.
+func (m *Management) VHost() string { return m.vhost }
+
+// Do sends a request for path (below /api/, with {vhost} replaced by the
+// escaped vhost) to each node in turn until one answers; a network error or
+// a 5xx moves on to the next node. It returns the body of a 2xx, and an
+// error naming the node and the status otherwise. body, if not nil, is sent
+// as JSON.
+func (m *Management) Do(ctx context.Context, method, path string, body any) ([]byte, error) {
+	path = strings.ReplaceAll(path, "{vhost}", url.PathEscape(m.vhost))
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return nil, fmt.Errorf("encoding request: %w", err)
+		}
+	}
+	var errs []string
+	for _, base := range m.urls {
+		out, status, err := m.do(ctx, base, method, path, payload)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Sprintf("%s: %v", base.Host, err))
+			continue
+		case status >= 500:
+			errs = append(errs, fmt.Sprintf("%s: HTTP %d: %s", base.Host, status, bytes.TrimSpace(out)))
+			continue
+		case status >= 300:
+			what := ""
+			if status == http.StatusUnauthorized {
+				what = " (the management API refused the credentials of amqp.url/urls or amqp.management_url)"
+			}
+			return nil, fmt.Errorf("management API at %s: %s %s: HTTP %d%s: %s", base.Host, method, path, status, what, bytes.TrimSpace(out))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("management API: %s %s: no node answered: %s", method, path, strings.Join(errs, "; "))
+}
+
+func (m *Management) do(ctx context.Context, base *url.URL, method, path string, payload []byte) ([]byte, int, error) {
+	endpoint := strings.TrimSuffix(base.String(), "/") + "/api/" + strings.TrimPrefix(path, "/")
+	var rd io.Reader
+	if payload != nil {
+		rd = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, endpoint, rd)
+	if err != nil {
+		return nil, 0, fmt.Errorf("building request: %w", err)
+	}
+	pass, _ := m.user.Password()
+	req.SetBasicAuth(m.user.Username(), pass)
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return nil, 0, unwrapURLError(err)
+	}
+	defer resp.Body.Close()
+	// Answers of interest (policies, one queue) are small; a list is capped
+	// by its caller's query.
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading response: %w", err)
+	}
+	return out, resp.StatusCode, nil
+}
+
+// ApplyPolicies creates or updates each policy in the vhost.
+func (m *Management) ApplyPolicies(ctx context.Context, policies []Policy) error {
 	for _, p := range policies {
-		body, err := json.Marshal(map[string]any{
+		_, err := m.Do(ctx, http.MethodPut, "policies/{vhost}/"+url.PathEscape(p.Name), map[string]any{
 			"pattern": p.Pattern, "definition": p.Definition, "priority": p.Priority, "apply-to": p.ApplyTo,
 		})
 		if err != nil {
-			return fmt.Errorf("encoding policy %s: %w", p.Name, err)
-		}
-		endpoint := strings.TrimSuffix(base.String(), "/") + "/api/policies/" + url.PathEscape(vhost) + "/" + url.PathEscape(p.Name)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, endpoint, bytes.NewReader(body))
-		if err != nil {
-			return fmt.Errorf("building policy request: %w", err)
-		}
-		pass, _ := user.Password()
-		req.SetBasicAuth(user.Username(), pass)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("applying policy %s via the management API at %s: %w", p.Name, base.Host, unwrapURLError(err))
-		}
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		if resp.StatusCode >= 300 {
-			return fmt.Errorf("applying policy %s via the management API at %s: %s: %s", p.Name, base.Host, resp.Status, bytes.TrimSpace(msg))
+			return fmt.Errorf("applying policy %s: %w", p.Name, err)
 		}
 	}
 	return nil
 }
 
+// ApplyPolicies creates or updates each policy through the management API
+// at mgmtURLs (the first that answers), in the vhost of amqpURL.
+func ApplyPolicies(ctx context.Context, mgmtURLs []string, amqpURL string, policies []Policy) error {
+	if len(policies) == 0 {
+		return nil
+	}
+	m, err := NewManagement(mgmtURLs, amqpURL)
+	if err != nil {
+		return err
+	}
+	return m.ApplyPolicies(ctx, policies)
+}
+
 // unwrapURLError drops the URL from an *url.Error (it may carry
 // credentials) and keeps the operation and cause.
 func unwrapURLError(err error) error {
-	if ue, ok := err.(*url.Error); ok {
+	var ue *url.Error
+	if errors.As(err, &ue) {
 		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
 	return err

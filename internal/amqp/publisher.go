@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -45,7 +46,8 @@ func (o Outcome) String() string {
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	URL string
+	// Dialer reaches a node of the cluster.
+	Dialer *Dialer
 	// Topology is declared on every (re)connect.
 	Topology Topology
 	// Exchange receives the messages.
@@ -135,7 +137,7 @@ func (p *Publisher) connectLocked() (*session, error) {
 	}
 	if s == nil {
 		var err error
-		if s, err = openSession(p.cfg.URL, p.cfg.ConnectionName, p.cfg.Blocked, p.logger); err != nil {
+		if s, err = openSession(p.cfg.Dialer, p.cfg.ConnectionName, p.cfg.Blocked, p.logger); err != nil {
 			return nil, err
 		}
 		p.sessMu.Lock()
@@ -265,8 +267,16 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 		corr := strconv.FormatUint(p.batch, 10) + "." + strconv.FormatInt(m.OutboxID, 10)
 		index[corr] = i
 		exchange, key := p.cfg.Exchange, m.RoutingKey
+		headers := amqp.Table{
+			webhook.HeaderEventID:   id,
+			webhook.HeaderSource:    m.Source,
+			webhook.HeaderEventType: m.EventType,
+		}
 		if m.Route != "" {
+			// A copy for one route (a replay, a reconciled resend) goes
+			// straight to its queue, with the pair's generation.
 			exchange, key = "", p.cfg.Names.RouteQueue(m.Route)
+			headers[webhook.HeaderGen] = m.Gen
 		}
 		dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
 			DeliveryMode:  amqp.Persistent,
@@ -276,12 +286,8 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 			Timestamp:     m.ReceivedAt,
 			Type:          m.EventType,
 			AppId:         "hookrelay",
-			Headers: amqp.Table{
-				webhook.HeaderEventID:   id,
-				webhook.HeaderSource:    m.Source,
-				webhook.HeaderEventType: m.EventType,
-			},
-			Body: m.Body,
+			Headers:       headers,
+			Body:          m.Body,
 		})
 		if err != nil {
 			p.resetLocked()
@@ -364,6 +370,14 @@ wait:
 		}
 		p.resetLocked()
 		return outcomes, fmt.Errorf("rabbitmq connection lost: %w", cause)
+	}
+	if slices.Contains(outcomes, Nacked) {
+		// A channel that registered as a quorum queue's publisher while
+		// the queue had no leader (its node had just died) can go on
+		// refusing every publish; a fresh channel registers again. Seen on
+		// 3.10 after a node's kill -9: every later publish on the old
+		// channel was nacked for minutes.
+		p.discardChannelLocked()
 	}
 	return outcomes, nil
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
-	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -29,7 +28,7 @@ func TestPublishMatchesReturnsToTheirRow(t *testing.T) {
 	names := hamqp.Names{Prefix: prefix}
 	confirms := hamqp.NewConfirmsCounter(prometheus.NewRegistry())
 	p := hamqp.NewPublisher(hamqp.PublisherConfig{
-		URL: testenv.AMQPURL(), Topology: topo, Exchange: names.Events(), Names: names,
+		Dialer: amqptest.Dialer(t), Topology: topo, Exchange: names.Events(), Names: names,
 		ConfirmTimeout: 5 * time.Second, MaxBatch: 10, ConnectionName: "test", Logger: zerolog.Nop(), Confirms: confirms,
 	})
 	t.Cleanup(func() { _ = p.Close() })

@@ -163,15 +163,26 @@ func hostname() string {
 	return h
 }
 
+// Dialer returns the RabbitMQ dialer for cfg's nodes, with TLS loaded from
+// amqp.tls, reporting each connection's node on nodes (nil: nowhere).
+func Dialer(cfg *config.Config, nodes *amqp.NodeGauge, logger zerolog.Logger) (*amqp.Dialer, error) {
+	t := cfg.AMQP.TLS
+	tlsCfg, err := amqp.TLSConfig{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}.Load()
+	if err != nil {
+		return nil, fmt.Errorf("amqp.tls: %w", err)
+	}
+	return amqp.NewDialer(amqp.DialerConfig{URLs: cfg.AMQP.Nodes(), TLS: tlsCfg, Nodes: nodes, Logger: logger})
+}
+
 // Ops returns the operator service over db for cfg.
-func Ops(cfg *config.Config, db *store.DB) *ops.Service {
+func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer) *ops.Service {
 	var routes []string
 	for _, r := range cfg.Routes {
 		routes = append(routes, r.Name)
 	}
 	return &ops.Service{
 		DB:           db,
-		AMQPURL:      cfg.AMQP.URL,
+		Dialer:       dialer,
 		Names:        amqp.Names{Prefix: cfg.AMQP.Prefix},
 		RoutesFunc:   RoutesFor(cfg),
 		Routes:       routes,

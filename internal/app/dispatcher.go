@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp"
@@ -63,7 +64,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}
 
 	topo := Topology(cfg)
-	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies); err != nil {
+	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 		return err
 	}
 	names := amqp.Names{Prefix: cfg.AMQP.Prefix}
@@ -99,8 +100,12 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	// Retries and dead letters go out on a connection of their own: a
 	// broker alarm blocks publishing connections, and must not freeze the
 	// acks on the consuming one.
+	dialer, err := Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	if err != nil {
+		return err
+	}
 	publisher := amqp.NewConfirmPublisher(amqp.ConfirmPublisherConfig{
-		URL:            cfg.AMQP.URL,
+		Dialer:         dialer,
 		ConnectionName: "hookrelay-dispatcher-publisher " + cfg.AMQP.Prefix + "@" + hostname(),
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,
 		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("dispatcher_publisher"),
@@ -136,13 +141,29 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		})
 	}
 	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
-		URL:             cfg.AMQP.URL,
+		Dialer:          dialer,
 		ConnectionName:  "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
 		Topology:        topo,
 		Groups:          groups,
 		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
 		Logger:          logger,
 	})
+	inspector := amqp.NewInspector(dialer, "hookrelay-dispatcher-inspector "+cfg.AMQP.Prefix+"@"+hostname())
+	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
+	reconciler, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: routeNames,
+		Store:  reconcileStore{db},
+		QueueReady: func(ctx context.Context, route string) (int, error) {
+			return inspector.Ready(ctx, names.RouteQueue(route))
+		},
+		Interval:   cfg.Reconcile.Interval,
+		Margin:     cfg.Reconcile.Margin,
+		Registerer: reg,
+		Logger:     logger,
+	})
+	if err != nil {
+		return err
+	}
 
 	mux := http.NewServeMux()
 	httpserver.Health(mux, logger,
@@ -163,6 +184,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return httpserver.Run(gctx, ln, srv, cfg.Dispatcher.ShutdownTimeout)
 	})
 	g.Go(func() error { return consumers.Run(gctx) })
+	g.Go(func() error { return reconciler.Run(gctx) })
 	logger.Info().Str("listen", ln.Addr().String()).Int("routes", len(routes)).Msg("dispatcher started")
 	// shutdown_timeout bounds the HTTP shutdown and the in-flight
 	// deliveries (Consumers aborts what is left, then waits a short
@@ -183,6 +205,21 @@ func rabbitmqReady(err error) error {
 		return &httpserver.Degraded{State: "blocked", Err: err}
 	}
 	return err
+}
+
+// reconcileStore adapts *store.DB to deliver.ReconcileStore.
+type reconcileStore struct{ db *store.DB }
+
+func (s reconcileStore) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]deliver.Reconciled, error) {
+	list, err := s.db.DeliveryReconcile(ctx, route, margin, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]deliver.Reconciled, len(list))
+	for i, r := range list {
+		out[i] = deliver.Reconciled(r)
+	}
+	return out, nil
 }
 
 // routeStats adapts store.RouteStatsList to the collector.
@@ -211,10 +248,10 @@ func (s deliverStore) DeliveryLock(ctx context.Context, eventID uuid.UUID, route
 	return lock, err
 }
 
-func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) error {
-	err := s.db.AttemptRecord(ctx, a)
+func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
+	gen, current, err := s.db.AttemptRecord(ctx, a)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+		return 0, false, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
 	}
-	return err
+	return gen, current, err
 }

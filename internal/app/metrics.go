@@ -19,6 +19,8 @@ func MetricNames() []string {
 	ingest.NewMetrics(rec)
 	amqp.NewConfirmsCounter(rec)
 	amqp.NewBlockedGauge(rec)
+	amqp.NewNodeGauge(rec)
+	deliver.NewReconciledCounter(rec, nil)
 	outbox.NewMetrics(rec)
 	deliver.NewMetrics(rec, nil)
 	rec.MustRegister(outbox.NewBacklogCollector(nil), deliver.NewRouteCollector(nil, nil))

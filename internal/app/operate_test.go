@@ -51,7 +51,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	h.start(app.ReceiverOptions{AdminListener: adminLn})
 	h.startDispatcher(app.DispatcherOptions{})
-	svc := app.Ops(h.cfg, h.db)
+	svc := app.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	ctx := context.Background()
 
 	stateOf := func(id, route string) webhook.DeliveryState {

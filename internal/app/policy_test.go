@@ -92,7 +92,7 @@ func TestOperatorPolicyDoesNotReplaceHookrelayPolicies(t *testing.T) {
 		"priority":   11,
 		"apply-to":   "queues",
 	})
-	require.NoError(t, hamqp.ApplyPolicies(context.Background(), cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies))
+	require.NoError(t, hamqp.ApplyPolicies(context.Background(), cfg.AMQP.Management(), cfg.AMQP.URL, topo.Policies))
 	// Queues declared after both policies exist take the winner at once;
 	// the management API shows it after its next stats tick.
 	require.NoError(t, topo.Declare(amqptest.Channel(t, conn)))

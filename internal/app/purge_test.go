@@ -35,7 +35,7 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	h.cfg.Routes[0].MaxAttempts = 1
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
-	svc := app.Ops(h.cfg, h.db)
+	svc := app.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	ctx := context.Background()
 
 	kept := uuid.MustParse(h.postSigned("evt_dead_kept", "invoice.paid").ID)

@@ -100,8 +100,12 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	}
 
 	topo := Topology(cfg)
+	dialer, err := Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	if err != nil {
+		return err
+	}
 	publisher := amqp.NewPublisher(amqp.PublisherConfig{
-		URL:            cfg.AMQP.URL,
+		Dialer:         dialer,
 		Topology:       topo,
 		Exchange:       amqp.Names{Prefix: cfg.AMQP.Prefix}.Events(),
 		Names:          amqp.Names{Prefix: cfg.AMQP.Prefix},
@@ -160,7 +164,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		g.Go(func() error { return relay.Run(gctx) })
 	}
 	if aln != nil {
-		admin := ops.Handler(Ops(cfg, db), cfg.Admin.Token, logger)
+		admin := ops.Handler(Ops(cfg, db, dialer), cfg.Admin.Token, logger)
 		g.Go(func() error {
 			srv := httpserver.New(admin, httpserver.Timeouts{
 				Read: cfg.Admin.ReadTimeout, Write: cfg.Admin.WriteTimeout, Idle: cfg.Admin.IdleTimeout,

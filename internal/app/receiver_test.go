@@ -62,7 +62,11 @@ func newHarness(t *testing.T) *harness {
 		Outbox:     config.Outbox{BatchSize: 50, PollInterval: 200 * time.Millisecond, PublishTimeout: 5 * time.Second},
 		Dispatcher: config.Dispatcher{Listen: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second, DeliveryLimit: 20},
 		Retry:      config.Retry{Backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}},
-		Log:        config.Log{Level: "warn", Format: "json"},
+		// The reconciler runs, but only a test about it shortens the
+		// margin: a pair held a few seconds (Postgres down, a broker
+		// alarm) is not lost.
+		Reconcile: config.Reconcile{Interval: time.Second, Margin: time.Minute},
+		Log:       config.Log{Level: "warn", Format: "json"},
 		Sources: []config.Source{{
 			Name:        "acme",
 			Verify:      config.Verify{Scheme: "hmac", Secrets: []string{acmeSecret}, Header: "X-Acme-Signature", Prefix: "sha256="},

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -171,7 +172,7 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 		}
 	}()
 
-	svc := app.Ops(h.cfg, h.db)
+	svc := app.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	var progress []ops.ReplayProgress
 	replayStart := time.Now()
 	res, err := svc.Replay(context.Background(), ops.ReplayRequest{

@@ -115,7 +115,7 @@ func TestDeliveryLimitParksPoisonMessage(t *testing.T) {
 	amqptest.DeleteTopology(t, topo)
 	ch := amqptest.Channel(t, conn)
 	require.NoError(t, topo.Declare(ch))
-	require.NoError(t, hamqp.ApplyPolicies(context.Background(), cfg.AMQP.ManagementURL, cfg.AMQP.URL, topo.Policies))
+	require.NoError(t, hamqp.ApplyPolicies(context.Background(), cfg.AMQP.Management(), cfg.AMQP.URL, topo.Policies))
 	names := hamqp.Names{Prefix: prefix}
 	require.NoError(t, ch.PublishWithContext(context.Background(), names.Events(), "acme.invoice.paid", false, false,
 		amqp091.Publishing{MessageId: "poison", Body: []byte("x")}))

@@ -6,6 +6,8 @@
 package config
 
 import (
+	"net"
+	"net/url"
 	"time"
 )
 
@@ -21,6 +23,7 @@ type Config struct {
 	Log        Log        `mapstructure:"log"`
 	Admin      Admin      `mapstructure:"admin"`
 	Retention  Retention  `mapstructure:"retention"`
+	Reconcile  Reconcile  `mapstructure:"reconcile"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -42,14 +45,75 @@ type Database struct {
 // AMQP configures the RabbitMQ connection and the names of everything
 // hookrelay declares.
 type AMQP struct {
-	// URL is an amqp:// or amqps:// URL. Required.
-	URL string `mapstructure:"url" validate:"required,amqp_url"`
+	// URL is one broker's amqp:// or amqps:// URL. Set this or URLs, not
+	// both.
+	URL string `mapstructure:"url" validate:"omitempty,amqp_url"`
+	// URLs are the nodes of a cluster, for example
+	// [amqp://u:p@rmq1:5672/, amqp://u:p@rmq2:5672/, amqp://u:p@rmq3:5672/].
+	// Each connection starts at a random node and moves to the next when
+	// its node fails.
+	URLs []string `mapstructure:"urls" validate:"dive,amqp_url"`
+	// TLS configures amqps:// connections (files are read at start).
+	TLS AMQPTLS `mapstructure:"tls"`
 	// Prefix starts every exchange and queue name. Default "hookrelay".
 	Prefix string `mapstructure:"prefix" validate:"required,amqp_name"`
-	// ManagementURL is the management HTTP API, used to apply the delivery
-	// limit policy. Without credentials in it, those of URL are used.
-	// Default http://127.0.0.1:15672.
-	ManagementURL string `mapstructure:"management_url" validate:"required,http_url"`
+	// ManagementURL is the management HTTP API, used to apply policies.
+	// Without credentials in it, those of the AMQP URL are used. Set this or
+	// ManagementURLs; with neither, http://<host>:15672 of each AMQP node.
+	ManagementURL string `mapstructure:"management_url" validate:"omitempty,http_url"`
+	// ManagementURLs are the management APIs of the cluster's nodes, tried
+	// in order until one answers.
+	ManagementURLs []string `mapstructure:"management_urls" validate:"dive,http_url"`
+}
+
+// AMQPTLS names the TLS files for amqps:// brokers; all optional (without
+// them amqps:// verifies the broker against the system roots).
+type AMQPTLS struct {
+	// CAFile is a PEM bundle of the CAs that signed the brokers' certificates.
+	CAFile string `mapstructure:"ca_file" validate:"omitempty,file"`
+	// CertFile and KeyFile are a client certificate and its key (both or
+	// neither).
+	CertFile string `mapstructure:"cert_file" validate:"omitempty,file"`
+	KeyFile  string `mapstructure:"key_file" validate:"omitempty,file"`
+	// ServerName is checked in the brokers' certificates when it differs
+	// from the URL's host.
+	ServerName string `mapstructure:"server_name"`
+}
+
+// Nodes returns the broker URLs: URLs, or URL alone.
+func (a AMQP) Nodes() []string {
+	if len(a.URLs) > 0 {
+		return a.URLs
+	}
+	if a.URL == "" {
+		return nil
+	}
+	return []string{a.URL}
+}
+
+// Management returns the management API URLs: ManagementURLs,
+// ManagementURL, or one derived from each AMQP node (http://<host>:15672,
+// https://<host>:15671 for amqps).
+func (a AMQP) Management() []string {
+	if len(a.ManagementURLs) > 0 {
+		return a.ManagementURLs
+	}
+	if a.ManagementURL != "" {
+		return []string{a.ManagementURL}
+	}
+	var out []string
+	for _, n := range a.Nodes() {
+		u, err := url.Parse(n)
+		if err != nil || u.Hostname() == "" {
+			continue
+		}
+		scheme, port := "http", "15672"
+		if u.Scheme == "amqps" {
+			scheme, port = "https", "15671"
+		}
+		out = append(out, scheme+"://"+net.JoinHostPort(u.Hostname(), port))
+	}
+	return out
 }
 
 // Receiver configures the ingest HTTP server.
@@ -154,6 +218,20 @@ type Retention struct {
 	// resend is still recognised; longer than any provider retries. Default
 	// 30d.
 	DedupeWindow time.Duration `mapstructure:"dedupe_window" validate:"gt=0"`
+}
+
+// Reconcile configures the dispatcher's reconciler, which sends a pair
+// again when the broker lost its message (Postgres is the source of truth).
+type Reconcile struct {
+	// Interval is the pause between rounds. Default 30s.
+	Interval time.Duration `mapstructure:"interval" validate:"gt=0"`
+	// Margin is how far past its due time (acceptance, or the end of its
+	// retry tier's delay) an undelivered pair must be, with its route's
+	// queue empty, before it is sent again. Default 1m: long enough for a
+	// dispatcher to take a message that just arrived, short enough that a
+	// lost message is repaired long before any sender or destination
+	// notices.
+	Margin time.Duration `mapstructure:"margin" validate:"gt=0"`
 }
 
 // Log configures the logger.
@@ -302,12 +380,13 @@ func setDefaults(set func(key string, value any)) {
 	set("admin.read_timeout", "10s")
 	set("admin.write_timeout", "10m")
 	set("admin.idle_timeout", "60s")
-	set("amqp.management_url", "http://127.0.0.1:15672")
 	set("outbox.batch_size", 100)
 	set("outbox.poll_interval", "1s")
 	set("outbox.publish_timeout", "10s")
 	set("retry.backoff", []string{"10s", "1m", "5m", "15m", "1h", "3h", "6h", "12h"})
 	set("retention.dedupe_window", "30d")
+	set("reconcile.interval", "30s")
+	set("reconcile.margin", "1m")
 	set("log.level", "info")
 	set("log.format", "json")
 }

@@ -256,6 +256,57 @@ func TestRepositoryConfigLoads(t *testing.T) {
 	require.NotEmpty(t, cfg.Routes)
 }
 
+func TestAMQPNodes(t *testing.T) {
+	t.Parallel()
+	cluster := strings.Replace(validYAML, `amqp: {url: "amqp://guest:guest@127.0.0.1:5672/"}`,
+		`amqp: {urls: ["amqp://u:p@rmq1:5672/", "amqps://u:p@rmq2/"]}`, 1)
+	cfg, err := Load(writeConfig(t, cluster), envMap(map[string]string{"ACME_SECRET": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"amqp://u:p@rmq1:5672/", "amqps://u:p@rmq2/"}, cfg.AMQP.Nodes())
+	require.Equal(t, []string{"http://rmq1:15672", "https://rmq2:15671"}, cfg.AMQP.Management(),
+		"without management_url(s), each node's management API")
+
+	cfg, err = Load(writeConfig(t, validYAML), envMap(map[string]string{"ACME_SECRET": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"amqp://guest:guest@127.0.0.1:5672/"}, cfg.AMQP.Nodes())
+	require.Equal(t, []string{"http://127.0.0.1:15672"}, cfg.AMQP.Management())
+
+	// The environment gives a list comma-separated; an empty url unsets
+	// the file's one-node form.
+	cfg, err = Load(writeConfig(t, validYAML), envMap(map[string]string{
+		"ACME_SECRET":                    "x",
+		"HOOKRELAY_AMQP_URL":             "",
+		"HOOKRELAY_AMQP_URLS":            "amqp://a:5672/,amqp://b:5672/",
+		"HOOKRELAY_AMQP_MANAGEMENT_URLS": "http://a:15672,http://b:15672",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"amqp://a:5672/", "amqp://b:5672/"}, cfg.AMQP.Nodes())
+	require.Equal(t, []string{"http://a:15672", "http://b:15672"}, cfg.AMQP.Management())
+}
+
+func TestAMQPNodesInvalid(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		amqp string
+		want string
+	}{
+		"both":             {`amqp: {url: "amqp://a/", urls: ["amqp://b/"]}`, "amqp: set url (one broker) or urls (a cluster's nodes), not both"},
+		"neither":          {`amqp: {prefix: hookrelay}`, "amqp.url: is required (or amqp.urls, a cluster's nodes)"},
+		"bad node":         {`amqp: {urls: ["amqp://a/", "http://b/"]}`, "amqp.urls[1]: must be an amqp:// or amqps:// URL with a host"},
+		"two mgmt":         {`amqp: {url: "amqp://a/", management_url: "http://a:15672", management_urls: ["http://b:15672"]}`, "amqp: set management_url or management_urls, not both"},
+		"missing ca":       {`amqp: {url: "amqps://a/", tls: {ca_file: /nonexistent/ca.pem}}`, `amqp.tls.ca_file: "/nonexistent/ca.pem" is not a readable file`},
+		"cert without key": {`amqp: {url: "amqps://a/", tls: {cert_file: /etc/hostname}}`, "amqp.tls: cert_file and key_file go together"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			yaml := strings.Replace(validYAML, `amqp: {url: "amqp://guest:guest@127.0.0.1:5672/"}`, tc.amqp, 1)
+			_, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
 // Item 18: the receiver's pool is sized for the receiver. Big route
 // concurrency, which only the dispatcher needs connections for, must not
 // force database.max_conns up.

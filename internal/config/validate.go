@@ -156,6 +156,8 @@ func fieldProblem(fe validator.FieldError) string {
 		return fmt.Sprintf("%q is not a scheme; use one of: %s", val, strings.Join(Schemes, ", "))
 	case "preset":
 		return fmt.Sprintf("%q is not a preset; use one of: %s", val, strings.Join(Presets(), ", "))
+	case "file":
+		return fmt.Sprintf("%q is not a readable file", val)
 	case "hostname_port":
 		return fmt.Sprintf("%q must be host:port", val)
 	}
@@ -198,6 +200,19 @@ func crossCheck(cfg *Config) []string {
 		if set != 1 {
 			add("%s.event_type: set exactly one of header, json_path or json_paths", key)
 		}
+	}
+
+	switch {
+	case cfg.AMQP.URL != "" && len(cfg.AMQP.URLs) > 0:
+		add("amqp: set url (one broker) or urls (a cluster's nodes), not both")
+	case cfg.AMQP.URL == "" && len(cfg.AMQP.URLs) == 0:
+		add("amqp.url: is required (or amqp.urls, a cluster's nodes)")
+	}
+	if cfg.AMQP.ManagementURL != "" && len(cfg.AMQP.ManagementURLs) > 0 {
+		add("amqp: set management_url or management_urls, not both")
+	}
+	if t := cfg.AMQP.TLS; (t.CertFile == "") != (t.KeyFile == "") {
+		add("amqp.tls: cert_file and key_file go together")
 	}
 
 	if cfg.Admin.Listen != "" && len(cfg.Admin.Token) < 16 {

@@ -32,8 +32,16 @@ import (
 // Lock is a locked (event, route) delivery.
 type Lock interface {
 	State() webhook.DeliveryState
-	// Record stores the attempt and releases the lock.
-	Record(ctx context.Context, a *webhook.Attempt) error
+	// Gen is the generation of the pair's current copy; only a message of
+	// that generation is delivered.
+	Gen() int64
+	// Restart starts a new attempt series for a dead pair (its dead letter
+	// was moved back by an operator) and returns the new generation; the
+	// lock stays held.
+	Restart(ctx context.Context) (int64, error)
+	// Record stores the attempt, releases the lock, and returns the pair's
+	// generation afterwards (a retry's copy is a new generation).
+	Record(ctx context.Context, a *webhook.Attempt) (int64, error)
 	// Release gives the lock back without recording.
 	Release(ctx context.Context) error
 }
@@ -46,8 +54,10 @@ var ErrEventMissing = errors.New("event not in the database")
 type Store interface {
 	DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (Lock, error)
 	// AttemptRecord stores an attempt without a held lock (the lock's
-	// connection was lost during the attempt).
-	AttemptRecord(ctx context.Context, a *webhook.Attempt) error
+	// connection was lost during the attempt). The pair's state changes
+	// only if it is still at a.Gen: current says so; gen is the pair's
+	// generation afterwards.
+	AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error)
 }
 
 // Publisher publishes retries and dead letters and waits, bounded, for the
@@ -172,6 +182,11 @@ type Message struct {
 	Body           []byte
 	Attempt        int
 	FirstAttemptAt time.Time
+	// Gen is the generation of this copy (0 for an event's first copy).
+	Gen int64
+	// WasDead is set on a dead letter that an operator moved back to the
+	// route queue (it carries the route header only dead letters have).
+	WasDead bool
 }
 
 // Parse reads a Message from a delivery's properties and headers.
@@ -190,6 +205,9 @@ func Parse(d amqp.Delivery) (Message, error) {
 	if n, ok := headerInt(d.Headers, webhook.HeaderAttempt); ok && n >= 1 {
 		m.Attempt = n
 	}
+	if n, ok := headerInt(d.Headers, webhook.HeaderGen); ok && n >= 0 {
+		m.Gen = int64(n)
+	}
 	if s := headerString(d.Headers, webhook.HeaderFirstAttemptAt); s != "" {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			m.FirstAttemptAt = t
@@ -200,7 +218,7 @@ func Parse(d amqp.Delivery) (Message, error) {
 		// by an operator (the management UI's "Move messages" keeps every
 		// header). It starts a fresh series instead of going straight back
 		// to the dead-letter queue.
-		m.Attempt, m.FirstAttemptAt = 1, time.Time{}
+		m.Attempt, m.FirstAttemptAt, m.WasDead = 1, time.Time{}, true
 	}
 	return m, nil
 }
@@ -265,13 +283,8 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, sto
 	if err != nil {
 		return err
 	}
-	if lock.State() == webhook.StateDelivered {
-		if err := lock.Release(ctx); err != nil {
-			log.Warn().Err(err).Msg("releasing delivery lock")
-		}
-		h.cfg.Metrics.outcome(route, "skipped_duplicate")
-		log.Debug().Msg("already delivered; skipping")
-		return nil
+	if done, err := h.current(ctx, stopping, log, r, d, &msg, lock); done || err != nil {
+		return err
 	}
 
 	h.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
@@ -290,6 +303,7 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, sto
 	}
 	h.cfg.Metrics.duration.WithLabelValues(route).Observe(attempt.Duration.Seconds())
 
+	attempt.Gen = msg.Gen
 	tier, deadReason := -1, ""
 	switch {
 	case attempt.Status >= 200 && attempt.Status < 300:
@@ -301,22 +315,34 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, sto
 	default:
 		attempt.Outcome = webhook.StateRetrying
 		tier = h.tierFor(msg.Attempt, retryAfter)
+		attempt.RetryIn = h.cfg.Tiers[tier].Delay
 	}
 
-	if err := lock.Record(ctx, attempt); err != nil {
+	gen, err := lock.Record(ctx, attempt)
+	if err != nil {
 		// The lock's connection failed during the attempt: record in a
 		// transaction of its own.
 		log.Warn().Err(err).Msg("recording attempt failed; retrying")
-		err = h.retryStore(ctx, stopping, log, "recording attempt", func() error {
-			return h.cfg.Store.AttemptRecord(ctx, attempt)
+		var current bool
+		err = h.retryStore(ctx, stopping, log, "recording attempt", func() (err error) {
+			gen, current, err = h.cfg.Store.AttemptRecord(ctx, attempt)
+			return err
 		})
 		if err != nil {
 			return err
+		}
+		if !current && attempt.Outcome != webhook.StateDelivered {
+			// Another copy moved the pair on meanwhile: it owns what
+			// comes next.
+			h.cfg.Metrics.outcome(route, "superseded")
+			log.Info().Msg("pair moved on while recording; this copy is done")
+			return nil
 		}
 	}
 
 	switch attempt.Outcome {
 	case webhook.StateRetrying:
+		msg.Gen = gen
 		if err := h.publishRetry(ctx, stopping, log, r, msg, tier); err != nil {
 			return err
 		}
@@ -334,6 +360,50 @@ func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, sto
 		log.Debug().Int("status", attempt.Status).Msg("delivered")
 	}
 	return nil
+}
+
+// current decides, with the pair locked, whether msg is the copy to
+// deliver now. It returns done (the message is handled, the lock released)
+// for a pair already delivered, for a stale copy (another generation: a
+// replay, a reconciled resend or a retry replaced it), and for a pair whose
+// dead-lettering this very copy started but did not finish (its dead letter
+// is published again, without a POST). A dead letter an operator moved back
+// starts a new series and is delivered.
+func (h *Handler) current(ctx context.Context, stopping <-chan struct{}, log zerolog.Logger, r *Route, d amqp.Delivery, msg *Message, lock Lock) (done bool, err error) {
+	release := func() {
+		if err := lock.Release(ctx); err != nil {
+			log.Warn().Err(err).Msg("releasing delivery lock")
+		}
+	}
+	state, gen := lock.State(), lock.Gen()
+	switch {
+	case state == webhook.StateDelivered:
+		release()
+		h.cfg.Metrics.outcome(r.Name, "skipped_duplicate")
+		log.Debug().Msg("already delivered; skipping")
+		return true, nil
+	case msg.WasDead && state == webhook.StateDead && msg.Gen == gen:
+		ng, err := lock.Restart(ctx)
+		if err != nil {
+			return true, err
+		}
+		log.Info().Int64("gen", ng).Msg("dead letter moved back by an operator; starting a new series")
+		msg.Gen = ng
+		return false, nil
+	case msg.Gen != gen:
+		release()
+		h.cfg.Metrics.outcome(r.Name, "superseded")
+		log.Info().Int64("gen", msg.Gen).Int64("current_gen", gen).Msg("stale copy of the pair; dropped without a POST")
+		return true, nil
+	case state == webhook.StateDead:
+		// This copy was dead-lettered in Postgres, but its dead letter was
+		// not confirmed before the message came back.
+		release()
+		return true, h.publishDead(ctx, stopping, log, r, d, *msg, &webhook.Attempt{
+			Route: r.Name, Number: msg.Attempt, StartedAt: h.now(), Error: "dead-lettered before; dead letter published again",
+		}, "max_attempts")
+	}
+	return false, nil
 }
 
 // retryStore runs op until it succeeds, retrying with backoff for up to
@@ -602,6 +672,7 @@ func (h *Handler) publishRetry(ctx context.Context, stop <-chan struct{}, log ze
 			webhook.HeaderEventType:      msg.EventType,
 			webhook.HeaderAttempt:        int32(msg.Attempt + 1),
 			webhook.HeaderFirstAttemptAt: first.UTC().Format(time.RFC3339Nano),
+			webhook.HeaderGen:            msg.Gen,
 		},
 		Body: msg.Body,
 	})
@@ -641,6 +712,7 @@ func (h *Handler) publishDead(ctx context.Context, stop <-chan struct{}, log zer
 		headers[webhook.HeaderEventID] = msg.EventID.String()
 	}
 	headers[HeaderRoute] = r.Name
+	headers[webhook.HeaderGen] = msg.Gen
 	headers[HeaderDeadReason] = reason
 	headers[HeaderAttempts] = int32(msg.Attempt)
 	headers[HeaderLastStatus] = int32(a.Status)

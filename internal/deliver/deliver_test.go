@@ -31,11 +31,14 @@ func (s *fakeStore) DeliveryLock(context.Context, uuid.UUID, string) (deliver.Lo
 	return &fakeLock{s: s}, nil
 }
 
-func (s *fakeStore) AttemptRecord(_ context.Context, a *webhook.Attempt) error {
+func (s *fakeStore) AttemptRecord(_ context.Context, a *webhook.Attempt) (int64, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.recorded = append(s.recorded, a)
-	return nil
+	if a.Outcome == webhook.StateRetrying {
+		return a.Gen + 1, true, nil
+	}
+	return a.Gen, true, nil
 }
 
 func (s *fakeStore) counts() (recorded, released int) {
@@ -48,8 +51,13 @@ type fakeLock struct{ s *fakeStore }
 
 func (l *fakeLock) State() webhook.DeliveryState { return webhook.StatePending }
 
-func (l *fakeLock) Record(ctx context.Context, a *webhook.Attempt) error {
-	return l.s.AttemptRecord(ctx, a)
+func (l *fakeLock) Gen() int64 { return 0 }
+
+func (l *fakeLock) Restart(context.Context) (int64, error) { return 1, nil }
+
+func (l *fakeLock) Record(ctx context.Context, a *webhook.Attempt) (int64, error) {
+	gen, _, err := l.s.AttemptRecord(ctx, a)
+	return gen, err
 }
 
 func (l *fakeLock) Release(context.Context) error {

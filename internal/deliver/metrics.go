@@ -22,7 +22,7 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 	m := &Metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookrelay_deliveries_total",
-			Help: "Handled route messages by outcome: delivered, retry_scheduled, dead, skipped_duplicate.",
+			Help: "Handled route messages by outcome: delivered, retry_scheduled, dead, skipped_duplicate, superseded (a stale copy, dropped without a POST).",
 		}, []string{"route", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "hookrelay_delivery_duration_seconds",
@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 	}
 	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight)
 	for _, r := range routes {
-		for _, o := range []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate"} {
+		for _, o := range []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate", "superseded"} {
 			m.deliveries.WithLabelValues(r, o)
 		}
 		m.inFlight.WithLabelValues(r)

@@ -22,9 +22,9 @@ import (
 // Service carries what the operations need.
 type Service struct {
 	DB *store.DB
-	// AMQPURL and Names reach the dead-letter queues.
-	AMQPURL string
-	Names   hamqp.Names
+	// Dialer and Names reach the dead-letter queues.
+	Dialer *hamqp.Dialer
+	Names  hamqp.Names
 	// RoutesFunc names the routes whose bindings match a routing key.
 	RoutesFunc func(routingKey string) []string
 	// Routes are the configured route names.
@@ -130,10 +130,11 @@ type DeadLetter struct {
 }
 
 func (s *Service) channel() (*amqp.Connection, *amqp.Channel, error) {
-	conn, err := hamqp.Dial(s.AMQPURL, "hookrelay-cli")
+	node, err := s.Dialer.Dial("hookrelay-cli")
 	if err != nil {
 		return nil, nil, err
 	}
+	conn := node.Connection
 	ch, err := conn.Channel()
 	if err != nil {
 		conn.Close()
@@ -270,8 +271,12 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int
 		if !ok {
 			break
 		}
-		headers := amqp.Table{}
-		for _, k := range []string{webhook.HeaderEventID, webhook.HeaderSource, webhook.HeaderEventType} {
+		// A fresh attempt series: no attempt count. The route header and the
+		// generation tell the dispatcher this is a dead letter moved back, to
+		// restart only if the pair is still dead at that generation (a
+		// replay may have delivered it meanwhile).
+		headers := amqp.Table{deliver.HeaderRoute: route}
+		for _, k := range []string{webhook.HeaderEventID, webhook.HeaderSource, webhook.HeaderEventType, webhook.HeaderGen} {
 			if v, ok := d.Headers[k]; ok {
 				headers[k] = v
 			}

@@ -23,9 +23,9 @@ func TestPurgeKeepsDedupeKeysForTheWindow(t *testing.T) {
 		id, _, err := db.EventInsert(ctx, ev, []string{"billing"})
 		require.NoError(t, err)
 		if final {
-			require.NoError(t, db.AttemptRecord(ctx, &webhook.Attempt{
+			require.NoError(t, recordErr(db.AttemptRecord(ctx, &webhook.Attempt{
 				EventID: id, Route: "billing", Number: 1, StartedAt: ev.ReceivedAt, Status: 200, Outcome: webhook.StateDelivered,
-			}))
+			})))
 		}
 	}
 	// The outbox would have been drained long ago.
@@ -81,7 +81,7 @@ func TestReplayEnqueueIsConditional(t *testing.T) {
 		id, _, err := db.EventInsert(ctx, ev, []string{"billing"})
 		require.NoError(t, err)
 		if outcome != webhook.StatePending {
-			require.NoError(t, db.AttemptRecord(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Outcome: outcome}))
+			require.NoError(t, recordErr(db.AttemptRecord(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Outcome: outcome})))
 		}
 		return store.ReplayPair{EventID: id, Route: "billing"}
 	}
@@ -102,3 +102,6 @@ func TestReplayEnqueueIsConditional(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, webhook.StatePending, state)
 }
+
+// recordErr keeps the error of AttemptRecord's results.
+func recordErr(_ int64, _ bool, err error) error { return err }

@@ -30,7 +30,7 @@ func purgeFixture(t *testing.T, db *store.DB, key string, age time.Duration, sta
 		if s == webhook.StatePending {
 			continue
 		}
-		require.NoError(t, db.AttemptRecord(ctx, &webhook.Attempt{EventID: id, Route: r, Number: 1, StartedAt: ev.ReceivedAt, Outcome: s}))
+		require.NoError(t, recordErr(db.AttemptRecord(ctx, &webhook.Attempt{EventID: id, Route: r, Number: 1, StartedAt: ev.ReceivedAt, Outcome: s})))
 	}
 	_, err = db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
 	require.NoError(t, err)

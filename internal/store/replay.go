@@ -158,12 +158,14 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 				SELECT p.event_id, p.route FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
 				WHERE p.event_id = ANY($4::uuid[])
 				ON CONFLICT (event_id, route) DO UPDATE SET
-					state = 'pending', delivered_at = NULL, created_at = now(), updated_at = now()
+					state = 'pending', delivered_at = NULL, created_at = now(), updated_at = now(),
+					-- A new copy: any older one still in a queue is stale.
+					gen = deliveries.gen + 1, due_at = now()
 				WHERE deliveries.state = 'dead' OR ($3 AND deliveries.state = 'delivered')
-				RETURNING event_id, route
+				RETURNING event_id, route, gen
 			)
-			INSERT INTO outbox (event_id, routing_key, route)
-			SELECT r.event_id, e.source || '.' || e.event_type, r.route
+			INSERT INTO outbox (event_id, routing_key, route, gen)
+			SELECT r.event_id, e.source || '.' || e.event_type, r.route, r.gen
 			FROM reset r JOIN events e ON e.id = r.event_id AND e.purged_at IS NULL
 			RETURNING event_id, route`, ids, routes, includeDelivered, live)
 		if err != nil {

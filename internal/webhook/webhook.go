@@ -40,7 +40,9 @@ type Message struct {
 	RoutingKey string
 	// Route, when set, sends the message to that route's queue only (a
 	// replay) instead of through the topic exchange.
-	Route       string
+	Route string
+	// Gen is the pair's generation for a message addressed to one route.
+	Gen         int64
 	Source      string
 	EventType   string
 	ContentType string
@@ -65,6 +67,10 @@ const (
 const (
 	HeaderAttempt        = "x-hookrelay-attempt"
 	HeaderFirstAttemptAt = "x-hookrelay-first-attempt-at"
+	// HeaderGen is the generation of a pair's copy (deliveries.gen): only
+	// the copy whose generation matches Postgres is delivered. Absent on
+	// an event's first copy, which is generation 0.
+	HeaderGen = "x-hookrelay-gen"
 )
 
 // DeliveryState is where the delivery of one event to one route stands.
@@ -96,4 +102,9 @@ type Attempt struct {
 	Error string
 	// Outcome is the state the delivery moves to.
 	Outcome DeliveryState
+	// Gen is the generation of the copy that made the attempt.
+	Gen int64
+	// RetryIn is, for a retrying outcome, how long until the retry copy
+	// is due back (its tier's delay).
+	RetryIn time.Duration
 }

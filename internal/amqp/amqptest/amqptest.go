@@ -159,3 +159,16 @@ func RequireManagement(t testing.TB) {
 		return nil
 	})
 }
+
+// Dialer returns a Dialer over urls (the test broker when none are given).
+func Dialer(t testing.TB, urls ...string) *hamqp.Dialer {
+	t.Helper()
+	if len(urls) == 0 {
+		urls = []string{testenv.AMQPURL()}
+	}
+	d, err := hamqp.NewDialer(hamqp.DialerConfig{URLs: urls})
+	if err != nil {
+		t.Fatalf("dialer: %v", err)
+	}
+	return d
+}

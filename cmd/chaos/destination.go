@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// pair is one (event, route): what the relay must deliver exactly once.
+type pair struct {
+	event string // the sender's event id (the body's "id")
+	route string
+}
+
+// flakyRoute is the route whose destination refuses each pair's first
+// attempt.
+const flakyRoute = "paid"
+
+// destination counts what it receives: every POST per pair, and when the
+// first one arrived. It can go down (its port refuses connections) and
+// come back on the same port.
+type destination struct {
+	addr string
+
+	mu        sync.Mutex
+	srv       *http.Server
+	posts     map[pair]int       // 2xx answers per pair
+	refused   map[pair]int       // 503s of the flaky route per pair
+	first     map[pair]time.Time // first 2xx
+	requests  int
+	malformed int
+}
+
+func newDestination() (*destination, error) {
+	d := &destination{posts: map[pair]int{}, first: map[pair]time.Time{}, refused: map[pair]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	d.addr = ln.Addr().String()
+	d.serve(ln)
+	return d, nil
+}
+
+func (d *destination) url(route string) string { return "http://" + d.addr + "/" + route }
+
+func (d *destination) serve(ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(d.handle), ReadHeaderTimeout: 5 * time.Second}
+	d.mu.Lock()
+	d.srv = srv
+	d.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }() // ends when down() closes it
+}
+
+func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var ev struct {
+		ID string `json:"id"`
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &ev)
+	}
+	route := strings.TrimPrefix(r.URL.Path, "/")
+	d.mu.Lock()
+	d.requests++
+	if err != nil || ev.ID == "" {
+		d.malformed++
+		d.mu.Unlock()
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	p := pair{event: ev.ID, route: route}
+	if route == flakyRoute && d.refused[p] == 0 {
+		// The flaky route refuses each pair's first attempt: its messages
+		// keep passing through the retry tiers while nodes die.
+		d.refused[p]++
+		d.mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	d.posts[p]++
+	if _, ok := d.first[p]; !ok {
+		d.first[p] = time.Now()
+	}
+	d.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// down closes the listener and every connection: deliveries are refused.
+func (d *destination) down() {
+	d.mu.Lock()
+	srv := d.srv
+	d.srv = nil
+	d.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+// up listens again on the same port.
+func (d *destination) up() error {
+	var ln net.Listener
+	var err error
+	for range 50 {
+		if ln, err = net.Listen("tcp", d.addr); err == nil {
+			d.serve(ln)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond) // the port is in TIME_WAIT for a moment at most
+	}
+	return err
+}
+
+// delivered returns whether p arrived, and how many 2xx POSTs it took.
+func (d *destination) delivered(p pair) (bool, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.posts[p]
+	return n > 0, n
+}
+
+// snapshot copies the per-pair counts.
+func (d *destination) snapshot() (map[pair]int, int, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[pair]int, len(d.posts))
+	for k, v := range d.posts {
+		out[k] = v
+	}
+	return out, d.requests, d.malformed
+}

@@ -1,0 +1,433 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// fault is one injected failure: inject, hold, restore.
+type fault struct {
+	name string
+	// interrupts is true when the fault can cut deliveries in flight (a
+	// consumer's connection or process dies, or its Postgres record
+	// fails after the POST): each such fault may cost up to one duplicate
+	// POST per consumer (prefetch 1).
+	interrupts bool
+	hold       time.Duration
+	inject     func(ctx context.Context) (string, error) // returns a detail for the report
+	restore    func(ctx context.Context) error
+}
+
+// faultResult is one line of the report.
+type faultResult struct {
+	name       string
+	detail     string
+	at         time.Duration // since the start
+	non2xx     int           // answers senders saw that were not 2xx
+	recovery   time.Duration // restore → every pair accepted before it delivered
+	recovered  bool
+	reconciled int64 // pairs the reconciler re-sent during the fault and recovery
+}
+
+func (s *suite) faults() []fault {
+	var leader, stopped string
+	return []fault{
+		{
+			name: "kill -9 of the node leading the route queues", interrupts: true, hold: 10 * time.Second,
+			inject: func(ctx context.Context) (string, error) {
+				out, err := s.cluster(ctx, "leader", prefix+".route.all")
+				if err != nil {
+					return "", err
+				}
+				leader = strings.Fields(out)[0]
+				_, err = s.cluster(ctx, "kill", leader)
+				return "node " + out, err
+			},
+			restore: func(ctx context.Context) error { _, err := s.cluster(ctx, "start", leader); return err },
+		},
+		{
+			name: "graceful stop of another node", interrupts: true, hold: 15 * time.Second,
+			inject: func(ctx context.Context) (string, error) {
+				n, _ := strconv.Atoi(leader)
+				stopped = strconv.Itoa(n%3 + 1)
+				_, err := s.cluster(ctx, "stop", stopped)
+				return "node " + stopped, err
+			},
+			restore: func(ctx context.Context) error { _, err := s.cluster(ctx, "start", stopped); return err },
+		},
+		{
+			name: "kill -9 of one receiver and one dispatcher", interrupts: true, hold: 3 * time.Second,
+			inject: func(context.Context) (string, error) {
+				if err := s.receivers[0].kill(); err != nil {
+					return "", err
+				}
+				return s.receivers[0].name + ", " + s.dispatch[0].name, s.dispatch[0].kill()
+			},
+			restore: func(ctx context.Context) error {
+				for _, p := range []*proc{s.receivers[0], s.dispatch[0]} {
+					if err := p.start(); err != nil {
+						return err
+					}
+					if err := p.waitHealthy(ctx, 60*time.Second); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		},
+		{
+			name: "Postgres restart", interrupts: true, hold: 0,
+			inject:  func(context.Context) (string, error) { return "pg_ctl restart -m fast", s.pg.restart() },
+			restore: func(context.Context) error { return nil },
+		},
+		{
+			name: "Postgres unreachable, sockets open", interrupts: true, hold: 15 * time.Second,
+			inject:  func(context.Context) (string, error) { s.hole.stall(); return "forwarder stops moving bytes", nil },
+			restore: func(context.Context) error { s.hole.unstall(); return nil },
+		},
+		{
+			name: "broker memory alarm", interrupts: false, hold: 10 * time.Second,
+			inject: func(ctx context.Context) (string, error) {
+				_, err := s.cluster(ctx, "ctl", "1", "set_vm_memory_high_watermark", "0.000001")
+				return "vm_memory_high_watermark 0.000001 on node 1", err
+			},
+			restore: func(ctx context.Context) error {
+				_, err := s.cluster(ctx, "ctl", "1", "set_vm_memory_high_watermark", "0.4")
+				return err
+			},
+		},
+		{
+			name: "destination down", interrupts: false, hold: 30 * time.Second,
+			inject:  func(context.Context) (string, error) { s.dest.down(); return "connections refused", nil },
+			restore: func(context.Context) error { return s.dest.up() },
+		},
+	}
+}
+
+// runFaults starts the load, injects every fault in turn, stops the load,
+// waits for the relay to drain, and reports.
+func (s *suite) runFaults(ctx context.Context) error {
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	s.loadStop = stopLoad
+	receivers := make([]string, len(s.receivers))
+	for i, r := range s.receivers {
+		receivers[i] = "http://" + r.listen
+	}
+	s.load = newLoad(receivers, secret, s.opts.rate)
+	s.loadDone = make(chan struct{})
+	go func() {
+		defer close(s.loadDone)
+		// A send that got no 2xx is retried for up to 3 minutes after the
+		// load stops, as a real sender retries.
+		s.load.run(loadCtx, 3*time.Minute)
+	}()
+	s.logf("load: %d events/s open loop over %d receivers, %.0f%% resends of earlier events", s.opts.rate, len(receivers), s.load.dupShare*100)
+
+	var results []faultResult
+	var interrupting int
+	faults := s.faults()
+	for i, f := range faults {
+		if err := s.pause(ctx, s.opts.settle); err != nil {
+			return err
+		}
+		res, err := s.inject(ctx, i+1, len(faults), f)
+		if err != nil {
+			return fmt.Errorf("fault %q: %w", f.name, err)
+		}
+		if f.interrupts {
+			interrupting++
+		}
+		results = append(results, res)
+	}
+	if err := s.pause(ctx, s.opts.settle); err != nil {
+		return err
+	}
+	stopLoad()
+	<-s.loadDone
+	s.logf("load stopped; waiting for the relay to deliver everything accepted")
+	drainStart := time.Now()
+	drained := s.waitCaughtUp(ctx, time.Now(), 4*time.Minute)
+	s.logf("drain: every accepted pair delivered %s after the load stopped (complete: %v)", time.Since(drainStart).Round(100*time.Millisecond), drained)
+	// Copies published twice (a confirm lost in a fault) are still in the
+	// queues: the dispatchers drop them as duplicates. Wait for that too,
+	// bounded: a message the broker strands in a tier never leaves.
+	left := s.waitQueuesEmpty(ctx, 2*time.Minute)
+	s.logf("drain: queues %s %s after the load stopped", left, time.Since(drainStart).Round(100*time.Millisecond))
+
+	var stopErrs []string
+	for _, p := range append(append([]*proc{}, s.receivers...), s.dispatch...) {
+		if err := p.stop(30 * time.Second); err != nil {
+			stopErrs = append(stopErrs, err.Error())
+		}
+	}
+	return s.report(ctx, results, interrupting, stopErrs)
+}
+
+// pause keeps the load running for d, failing early if a relay process
+// died on its own.
+func (s *suite) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		case <-tick.C:
+			for _, p := range append(append([]*proc{}, s.receivers...), s.dispatch...) {
+				if err := p.exited(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult, error) {
+	res := faultResult{name: f.name, at: time.Since(s.start)}
+	_, non2xxBefore := s.load.counts()
+	reconciledBefore, err := s.reconciled(ctx)
+	if err != nil {
+		return res, err
+	}
+	if res.detail, err = f.inject(ctx); err != nil {
+		return res, err
+	}
+	s.logf("fault %d/%d: %s (%s), held %s", n, total, f.name, res.detail, f.hold)
+	if err := s.pause(ctx, f.hold); err != nil {
+		return res, err
+	}
+	if err := f.restore(ctx); err != nil {
+		return res, fmt.Errorf("restoring: %w", err)
+	}
+	restored := time.Now()
+	res.recovered = s.waitCaughtUp(ctx, restored, 3*time.Minute)
+	res.recovery = time.Since(restored)
+	_, non2xxAfter := s.load.counts()
+	res.non2xx = non2xxAfter - non2xxBefore
+	reconciledAfter, err := s.reconciled(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.reconciled = reconciledAfter - reconciledBefore
+	state := "recovered"
+	if !res.recovered {
+		state = "NOT recovered"
+	}
+	s.logf("fault %d/%d: %s: senders saw %d non-2xx; %s %s after the restore; reconciler re-sent %d pair(s)",
+		n, total, f.name, res.non2xx, state, res.recovery.Round(100*time.Millisecond), res.reconciled)
+	return res, nil
+}
+
+// waitCaughtUp waits until every pair of an event accepted at or before t
+// reached the destination, up to timeout. It reports whether they all did.
+func (s *suite) waitCaughtUp(ctx context.Context, t time.Time, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if len(s.missing(t)) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// waitQueuesEmpty waits until every queue of the suite holds no message,
+// up to timeout, and says how it ended.
+func (s *suite) waitQueuesEmpty(ctx context.Context, timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		qs, err := s.queueMessages(ctx)
+		left := 0
+		for _, n := range qs {
+			left += n
+		}
+		if err == nil && left == 0 {
+			return "empty"
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return "unknown: " + err.Error()
+			}
+			return fmt.Sprintf("still holding %d message(s)", left)
+		}
+		select {
+		case <-ctx.Done():
+			return "unknown: " + ctx.Err().Error()
+		case <-time.After(500 * time.Millisecond): // polling the management API
+		}
+	}
+}
+
+// missing lists the pairs of events accepted at or before t (all when t is
+// zero) that the destination has not received.
+func (s *suite) missing(t time.Time) []pair {
+	acc, _ := s.load.accepted(t)
+	var out []pair
+	for _, ev := range acc {
+		for _, r := range routesOf(ev.typ) {
+			p := pair{event: ev.id, route: r}
+			if ok, _ := s.dest.delivered(p); !ok {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// reconciled is the number of times the reconciler re-sent a pair, from
+// Postgres (dispatchers restart; their counters would not add up).
+func (s *suite) reconciled(ctx context.Context) (int64, error) {
+	// Right after a Postgres restart the pool may hand out a connection
+	// that died with it: try a few times.
+	var err error
+	for range 5 {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var n int64
+		err = s.db.QueryRow(qctx, `SELECT COALESCE(sum(reconciled), 0) FROM deliveries`).Scan(&n)
+		cancel()
+		if err == nil {
+			return n, nil
+		}
+		time.Sleep(time.Second) // waiting out a restart
+	}
+	return 0, fmt.Errorf("reading reconciled pairs: %w", err)
+}
+
+func (s *suite) report(ctx context.Context, results []faultResult, interrupting int, stopErrs []string) error {
+	var fails []string
+	fail := func(format string, args ...any) { fails = append(fails, fmt.Sprintf(format, args...)) }
+
+	acc, started := s.load.accepted(time.Time{})
+	sends, non2xx := s.load.counts()
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var stored, outbox int64
+	if err := s.db.QueryRow(qctx, `SELECT count(*) FROM events`).Scan(&stored); err != nil {
+		return err
+	}
+	if err := s.db.QueryRow(qctx, `SELECT count(*) FROM outbox`).Scan(&outbox); err != nil {
+		return err
+	}
+	posts, requests, malformed := s.dest.snapshot()
+	expected := map[string]int{}
+	delivered := map[string]int{}
+	dupPosts := map[string]int{}
+	lost := 0
+	for _, ev := range acc {
+		for _, r := range routesOf(ev.typ) {
+			expected[r]++
+			n := posts[pair{event: ev.id, route: r}]
+			if n == 0 {
+				lost++
+				continue
+			}
+			delivered[r]++
+			dupPosts[r] += n - 1
+		}
+	}
+	queues, qerr := s.queueMessages(qctx)
+	left := 0
+	var leftNames []string
+	for name, n := range queues {
+		if n > 0 {
+			left += n
+			leftNames = append(leftNames, fmt.Sprintf("%s=%d", name, n))
+		}
+	}
+	sort.Strings(leftNames)
+
+	fmt.Fprintln(s.out)
+	fmt.Fprintln(s.out, "faults, one after another under load:")
+	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tat\tfault\tdetail\tsenders saw non-2xx\trecovery\treconciled pairs")
+	for i, r := range results {
+		rec := r.recovery.Round(100 * time.Millisecond).String()
+		if !r.recovered {
+			rec = "not within 3m"
+			fail("fault %q: not recovered within 3m", r.name)
+		}
+		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(s.out)
+	tw = tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	pairsExpected, pairsDelivered := 0, 0
+	for _, r := range routes {
+		pairsExpected += expected[r.name]
+		pairsDelivered += delivered[r.name]
+	}
+	fmt.Fprintf(tw, "  events sent\t%d (%d requests, %d resends of earlier events)\n", started, sends, s.load.dups)
+	fmt.Fprintf(tw, "  answered 2xx\t%d events (%d non-2xx answers on the way)\n", len(acc), non2xx)
+	fmt.Fprintf(tw, "  stored\t%d events\n", stored)
+	fmt.Fprintf(tw, "  pairs delivered\t%d of %d\n", pairsDelivered, pairsExpected)
+	fmt.Fprintf(tw, "  LOST (must be 0)\t%d\n", lost)
+	fmt.Fprintf(tw, "  destination requests\t%d (%d malformed)\n", requests, malformed)
+	fmt.Fprintf(tw, "  outbox empty\t%v (%d rows)\n", outbox == 0, outbox)
+	switch {
+	case qerr != nil:
+		fmt.Fprintf(tw, "  queues drained\tunknown: %v\n", qerr)
+	case left == 0:
+		fmt.Fprintf(tw, "  queues drained\tyes (%d queues)\n", len(queues))
+	default:
+		fmt.Fprintf(tw, "  queues drained\tno: %s\n", strings.Join(leftNames, " "))
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(s.out)
+	tw = tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  route\tpairs\tdelivered\tduplicate POSTs\tbound (consumers × prefetch 1 × interrupting faults)")
+	for _, r := range routes {
+		bound := dispatches * r.concurrency * interrupting
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\n", r.name, expected[r.name], delivered[r.name], dupPosts[r.name], bound)
+		if dupPosts[r.name] > bound {
+			fail("route %s: %d duplicate POSTs, over the bound %d", r.name, dupPosts[r.name], bound)
+		}
+	}
+	_ = tw.Flush()
+
+	if lost > 0 {
+		miss := s.missing(time.Time{})
+		sample := miss
+		if len(sample) > 10 {
+			sample = sample[:10]
+		}
+		fail("%d pair(s) lost, e.g. %v", lost, sample)
+	}
+	if stored != int64(len(acc)) {
+		fail("%d events stored, %d answered 2xx: each accepted event must be stored exactly once", stored, len(acc))
+	}
+	if outbox != 0 {
+		fail("outbox holds %d rows after the drain", outbox)
+	}
+	if malformed > 0 {
+		fail("destination got %d malformed requests", malformed)
+	}
+	fails = append(fails, stopErrs...)
+	if len(fails) > 0 {
+		fmt.Fprintln(s.out, "\nchaos: FAIL")
+		for _, f := range fails {
+			fmt.Fprintln(s.out, "  -", f)
+		}
+		return &failedError{reasons: fails}
+	}
+	fmt.Fprintln(s.out, "\nchaos: PASS: nothing lost, duplicates within their bounds")
+	return nil
+}

@@ -1,0 +1,72 @@
+// Command chaos is hookrelay's fault suite: it runs two receivers and two
+// dispatchers against a three-node RabbitMQ cluster (scripts/cluster.sh) and
+// a Postgres instance of its own, sends open-loop load to both receivers,
+// injects the faults of a bad production day one after another, and counts
+// what survived. It exits non-zero when an accepted event was not
+// delivered to every route it matched, or when a route received more
+// duplicate POSTs than the faults can explain.
+//
+//	scripts/chaos.sh          (builds, starts the cluster, runs this)
+//	chaos --bin DIR --cluster scripts/cluster.sh [--rate 100] [--work DIR]
+//
+// The cluster's URLs come from the environment that `cluster.sh env`
+// prints (CLUSTER_AMQP_URLS, CLUSTER_MANAGEMENT_URLS).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		var fail *failedError
+		if errors.As(err, &fail) {
+			os.Exit(1)
+		}
+		os.Exit(2)
+	}
+}
+
+// failedError is a run that completed and found the relay at fault (as
+// opposed to a suite that could not run).
+type failedError struct{ reasons []string }
+
+func (e *failedError) Error() string {
+	return fmt.Sprintf("%d check(s) failed: %v", len(e.reasons), e.reasons)
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	opts := options{}
+	fs.StringVar(&opts.bin, "bin", "bin", "folder with the receiver, dispatcher and hookrelay binaries")
+	fs.StringVar(&opts.cluster, "cluster", "scripts/cluster.sh", "the cluster script (its settings come from the environment)")
+	fs.StringVar(&opts.work, "work", "", "work folder for Postgres, configs and logs (default: a new temporary folder)")
+	fs.IntVar(&opts.rate, "rate", 100, "events per second sent, open loop, split over both receivers")
+	fs.IntVar(&opts.pgPort, "pg-port", 55432, "port of the suite's own Postgres")
+	fs.DurationVar(&opts.settle, "settle", 0, "steady load before the first fault and between faults (default 8s)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opts.amqpURLs = splitList(getenv("CLUSTER_AMQP_URLS"))
+	opts.mgmtURLs = splitList(getenv("CLUSTER_MANAGEMENT_URLS"))
+	if len(opts.amqpURLs) == 0 || len(opts.mgmtURLs) == 0 {
+		return errors.New("CLUSTER_AMQP_URLS and CLUSTER_MANAGEMENT_URLS are not set: eval \"$(scripts/cluster.sh env)\" first, or run scripts/chaos.sh")
+	}
+	s, err := setup(ctx, opts, out)
+	if err != nil {
+		return err
+	}
+	defer s.teardown()
+	return s.runFaults(ctx)
+}

@@ -1,0 +1,69 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
+	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+// A retry copy that vanishes from its tier (here: purged by hand, as the
+// broker strands one after a leader change) is sent again by the
+// reconciler once the pair is overdue by the margin, and delivered once.
+// When the stranded copy turns up after all, it is dropped as stale.
+func TestReconcilerResendsAPairLostFromItsTier(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	// A long first tier: the copy sits in it while the test removes it.
+	h.cfg.Retry.Backoff = []time.Duration{2 * time.Second}
+	h.cfg.Reconcile = config.Reconcile{Interval: 200 * time.Millisecond, Margin: time.Second}
+	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, _ string, prior int) int {
+		if prior < 2 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+
+	r := h.postSigned("evt_stranded", "invoice.paid")
+	require.Equal(t, http.StatusOK, r.status)
+	tier := h.names.Retry(2 * time.Second)
+	// The failed first attempt put its retry copy in the tier; take it out
+	// before it expires, keeping it to bring back later.
+	amqptest.WaitCount(t, h.ch, tier, 1, 10*time.Second)
+	stranded := amqptest.Drain(t, h.ch, tier)
+	require.Len(t, stranded, 1)
+	require.Equal(t, int64(1), stranded[0].Headers[webhook.HeaderGen], "the retry copy is generation 1")
+
+	// The reconciler sends generation 2, whose attempt fails too and
+	// schedules generation 3. Meanwhile the stranded copy turns up: stale,
+	// dropped without a POST.
+	dest.waitFor(20*time.Second, "the reconciled copy", func(rs []received) bool { return len(rs) == 2 })
+	require.NoError(t, h.ch.PublishWithContext(context.Background(), "", h.names.RouteQueue("billing"), false, false, amqpCopy(stranded[0])))
+	require.Eventually(t, func() bool {
+		return scrape(t, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`] == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	dest.waitFor(20*time.Second, "the third attempt", func(rs []received) bool { return len(rs) == 3 })
+	require.Equal(t, map[string]int{"billing " + r.ID: 1}, dest.successes())
+	id := uuid.MustParse(r.ID)
+	require.Eventually(t, func() bool {
+		state, attempts, err := h.db.DeliveryGet(context.Background(), id, "billing")
+		return err == nil && state == webhook.StateDelivered && attempts == 3
+	}, 10*time.Second, 20*time.Millisecond)
+	var reconciled int
+	require.NoError(t, h.db.Pool().QueryRow(context.Background(),
+		`SELECT reconciled FROM deliveries WHERE event_id = $1`, id).Scan(&reconciled))
+	require.Equal(t, 1, reconciled)
+	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_reconciled_total{route="billing"}`])
+	require.Len(t, dest.snapshot(), 3, "three attempts, none of them the stale copy's")
+}

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Reconciled is one pair the reconciler sent again.
+type Reconciled struct {
+	EventID uuid.UUID
+	Route   string
+	// Gen is the generation of the new copy.
+	Gen int64
+	// Overdue is how long past its due time the pair was.
+	Overdue time.Duration
+}
+
+// DeliveryReconcile finds up to limit pairs of route that are pending or
+// retrying more than margin past their due time, not in flight (a
+// dispatcher holding the pair's lock is skipped) and with nothing of their
+// event still in the outbox, and sends each again: in one transaction it
+// moves the pair to a new generation, pushes its due time to now, counts
+// the repair, and puts a copy addressed to the route's queue in the
+// outbox. A copy of an older generation that turns up later is dropped by
+// the dispatcher. Several dispatchers may run it at once: SKIP LOCKED and
+// the due time moved to now keep a pair from being sent twice.
+//
+// The caller runs it only while the route's queue holds no ready messages:
+// with a backlog, an overdue pair may simply be waiting in it.
+func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]Reconciled, error) {
+	var out []Reconciled
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH c AS (
+				SELECT d.id, now() - d.due_at AS overdue FROM deliveries d
+				WHERE d.route = $1 AND d.state IN ('pending', 'retrying')
+				  AND d.due_at < now() - $2::interval
+				  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id)
+				ORDER BY d.due_at
+				LIMIT $3
+				FOR UPDATE OF d SKIP LOCKED
+			), u AS (
+				UPDATE deliveries d SET gen = d.gen + 1, due_at = now(), reconciled = d.reconciled + 1, updated_at = now()
+				FROM c WHERE d.id = c.id
+				RETURNING d.event_id, d.route, d.gen, c.overdue
+			), o AS (
+				INSERT INTO outbox (event_id, routing_key, route, gen)
+				SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen
+				FROM u JOIN events e ON e.id = u.event_id
+			)
+			SELECT event_id, route, gen, EXTRACT(EPOCH FROM overdue)::float8 FROM u`,
+			route, margin, limit)
+		if err != nil {
+			return fmt.Errorf("reconciling %s: %w", route, err)
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Reconciled, error) {
+			var r Reconciled
+			var overdue float64
+			err := row.Scan(&r.EventID, &r.Route, &r.Gen, &overdue)
+			r.Overdue = time.Duration(overdue * float64(time.Second))
+			return r, err
+		})
+		if err != nil {
+			return fmt.Errorf("reconciling %s: %w", route, err)
+		}
+		return nil
+	})
+	return out, err
+}
