@@ -59,7 +59,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 			return err
 		}
 		if *asJSON {
-			return writeJSON(out, list)
+			return printJSON(out, list)
 		}
 		return printEvents(out, list)
 	case "events show":
@@ -80,7 +80,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 			return err
 		}
 		if *asJSON {
-			return writeJSON(out, ev)
+			return printJSON(out, ev)
 		}
 		return printEvent(out, ev)
 	case "replay":
@@ -130,7 +130,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 			return err
 		}
 		if *asJSON {
-			return writeJSON(out, res)
+			return printJSON(out, res)
 		}
 		return printReplay(out, res, *list)
 	case "dead list":
@@ -146,7 +146,7 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 			return err
 		}
 		if *asJSON {
-			return writeJSON(out, list)
+			return printJSON(out, list)
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "EVENT\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
@@ -233,7 +233,7 @@ func filterFlags(name string) (*flag.FlagSet, func() (store.EventFilter, error),
 	}, asJSON
 }
 
-func writeJSON(w io.Writer, v any) error {
+func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

@@ -8,7 +8,6 @@ package ingest
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/extract"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,11 +145,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, known bool, start time.Time) (outcome, reason string) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
+		httpserver.WriteError(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
 		return "rejected", "method"
 	}
 	if !known {
-		writeError(w, http.StatusNotFound, "unknown source")
+		httpserver.WriteError(w, http.StatusNotFound, "unknown source")
 		return "rejected", "unknown_source"
 	}
 	log := h.logger.With().Str("source", src.Name).Logger()
@@ -158,17 +158,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody))
+			httpserver.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody))
 			return "rejected", "too_large"
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			// The body did not arrive within the read timeout: nothing is
 			// stored, and 408 tells the sender to send it again.
-			writeError(w, http.StatusRequestTimeout, "body not received within the read timeout; send it again")
+			httpserver.WriteError(w, http.StatusRequestTimeout, "body not received within the read timeout; send it again")
 			return "rejected", "read_timeout"
 		}
-		writeError(w, http.StatusBadRequest, "reading body failed")
+		httpserver.WriteError(w, http.StatusBadRequest, "reading body failed")
 		return "rejected", "read_error"
 	}
 
@@ -177,29 +177,29 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		var ve *signature.VerifyError
 		if !errors.As(err, &ve) {
 			log.Error().Err(err).Msg("verifier failed")
-			writeError(w, http.StatusInternalServerError, "verification failed")
+			httpserver.WriteError(w, http.StatusInternalServerError, "verification failed")
 			return "error", "verifier"
 		}
 		log.Debug().Str("reason", ve.Reason).Msg("rejected signature")
-		writeError(w, http.StatusUnauthorized, ve.Reason)
+		httpserver.WriteError(w, http.StatusUnauthorized, ve.Reason)
 		return "rejected", "signature_" + ve.Kind()
 	}
 
 	res, err := src.Extractor.Extract(extract.Input{Header: r.Header, Body: body, SignedID: signedID})
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 		return "rejected", "bad_request"
 	}
 	if key := webhook.RoutingKey(src.Name, res.EventType); len(key) > maxRoutingKey {
 		// RabbitMQ refuses longer routing keys: stored, it could never be
 		// published.
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("event type too long: %q.<event type> must fit %d bytes", src.Name, maxRoutingKey))
+		httpserver.WriteError(w, http.StatusBadRequest, fmt.Sprintf("event type too long: %q.<event type> must fit %d bytes", src.Name, maxRoutingKey))
 		return "rejected", "bad_request"
 	}
 
 	contentType := r.Header.Get("Content-Type")
 	if msg := contentTypeProblem(contentType); msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
+		httpserver.WriteError(w, http.StatusBadRequest, msg)
 		return "rejected", "bad_request"
 	}
 
@@ -232,10 +232,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	id, dup, err := h.store.EventInsert(ctx, ev, routes)
 	if err != nil {
 		log.Error().Err(err).Msg("storing event")
-		writeError(w, http.StatusServiceUnavailable, "storage unavailable, retry later")
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable, retry later")
 		return "error", "storage"
 	}
-	writeJSON(w, http.StatusOK, Response{ID: id, Duplicate: dup})
+	httpserver.WriteJSON(w, http.StatusOK, Response{ID: id, Duplicate: dup})
 	if dup {
 		log.Debug().Stringer("event_id", id).Msg("duplicate event")
 		return "duplicate", ""
@@ -310,20 +310,6 @@ func storedHeaders(h http.Header, v signature.Verifier) (stored http.Header, dro
 	}
 	sort.Strings(dropped)
 	return stored, dropped
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, struct {
-		Error string `json:"error"`
-	}{msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	// The status is sent; a write error means the client left, and there is
-	// nobody left to tell.
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // Metrics are the ingest counters.
