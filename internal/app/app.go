@@ -69,7 +69,7 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 	out := make([]ingest.Source, 0, len(cfg.Sources))
 	for i, s := range cfg.Sources {
 		key := fmt.Sprintf("sources[%d]", i)
-		v, err := verifier(s.Verify)
+		v, err := signature.New(s.Verify.Scheme, s.Verify.SchemeConfig())
 		if err != nil {
 			return nil, fmt.Errorf("%s.verify: %w", key, err)
 		}
@@ -100,39 +100,6 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x, DedupeBody: s.DedupesBody()})
 	}
 	return out, nil
-}
-
-// verifier builds the signature.Verifier for a validated verify block.
-func verifier(v config.Verify) (signature.Verifier, error) {
-	switch v.Scheme {
-	case "none":
-		return signature.None{}, nil
-	case "hmac":
-		return signature.NewHMAC(signature.HMACConfig{
-			Secrets: v.Secrets, Algorithm: v.Algorithm, Encoding: v.Encoding,
-			Header: v.Header, Query: v.Query, Prefix: v.Prefix,
-			TimestampHeader: v.TimestampHeader, SignedContent: v.SignedContent, Tolerance: v.Tolerance,
-		})
-	case "standard-webhooks":
-		return signature.NewStandard(signature.StandardConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "stripe":
-		return signature.NewStripe(signature.StripeConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "github":
-		return signature.NewGitHub(signature.GitHubConfig{Secrets: v.Secrets, AllowSHA1: v.AllowSHA1})
-	case "shopify":
-		return signature.NewShopify(signature.ShopifyConfig{Secrets: v.Secrets})
-	case "slack":
-		return signature.NewSlack(signature.SlackConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "paddle":
-		return signature.NewPaddle(signature.PaddleConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "kiwify":
-		return signature.NewKiwify(signature.KiwifyConfig{Secrets: v.Secrets})
-	case "token":
-		return signature.NewToken(signature.TokenConfig{Secrets: v.Secrets, Header: v.Header})
-	case "basic":
-		return signature.NewBasic(signature.BasicConfig{Username: v.Username, Secrets: v.Secrets})
-	}
-	return nil, fmt.Errorf("unknown scheme %q", v.Scheme)
 }
 
 // newRegistry returns a registry with the Go runtime and process collectors.
