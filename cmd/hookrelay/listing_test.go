@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -65,7 +66,7 @@ func TestDeadListSaysHowManyItDidNotShow(t *testing.T) {
 		id := uuid.NewString()
 		require.NoError(t, ch.PublishWithContext(context.Background(), "", dead, false, false, amqp.Publishing{
 			MessageId: id, Body: []byte(fmt.Sprintf(`{"n":%d}`, i)),
-			Headers: amqp.Table{webhook.HeaderEventID: id, webhook.HeaderSource: "acme", "x-hookrelay-dead-reason": "max_attempts"},
+			Headers: amqp.Table{hamqp.HeaderEventID: id, hamqp.HeaderSource: "acme", "x-hookrelay-dead-reason": "max_attempts"},
 		}))
 	}
 	amqptest.WaitCount(t, ch, dead, 12, 10*time.Second)

@@ -8,20 +8,23 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/backoff"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 )
 
-// HandleFunc processes one delivery. Returning nil acks it; an error nacks
-// it with requeue (after a pause), so it comes back. Shutdown first closes
-// d.Stopping (stop waiting for dependencies), then, after the shutdown
-// timeout, cancels ctx: the handler abandons its work, and the message,
-// neither acked nor nacked, goes back to the queue when the connection
-// closes. Until then ctx is not cancelled: the handler bounds its own work.
-type HandleFunc func(ctx context.Context, d *Delivery) error
+// HandleFunc processes one route message, decoded from the wire (see
+// DecodeRouteMessage). Returning nil acks it; an error nacks it with
+// requeue (after a pause), so it comes back. Shutdown first closes stopping
+// (stop waiting for dependencies), which also closes when the connection
+// is lost, then, after the shutdown timeout, cancels ctx: the handler
+// abandons its work, and the message, neither acked nor nacked, goes back
+// to the queue when the connection closes. Until then ctx is not
+// cancelled: the handler bounds its own work.
+type HandleFunc func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error
 
-// ConsumerGroup is Concurrency consumers of one queue, each on its own
-// channel with prefetch 1.
+// ConsumerGroup is Concurrency consumers of one route queue, each on its
+// own channel with prefetch 1.
 type ConsumerGroup struct {
 	Queue       string
 	Concurrency int
@@ -280,7 +283,7 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc) {
 }
 
 func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle HandleFunc) {
-	err := safeHandle(work, &Delivery{Delivery: d, stopping: ctx.Done()}, handle)
+	err := safeHandle(work, DecodeRouteMessage(d), ctx.Done(), handle)
 	if err != nil && work.Err() != nil {
 		// Aborted at the shutdown timeout: neither acked nor nacked, it goes
 		// back to the queue when the connection closes.
@@ -303,22 +306,11 @@ func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle Ha
 	}
 }
 
-func safeHandle(ctx context.Context, d *Delivery, handle HandleFunc) (err error) {
+func safeHandle(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}, handle HandleFunc) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	return handle(ctx, d)
+	return handle(ctx, m, stopping)
 }
-
-// Delivery is a consumed message.
-type Delivery struct {
-	amqp.Delivery
-	stopping <-chan struct{}
-}
-
-// Stopping is closed when the consumers shut down or their connection is
-// lost. A handler waiting for a dependency gives up then; its message is
-// requeued.
-func (d *Delivery) Stopping() <-chan struct{} { return d.stopping }

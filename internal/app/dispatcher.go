@@ -70,7 +70,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	names := amqp.Names{Prefix: cfg.AMQP.Prefix}
 	var tiers []deliver.Tier
 	for _, d := range cfg.Retry.Backoff {
-		tiers = append(tiers, deliver.Tier{Name: amqp.FormatDelay(d), Delay: d, Exchange: names.Retry(d)})
+		tiers = append(tiers, deliver.Tier{Name: amqp.FormatDelay(d), Delay: d})
 	}
 	var routes []deliver.Route
 	var routeNames []string
@@ -93,7 +93,6 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		routes = append(routes, deliver.Route{
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
 			MaxAttempts: r.MaxAttempts, SigningKeys: keys,
-			Queue: names.RouteQueue(r.Name), DeadQueue: names.DeadQueue(r.Name),
 		})
 		routeNames = append(routeNames, r.Name)
 	}
@@ -120,7 +119,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Routes:    routes,
 		Tiers:     tiers,
 		Store:     deliverStore{db},
-		Publisher: publisher,
+		Publisher: amqp.NewDispatchPublisher(publisher, names),
 		Client:    opts.Client,
 		Metrics:   deliver.NewMetrics(reg, routeNames),
 		Logger:    logger,
@@ -135,8 +134,8 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		groups = append(groups, amqp.ConsumerGroup{
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
-			Handle: func(ctx context.Context, d *amqp.Delivery) error {
-				return handler.Handle(ctx, route, d.Delivery, d.Stopping())
+			Handle: func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error {
+				return handler.Handle(ctx, route, m, stopping)
 			},
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/testenv"
@@ -448,9 +449,9 @@ func amqpPublishing(eventID string) amqp091.Publishing {
 		ContentType:  "application/json",
 		MessageId:    eventID,
 		Headers: amqp091.Table{
-			webhook.HeaderEventID:   eventID,
-			webhook.HeaderSource:    "acme",
-			webhook.HeaderEventType: "invoice.paid",
+			hamqp.HeaderEventID:   eventID,
+			hamqp.HeaderSource:    "acme",
+			hamqp.HeaderEventType: "invoice.paid",
 		},
 		Body: []byte(`{"id":"evt_once"}`),
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -42,7 +43,7 @@ func TestReconcilerResendsAPairLostFromItsTier(t *testing.T) {
 	amqptest.WaitCount(t, h.ch, tier, 1, 10*time.Second)
 	stranded := amqptest.Drain(t, h.ch, tier)
 	require.Len(t, stranded, 1)
-	require.Equal(t, int64(1), stranded[0].Headers[webhook.HeaderGen], "the retry copy is generation 1")
+	require.Equal(t, int64(1), stranded[0].Headers[hamqp.HeaderGen], "the retry copy is generation 1")
 
 	// The reconciler sends generation 2, whose attempt fails too and
 	// schedules generation 3. Meanwhile the stranded copy turns up: stale,

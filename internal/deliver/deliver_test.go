@@ -14,7 +14,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -72,7 +71,7 @@ func (l *fakeLock) Release(context.Context) error {
 type fakePublisher struct {
 	mu        sync.Mutex
 	lifted    chan struct{} // nil when not blocked
-	published []string      // exchange of each confirmed publish
+	published []string      // each confirmed publish: "retry <delay>" or "dead <reason>"
 	attempts  chan struct{} // signalled on every Publish call
 }
 
@@ -80,14 +79,22 @@ func newFakePublisher() *fakePublisher {
 	return &fakePublisher{attempts: make(chan struct{}, 16)}
 }
 
-func (p *fakePublisher) Publish(_ context.Context, exchange, _ string, _ amqp.Publishing) error {
+func (p *fakePublisher) Retry(_ context.Context, _ string, delay time.Duration, _ webhook.RouteMessage) error {
+	return p.publish("retry " + delay.String())
+}
+
+func (p *fakePublisher) DeadLetter(_ context.Context, _ webhook.RouteMessage, why webhook.DeadLetter) error {
+	return p.publish("dead " + why.Reason)
+}
+
+func (p *fakePublisher) publish(what string) error {
 	p.attempts <- struct{}{}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.lifted != nil {
 		return errors.New("blocked")
 	}
-	p.published = append(p.published, exchange)
+	p.published = append(p.published, what)
 	return nil
 }
 
@@ -141,9 +148,9 @@ func setup(t *testing.T, holdFor time.Duration, respond func(w http.ResponseWrit
 	h, err := deliver.New(deliver.Config{
 		Routes: []deliver.Route{{
 			Name: "billing", URL: srv.URL, Timeout: 30 * time.Second, MaxAttempts: 3,
-			SigningKeys: [][]byte{[]byte("key")}, Queue: "q.billing", DeadQueue: "q.billing.dead",
+			SigningKeys: [][]byte{[]byte("key")},
 		}},
-		Tiers:          []deliver.Tier{{Name: "1s", Delay: time.Second, Exchange: "retry.1s"}},
+		Tiers:          []deliver.Tier{{Name: "1s", Delay: time.Second}},
 		Store:          b.store,
 		Publisher:      b.pub,
 		Metrics:        deliver.NewMetrics(prometheus.NewRegistry(), []string{"billing"}),
@@ -155,9 +162,8 @@ func setup(t *testing.T, holdFor time.Duration, respond func(w http.ResponseWrit
 	return b
 }
 
-func message() amqp.Delivery {
-	id := uuid.NewString()
-	return amqp.Delivery{MessageId: id, Headers: amqp.Table{webhook.HeaderEventID: id}, Body: []byte(`{}`)}
+func message() webhook.RouteMessage {
+	return webhook.RouteMessage{EventID: uuid.New(), Attempt: 1, Body: []byte(`{}`)}
 }
 
 func recv(t *testing.T, c <-chan struct{}, what string) {
@@ -197,7 +203,7 @@ func TestHandleHoldsRetryWhilePublishingIsBlocked(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Handle did not finish after the block lifted")
 	}
-	require.Equal(t, []string{"retry.1s"}, b.pub.confirmed())
+	require.Equal(t, []string{"retry 1s"}, b.pub.confirmed())
 	require.Len(t, b.posts, 0, "one POST only")
 }
 

@@ -13,9 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
-	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/store"
-	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -218,10 +216,10 @@ func deadLetter(d amqp.Delivery) DeadLetter {
 		return 0
 	}
 	dl := DeadLetter{
-		EventID: str(webhook.HeaderEventID), Source: str(webhook.HeaderSource), EventType: str(webhook.HeaderEventType),
-		Attempts: num(deliver.HeaderAttempts), LastStatus: num(deliver.HeaderLastStatus), LastError: str(deliver.HeaderLastError),
-		FirstAttemptAt: str(webhook.HeaderFirstAttemptAt), LastAttemptAt: str(deliver.HeaderLastAttemptAt),
-		Reason: str(deliver.HeaderDeadReason),
+		EventID: str(hamqp.HeaderEventID), Source: str(hamqp.HeaderSource), EventType: str(hamqp.HeaderEventType),
+		Attempts: num(hamqp.HeaderAttempts), LastStatus: num(hamqp.HeaderLastStatus), LastError: str(hamqp.HeaderLastError),
+		FirstAttemptAt: str(hamqp.HeaderFirstAttemptAt), LastAttemptAt: str(hamqp.HeaderLastAttemptAt),
+		Reason: str(hamqp.HeaderDeadReason),
 	}
 	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 && dl.Reason == "" {
 		if t, ok := deaths[0].(amqp.Table); ok {
@@ -275,8 +273,8 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int
 		// generation tell the dispatcher this is a dead letter moved back, to
 		// restart only if the pair is still dead at that generation (a
 		// replay may have delivered it meanwhile).
-		headers := amqp.Table{deliver.HeaderRoute: route}
-		for _, k := range []string{webhook.HeaderEventID, webhook.HeaderSource, webhook.HeaderEventType, webhook.HeaderGen} {
+		headers := amqp.Table{hamqp.HeaderRoute: route}
+		for _, k := range []string{hamqp.HeaderEventID, hamqp.HeaderSource, hamqp.HeaderEventType, hamqp.HeaderGen} {
 			if v, ok := d.Headers[k]; ok {
 				headers[k] = v
 			}
