@@ -61,7 +61,7 @@ func TestDeadListSaysHowManyItDidNotShow(t *testing.T) {
 	topo := app.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	require.NoError(t, topo.Declare(ch))
-	dead := app.Ops(cfg, nil, nil).Names.DeadQueue("billing")
+	dead := hamqp.Names{Prefix: cfg.AMQP.Prefix}.DeadQueue("billing")
 	for i := range 12 {
 		id := uuid.NewString()
 		require.NoError(t, ch.PublishWithContext(context.Background(), "", dead, false, false, amqp.Publishing{

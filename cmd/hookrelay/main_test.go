@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
@@ -65,7 +65,7 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 
 	out, err = cli(t, dbURL, "events", "show", "--json", id.String())
 	require.NoError(t, err)
-	var ev store.EventDetail
+	var ev ops.EventDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &ev), out)
 	require.Equal(t, id, ev.ID)
 	require.Len(t, ev.Deliveries, 1)
@@ -78,7 +78,7 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 
 	out, err = cli(t, dbURL, "events", "list", "--state", "delivered", "--json")
 	require.NoError(t, err)
-	var list struct{ Items []store.EventSummary }
+	var list struct{ Items []ops.EventSummary }
 	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
 	require.Len(t, list.Items, 1)
 	out, err = cli(t, dbURL, "events", "list", "--source", "acme")

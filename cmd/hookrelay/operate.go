@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
@@ -170,7 +171,8 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 			return err
 		}
 		n, err := svc.DeadRequeue(ctx, *route, *limit)
-		fmt.Fprintf(out, "requeued %d message(s) from %s to %s\n", n, svc.Names.DeadQueue(*route), svc.Names.RouteQueue(*route))
+		names := amqp.Names{Prefix: cfg.AMQP.Prefix}
+		fmt.Fprintf(out, "requeued %d message(s) from %s to %s\n", n, names.DeadQueue(*route), names.RouteQueue(*route))
 		return err
 	case "purge":
 		fs := flag.NewFlagSet("purge", flag.ContinueOnError)
@@ -266,7 +268,7 @@ func printEvents(w io.Writer, list *ops.EventList) error {
 	return err
 }
 
-func printEvent(w io.Writer, ev *store.EventDetail) error {
+func printEvent(w io.Writer, ev *ops.EventDetail) error {
 	fmt.Fprintf(w, "event      %s\nsource     %s\ntype       %s\nkey        %s\nreceived   %s\nbody       %s\n",
 		ev.ID, ev.Source, ev.EventType, ev.IdempotencyKey, ev.ReceivedAt.UTC().Format(time.RFC3339Nano), snippet(ev.Body, 200))
 	if ev.Purged {

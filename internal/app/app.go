@@ -4,6 +4,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -141,18 +142,34 @@ func Dialer(cfg *config.Config, nodes *amqp.NodeGauge, logger zerolog.Logger) (*
 	return amqp.NewDialer(amqp.DialerConfig{URLs: cfg.AMQP.Nodes(), TLS: tlsCfg, Nodes: nodes, Logger: logger})
 }
 
-// Ops returns the operator service over db for cfg.
+// Ops returns the operator service over db for cfg, reaching the
+// dead-letter queues through dialer.
 func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer) *ops.Service {
 	var routes []string
 	for _, r := range cfg.Routes {
 		routes = append(routes, r.Name)
 	}
+	names := amqp.Names{Prefix: cfg.AMQP.Prefix}
 	return &ops.Service{
-		DB:           db,
-		Dialer:       dialer,
-		Names:        amqp.Names{Prefix: cfg.AMQP.Prefix},
+		Store:        db,
+		DeadLetters:  deadLetters{amqp.NewDeadLetters(dialer, names, "hookrelay-cli")},
 		RoutesFunc:   RoutesFor(cfg),
 		Routes:       routes,
 		DedupeWindow: cfg.Retention.DedupeWindow,
 	}
+}
+
+// deadLetters adapts *amqp.DeadLetters to ops.DeadLetters.
+type deadLetters struct{ *amqp.DeadLetters }
+
+func (d deadLetters) List(ctx context.Context, route string, limit int) (*ops.DeadLetterList, error) {
+	page, err := d.DeadLetters.List(ctx, route, limit)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]ops.DeadLetter, len(page.Items))
+	for i, it := range page.Items {
+		items[i] = ops.DeadLetter(it)
+	}
+	return &ops.DeadLetterList{Queue: page.Queue, Total: page.Total, Shown: len(items), Items: items}, nil
 }

@@ -271,9 +271,13 @@ func TestAdminAPI(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status, "an empty filter would replay everything")
 }
 
+// adminReplay sends r to POST /api/replay.
 func adminReplay(t *testing.T, addr, token string, r ops.ReplayRequest) (int, string) {
 	t.Helper()
-	raw, err := json.Marshal(r)
+	raw, err := json.Marshal(ops.ReplayBody{
+		EventID: r.EventID, Filter: ops.FilterBody(r.Filter), After: r.After,
+		IncludeDelivered: r.IncludeDelivered, DryRun: r.DryRun, ListLimit: r.ListLimit,
+	})
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/api/replay", bytes.NewReader(raw))
 	require.NoError(t, err)

@@ -79,13 +79,14 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 		})
 	})
 	mux.HandleFunc("POST /api/replay", func(w http.ResponseWriter, r *http.Request) {
-		var req ReplayRequest
+		var body ReplayBody
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := dec.Decode(&body); err != nil {
 			httpserver.WriteError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 			return
 		}
+		req := body.Request()
 		if req.EventID == uuid.Nil && req.Filter == (store.EventFilter{}) {
 			httpserver.WriteError(w, http.StatusBadRequest, "refusing to replay everything: give a filter")
 			return
@@ -138,7 +139,7 @@ func apiReplayTooBig(r *http.Request, s *Service, req ReplayRequest) (int, strin
 	if err != nil {
 		return http.StatusBadRequest, "after: " + err.Error()
 	}
-	n, err := s.DB.ReplayCandidateCount(r.Context(), req.Filter, after)
+	n, err := s.Store.ReplayCandidateCount(r.Context(), req.Filter, after)
 	if err != nil {
 		return http.StatusServiceUnavailable, err.Error()
 	}

@@ -40,26 +40,26 @@ const (
 // ReplayRequest selects what to replay: one event (EventID) or a filter,
 // to every route the event is bound to or to Filter.Route only.
 type ReplayRequest struct {
-	EventID uuid.UUID         `json:"event_id,omitzero"`
-	Filter  store.EventFilter `json:"filter"`
+	EventID uuid.UUID
+	Filter  store.EventFilter
 	// After continues a selection after the last event of an earlier one
 	// that stopped at Filter.Limit: that result's NextAfter.
-	After string `json:"after,omitempty"`
+	After string
 	// IncludeDelivered replays pairs already delivered too.
-	IncludeDelivered bool `json:"include_delivered,omitempty"`
+	IncludeDelivered bool
 	// DryRun reports what would be replayed and changes nothing.
-	DryRun bool `json:"dry_run,omitempty"`
+	DryRun bool
 	// ListLimit is how many pairs the result lists of each kind (replayed,
 	// skipped); the counts cover them all. Default 100.
-	ListLimit int `json:"list_limit,omitempty"`
+	ListLimit int
 
 	// MaxBatch is the most pairs per transaction; DefaultReplayBatch when 0.
-	MaxBatch int `json:"-"`
+	MaxBatch int
 	// StallTimeout ends a replay whose last batch made no progress for
 	// that long; DefaultReplayStall when 0.
-	StallTimeout time.Duration `json:"-"`
+	StallTimeout time.Duration
 	// ProgressFunc, when set, is called after each batch and while waiting.
-	ProgressFunc func(ReplayProgress) `json:"-"`
+	ProgressFunc func(ReplayProgress)
 }
 
 // ReplayItem is one (event, route) pair and what replay did with it.
@@ -157,7 +157,7 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	r.stall = cmpOr(req.StallTimeout, DefaultReplayStall)
 
 	if req.EventID != uuid.Nil {
-		ev, err := s.DB.EventShow(ctx, req.EventID)
+		ev, err := s.Store.EventShow(ctx, req.EventID)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +173,7 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	}
 
 	f := req.Filter
-	if r.res.Events, err = s.DB.ReplayCandidateCount(ctx, f, after); err != nil {
+	if r.res.Events, err = s.Store.ReplayCandidateCount(ctx, f, after); err != nil {
 		return nil, err
 	}
 	if f.Limit > 0 {
@@ -186,7 +186,7 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		}
 		if size == 0 {
 			// The limit stopped it: say where to go on, if anything is left.
-			more, err := s.DB.ReplayCandidatesPage(ctx, f, after, 1)
+			more, err := s.Store.ReplayCandidatesPage(ctx, f, after, 1)
 			if err != nil {
 				return r.res, err
 			}
@@ -195,7 +195,7 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 			}
 			break
 		}
-		page, err := s.DB.ReplayCandidatesPage(ctx, f, after, size)
+		page, err := s.Store.ReplayCandidatesPage(ctx, f, after, size)
 		if err != nil {
 			return r.res, err
 		}
@@ -320,7 +320,7 @@ func (r *replayer) flush(ctx context.Context, n int, pace bool) error {
 	for i, it := range items {
 		pairs[i] = store.ReplayPair{EventID: it.EventID, Route: it.Route}
 	}
-	done, err := r.s.DB.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered)
+	done, err := r.s.Store.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered)
 	if err != nil {
 		return err
 	}
@@ -363,7 +363,7 @@ func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
 			return fmt.Errorf("replay interrupted after %d pair(s) enqueued (they stay enqueued): %w", r.res.ReplayedCount, ctx.Err())
 		case <-tick.C:
 		}
-		pending, delivered, err := r.s.DB.ReplayPairStates(ctx, batch)
+		pending, delivered, err := r.s.Store.ReplayPairStates(ctx, batch)
 		if err != nil {
 			return err
 		}
