@@ -32,7 +32,7 @@ routes:
 `, dbURL)
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	var out bytes.Buffer
-	err := run(context.Background(), path, args, &out, io.Discard)
+	err := run(context.Background(), append([]string{"--config", path}, args...), noEnv, &out, io.Discard)
 	return out.String(), err
 }
 
@@ -104,6 +104,9 @@ func TestCLIRejectsBadUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ue, "%v", args)
 	}
 }
+
+// noEnv is an empty environment: the config file alone counts.
+func noEnv(string) (string, bool) { return "", false }
 
 // recordErr keeps the error of AttemptRecord's results.
 func recordErr(_ int64, _ bool, err error) error { return err }

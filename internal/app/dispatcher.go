@@ -13,6 +13,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -63,7 +64,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return err
 	}
 
-	topo := Topology(cfg)
+	topo := setup.Topology(cfg)
 	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	// Retries and dead letters go out on a connection of their own: a
 	// broker alarm blocks publishing connections, and must not freeze the
 	// acks on the consuming one.
-	dialer, err := Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,7 +165,7 @@ func waitReady(t *testing.T, base string) {
 // ready message.
 func (h *harness) waitQueuesEmpty(timeout time.Duration) {
 	h.t.Helper()
-	for _, q := range app.Topology(h.cfg).Queues {
+	for _, q := range setup.Topology(h.cfg).Queues {
 		amqptest.WaitCount(h.t, h.ch, q.Name, 0, timeout)
 	}
 }
@@ -301,7 +302,7 @@ func TestRetryTiersAndDeadLetter(t *testing.T) {
 	require.Equal(t, webhook.StateDead, state)
 	require.Equal(t, 4, attempts)
 	amqptest.WaitCount(t, h.ch, dead, 1, 5*time.Second) // peeking through the API left it there
-	for _, q := range app.Topology(h.cfg).Queues {
+	for _, q := range setup.Topology(h.cfg).Queues {
 		if q.Name != dead {
 			amqptest.WaitCount(t, h.ch, q.Name, 0, 5*time.Second)
 		}
@@ -416,7 +417,7 @@ func TestDeliveryFailureModes(t *testing.T) {
 // amqptestCleanup registers cleanup of the harness's topology again after a
 // test changed its routes.
 func amqptestCleanup(t *testing.T, h *harness) {
-	amqptest.DeleteTopology(t, app.Topology(h.cfg))
+	amqptest.DeleteTopology(t, setup.Topology(h.cfg))
 }
 
 // peeked is a message read through the management API.

@@ -171,11 +171,10 @@ func runDispatcherChild() {
 	var cfg config.Config
 	if err := json.Unmarshal([]byte(os.Getenv("HOOKRELAY_TEST_CHILD_CONFIG")), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "child config:", err)
-		os.Exit(3)
+		return
 	}
 	err := app.RunDispatcher(context.Background(), &cfg, app.DispatcherOptions{Logger: zerologStderr()})
 	fmt.Fprintln(os.Stderr, "dispatcher returned:", err)
-	os.Exit(4)
 }
 
 func TestDispatcherKilledMidRun(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rs/zerolog"
@@ -344,7 +345,7 @@ func TestReceiverBinaryExitsWhenAdminAddressInUse(t *testing.T) {
 	amqptest.Dial(t)
 	prefix := amqptest.Prefix(t)
 	cfg := &config.Config{AMQP: config.AMQP{Prefix: prefix}, Retry: config.Retry{Backoff: []time.Duration{time.Second}}}
-	amqptest.DeleteTopology(t, app.Topology(cfg))
+	amqptest.DeleteTopology(t, setup.Topology(cfg))
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "receiver")

@@ -17,6 +17,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rabbitmq/amqp091-go"
@@ -51,7 +52,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	h.start(app.ReceiverOptions{AdminListener: adminLn})
 	h.startDispatcher(app.DispatcherOptions{})
-	svc := app.Ops(h.cfg, h.db, amqptest.Dialer(t))
+	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	ctx := context.Background()
 
 	stateOf := func(id, route string) webhook.DeliveryState {

@@ -13,8 +13,8 @@ import (
 
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
-	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
@@ -79,7 +79,7 @@ func TestOperatorPolicyDoesNotReplaceHookrelayPolicies(t *testing.T) {
 		Retry:      config.Retry{Backoff: []time.Duration{time.Second}},
 		Routes:     []config.Route{{Name: "billing", Bindings: []string{"acme.#"}}},
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	names := hamqp.Names{Prefix: prefix}
 

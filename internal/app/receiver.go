@@ -14,6 +14,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ingest"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/outbox"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,7 +92,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		Sources:      sources,
 		Store:        db,
 		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
-		RoutesFunc:   RoutesFor(cfg),
+		RoutesFunc:   setup.RoutesFor(cfg),
 		Metrics:      ingest.NewMetrics(reg),
 		Logger:       logger,
 	})
@@ -99,8 +100,8 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		return err
 	}
 
-	topo := Topology(cfg)
-	dialer, err := Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	topo := setup.Topology(cfg)
+	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
 	if err != nil {
 		return err
 	}
@@ -164,7 +165,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		g.Go(func() error { return relay.Run(gctx) })
 	}
 	if aln != nil {
-		admin := ops.Handler(Ops(cfg, db, dialer), cfg.Admin.Token, logger)
+		admin := ops.Handler(setup.Ops(cfg, db, dialer), cfg.Admin.Token, logger)
 		g.Go(func() error {
 			srv := httpserver.New(admin, httpserver.Timeouts{
 				Read: cfg.Admin.ReadTimeout, Write: cfg.Admin.WriteTimeout, Idle: cfg.Admin.IdleTimeout,

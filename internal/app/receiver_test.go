@@ -21,6 +21,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/testenv"
@@ -75,7 +76,7 @@ func newHarness(t *testing.T) *harness {
 		}},
 		Routes: []config.Route{testRoute("billing", "http://127.0.0.1:9/", "acme.invoice.*")},
 	}
-	amqptest.DeleteTopology(t, app.Topology(cfg))
+	amqptest.DeleteTopology(t, setup.Topology(cfg))
 	return &harness{
 		t: t, cfg: cfg, db: db, dbURL: dbURL, ch: amqptest.Channel(t, conn), names: hamqp.Names{Prefix: prefix},
 		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 30 * time.Second},

@@ -13,8 +13,8 @@ import (
 
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
-	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -34,7 +34,7 @@ func TestDefinitionsFileIsCurrent(t *testing.T) {
 		return "", false
 	})
 	require.NoError(t, err)
-	want, err := app.Topology(cfg).Definitions()
+	want, err := setup.Topology(cfg).Definitions()
 	require.NoError(t, err)
 	got, err := os.ReadFile("../../topology/definitions.json")
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 			{Name: "crm", Bindings: []string{"*.customer.*"}},
 		},
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	defs, err := topo.Definitions()
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestDeliveryLimitParksPoisonMessage(t *testing.T) {
 		Retry:      config.Retry{Backoff: []time.Duration{time.Second}},
 		Routes:     []config.Route{{Name: "billing", Bindings: []string{"acme.#"}}},
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	ch := amqptest.Channel(t, conn)
 	require.NoError(t, topo.Declare(ch))
@@ -192,7 +192,7 @@ func TestTopicMatchAgreesWithTheBroker(t *testing.T) {
 	for name, p := range patterns {
 		cfg.Routes = append(cfg.Routes, config.Route{Name: name, Bindings: p})
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	ch := amqptest.Channel(t, conn)
 	require.NoError(t, topo.Declare(ch))
@@ -209,7 +209,7 @@ func TestTopicMatchAgreesWithTheBroker(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, acked)
 	}
-	routesFor := app.RoutesFor(cfg)
+	routesFor := setup.RoutesFor(cfg)
 	want := map[string][]string{}
 	for _, k := range keys {
 		for _, r := range routesFor(k) {
