@@ -5,16 +5,21 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/extract"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ingest"
 	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
 
@@ -88,4 +93,32 @@ func hostname() string {
 		return "unknown"
 	}
 	return h
+}
+
+// openDB opens the pool for a process and refuses a schema that is behind.
+func openDB(ctx context.Context, cfg *config.Config, maxConns int32, name string) (*store.DB, error) {
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: maxConns, ApplicationName: name, QueryTimeout: cfg.Database.QueryTimeout})
+	if err != nil {
+		return nil, err
+	}
+	if err := db.RequireSchema(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// connectionName names a process's RabbitMQ connection in the management
+// UI: what it is for, the prefix and the host.
+func connectionName(cfg *config.Config, what string) string {
+	return what + " " + cfg.AMQP.Prefix + "@" + hostname()
+}
+
+// statusMux serves GET /healthz and /readyz (over checks) and /metrics
+// (reg).
+func statusMux(reg *prometheus.Registry, logger zerolog.Logger, checks ...httpserver.Check) *http.ServeMux {
+	mux := http.NewServeMux()
+	httpserver.Health(mux, logger, checks...)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
 }
