@@ -129,40 +129,11 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	// A consumer whose channel closes (a channel error, the broker's
-	// consumer timeout, its queue deleted) must not vanish while the
-	// connection looks healthy: the whole session starts over.
-	total := 0
-	for _, g := range c.cfg.Groups {
-		total += g.Concurrency
-	}
-	lost := make(chan error, total)
-	for _, g := range c.cfg.Groups {
-		for i := range g.Concurrency {
-			cc, err := c.openConsumer(conn, g, i)
-			if err != nil {
-				stop()
-				wg.Wait()
-				return err
-			}
-			chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cc.run(sctx, work, g.Handle)
-				if sctx.Err() == nil {
-					err := fmt.Errorf("consumer of %s stopped", g.Queue)
-					select {
-					case e := <-chClosed:
-						if e != nil {
-							err = fmt.Errorf("consumer of %s stopped: %w", g.Queue, e)
-						}
-					default:
-					}
-					lost <- err
-				}
-			}()
-		}
+	lost, err := c.startConsumers(sctx, work, conn, &wg)
+	if err != nil {
+		stop()
+		wg.Wait()
+		return err
 	}
 	c.mu.Lock()
 	c.conn = conn
@@ -192,6 +163,51 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 		wg.Wait()
 		return err
 	}
+}
+
+// startConsumers starts every group's consumers on conn, each in a
+// goroutine counted in wg that hands deliveries to its handler (under
+// work) until ctx is done. A consumer whose channel closes while ctx is
+// not done (a channel error, the broker's consumer timeout, its queue
+// deleted) must not vanish while the connection looks healthy: it says so
+// on lost, and the session starts over.
+func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup) (lost <-chan error, err error) {
+	total := 0
+	for _, g := range c.cfg.Groups {
+		total += g.Concurrency
+	}
+	lostc := make(chan error, total)
+	for _, g := range c.cfg.Groups {
+		for i := range g.Concurrency {
+			cc, err := c.openConsumer(conn, g, i)
+			if err != nil {
+				return nil, err
+			}
+			chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cc.run(ctx, work, g.Handle)
+				if ctx.Err() == nil {
+					lostc <- stopped(g.Queue, chClosed)
+				}
+			}()
+		}
+	}
+	return lostc, nil
+}
+
+// stopped says why a consumer of queue stopped, with its channel's error
+// when there is one.
+func stopped(queue string, chClosed <-chan *amqp.Error) error {
+	select {
+	case e := <-chClosed:
+		if e != nil {
+			return fmt.Errorf("consumer of %s stopped: %w", queue, e)
+		}
+	default:
+	}
+	return fmt.Errorf("consumer of %s stopped", queue)
 }
 
 // drain waits for in-flight deliveries on shutdown: up to the shutdown

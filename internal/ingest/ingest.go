@@ -145,33 +145,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, known bool, start time.Time) (outcome, reason string) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		httpserver.WriteError(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
-		return "rejected", "method"
+		return reject(w, http.StatusMethodNotAllowed, "method not allowed: use POST", "method")
 	}
 	if !known {
-		httpserver.WriteError(w, http.StatusNotFound, "unknown source")
-		return "rejected", "unknown_source"
+		return reject(w, http.StatusNotFound, "unknown source", "unknown_source")
 	}
 	log := h.logger.With().Str("source", src.Name).Logger()
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			httpserver.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody))
-			return "rejected", "too_large"
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			// The body did not arrive within the read timeout: nothing is
-			// stored, and 408 tells the sender to send it again.
-			httpserver.WriteError(w, http.StatusRequestTimeout, "body not received within the read timeout; send it again")
-			return "rejected", "read_timeout"
-		}
-		httpserver.WriteError(w, http.StatusBadRequest, "reading body failed")
-		return "rejected", "read_error"
+	body, status, msg, reason := h.readBody(w, r)
+	if status != 0 {
+		return reject(w, status, msg, reason)
 	}
-
 	signedID, err := verify(src.Verifier, &signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
 	if err != nil {
 		var ve *signature.VerifyError
@@ -181,28 +164,59 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 			return "error", "verifier"
 		}
 		log.Debug().Str("reason", ve.Reason).Msg("rejected signature")
-		httpserver.WriteError(w, http.StatusUnauthorized, ve.Reason)
-		return "rejected", "signature_" + ve.Kind()
+		return reject(w, http.StatusUnauthorized, ve.Reason, "signature_"+ve.Kind())
 	}
+	ev, msg := h.event(r, src, body, signedID, start, log)
+	if ev == nil {
+		return reject(w, http.StatusBadRequest, msg, "bad_request")
+	}
+	return h.commit(w, r, ev, log)
+}
 
+// reject answers status with {"error": msg}: a request that stores
+// nothing, counted as rejected for reason.
+func reject(w http.ResponseWriter, status int, msg, reason string) (outcome, why string) {
+	httpserver.WriteError(w, status, msg)
+	return "rejected", reason
+}
+
+// readBody reads the body, at most MaxBodyBytes. When it cannot, it
+// returns the status to answer (413, 408 or 400), with a message and a
+// reason for the metrics.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte, status int, msg, reason string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err == nil {
+		return body, 0, "", ""
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody), "too_large"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// The body did not arrive within the read timeout: nothing is
+		// stored, and 408 tells the sender to send it again.
+		return nil, http.StatusRequestTimeout, "body not received within the read timeout; send it again", "read_timeout"
+	}
+	return nil, http.StatusBadRequest, "reading body failed", "read_error"
+}
+
+// event builds the event of a verified request, or says why its input can
+// never be stored: the sender's error (400), not one to retry.
+func (h *Handler) event(r *http.Request, src Source, body []byte, signedID string, start time.Time, log zerolog.Logger) (*webhook.Event, string) {
 	res, err := src.Extractor.Extract(extract.Input{Header: r.Header, Body: body, SignedID: signedID})
 	if err != nil {
-		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
-		return "rejected", "bad_request"
+		return nil, err.Error()
 	}
 	if key := webhook.RoutingKey(src.Name, res.EventType); len(key) > maxRoutingKey {
 		// RabbitMQ refuses longer routing keys: stored, it could never be
 		// published.
-		httpserver.WriteError(w, http.StatusBadRequest, fmt.Sprintf("event type too long: %q.<event type> must fit %d bytes", src.Name, maxRoutingKey))
-		return "rejected", "bad_request"
+		return nil, fmt.Sprintf("event type too long: %q.<event type> must fit %d bytes", src.Name, maxRoutingKey)
 	}
-
 	contentType := r.Header.Get("Content-Type")
 	if msg := contentTypeProblem(contentType); msg != "" {
-		httpserver.WriteError(w, http.StatusBadRequest, msg)
-		return "rejected", "bad_request"
+		return nil, msg
 	}
-
 	headers, dropped := storedHeaders(r.Header, src.Verifier)
 	if len(dropped) > 0 {
 		log.Debug().Strs("headers", dropped).Msg("left header values that are not UTF-8 out of the stored headers")
@@ -221,6 +235,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		sum := sha256.Sum256(body)
 		ev.BodySHA256 = sum[:]
 	}
+	return ev, ""
+}
+
+// commit stores ev with its outbox row and answers 200 once committed, or
+// 503 when it was not, so the sender retries.
+func (h *Handler) commit(w http.ResponseWriter, r *http.Request, ev *webhook.Event, log zerolog.Logger) (outcome, reason string) {
 	// The sender hanging up must not abort a commit half-way: the outcome
 	// would be unknown to both sides. Bound it with its own timeout instead.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.storeTimeout)

@@ -161,21 +161,30 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		if err != nil {
 			return nil, err
 		}
-		c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
-		for _, d := range ev.Deliveries {
-			c.States[d.Route] = d.State
-		}
-		r.res.Events, r.res.Scanned = 1, 1
-		r.add([]store.ReplayCandidate{c})
-		// One event: a handful of pairs, enqueued at once, not waited for.
-		err = r.flush(ctx, len(r.queue), false)
-		return r.res, err
+		return r.res, r.one(ctx, ev)
 	}
-
-	f := req.Filter
-	if r.res.Events, err = s.Store.ReplayCandidateCount(ctx, f, after); err != nil {
+	if r.res.Events, err = s.Store.ReplayCandidateCount(ctx, req.Filter, after); err != nil {
 		return nil, err
 	}
+	return r.res, r.filtered(ctx, after)
+}
+
+// one replays one event: a handful of pairs, enqueued at once, not waited
+// for.
+func (r *replayer) one(ctx context.Context, ev *store.EventDetail) error {
+	c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
+	for _, d := range ev.Deliveries {
+		c.States[d.Route] = d.State
+	}
+	r.res.Events, r.res.Scanned = 1, 1
+	r.add([]store.ReplayCandidate{c})
+	return r.flush(ctx, len(r.queue), false)
+}
+
+// filtered replays what the request's filter selects after the cursor
+// (r.res.Events of them), a page at a time, in paced batches.
+func (r *replayer) filtered(ctx context.Context, after store.ReplayCursor) error {
+	f := r.req.Filter
 	if f.Limit > 0 {
 		r.res.Events = min(r.res.Events, int64(f.Limit))
 	}
@@ -186,24 +195,24 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		}
 		if size == 0 {
 			// The limit stopped it: say where to go on, if anything is left.
-			more, err := s.Store.ReplayCandidatesPage(ctx, f, after, 1)
+			more, err := r.s.Store.ReplayCandidatesPage(ctx, f, after, 1)
 			if err != nil {
-				return r.res, err
+				return err
 			}
 			if len(more) > 0 {
 				r.res.NextAfter = after.String()
 			}
 			break
 		}
-		page, err := s.Store.ReplayCandidatesPage(ctx, f, after, size)
+		page, err := r.s.Store.ReplayCandidatesPage(ctx, f, after, size)
 		if err != nil {
-			return r.res, err
+			return err
 		}
 		r.res.Scanned += len(page)
 		r.add(page)
 		for len(r.queue) >= r.batch {
 			if err := r.flush(ctx, r.batch, true); err != nil {
-				return r.res, err
+				return err
 			}
 		}
 		r.progress()
@@ -215,10 +224,10 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	}
 	for len(r.queue) > 0 {
 		if err := r.flush(ctx, min(r.batch, len(r.queue)), true); err != nil {
-			return r.res, err
+			return err
 		}
 	}
-	return r.res, nil
+	return nil
 }
 
 // ErrInvalidRequest marks a request that can never succeed as given.
