@@ -227,6 +227,13 @@ type outboxPublisher struct{ p *amqp.Publisher }
 
 func (o outboxPublisher) Publish(ctx context.Context, msgs []webhook.Message) ([]outbox.Result, error) {
 	outcomes, err := o.p.Publish(ctx, msgs)
+	return outboxResults(outcomes, err), err
+}
+
+// outboxResults turns the broker's outcomes into the outbox's results: an
+// ack deletes the row; a nack, a return or a confirm timeout counts against
+// it; after any other error the outcomes say nothing about their messages.
+func outboxResults(outcomes []amqp.Outcome, err error) []outbox.Result {
 	answered := err == nil || errors.Is(err, amqp.ErrConfirmTimeout)
 	results := make([]outbox.Result, len(outcomes))
 	for i, oc := range outcomes {
@@ -237,5 +244,5 @@ func (o outboxPublisher) Publish(ctx context.Context, msgs []webhook.Message) ([
 			results[i].Failure = oc.String()
 		}
 	}
-	return results, err
+	return results
 }
