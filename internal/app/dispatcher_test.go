@@ -24,6 +24,7 @@ import (
 	"github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -250,8 +251,8 @@ func TestRedeliveryOfDeliveredPairIsSkipped(t *testing.T) {
 	// The same message again, as a crashed publisher would send it.
 	require.NoError(t, h.ch.PublishWithContext(context.Background(), h.names.Events(), "acme.invoice.paid", false, false,
 		amqpPublishing(r.ID)))
-	require.Eventually(t, func() bool {
-		return scrape(t, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`] == 1
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`])
 	}, 15*time.Second, 20*time.Millisecond)
 	require.Len(t, dest.snapshot(), 1, "no second POST")
 	h.waitQueuesEmpty(10 * time.Second)
@@ -507,14 +508,16 @@ func TestDispatcherRecoversWhenItsQueueIsDeleted(t *testing.T) {
 	require.NoError(t, err)
 	// The receiver re-declares on its next connect; make sure the queue is
 	// back before posting, so the event is routed there and not unrouted.
-	require.Eventually(t, func() bool {
-		ch, err := amqptest.Dial(t).Channel()
-		if err != nil {
-			return false
-		}
-		defer ch.Close()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		// A connection of each try's own: a passive declare of a missing
+		// queue closes the channel.
+		conn, err := amqp091.Dial(testenv.AMQPURL())
+		require.NoError(c, err)
+		defer conn.Close()
+		ch, err := conn.Channel()
+		require.NoError(c, err)
 		_, err = ch.QueueDeclarePassive(h.names.RouteQueue("billing"), true, false, false, false, nil)
-		return err == nil
+		require.NoError(c, err)
 	}, 30*time.Second, 100*time.Millisecond, "the dispatcher re-declared its queue")
 	r := h.postSigned("evt_after_delete", "invoice.paid")
 	require.Equal(t, http.StatusOK, r.status)

@@ -21,6 +21,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -55,14 +56,12 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	ctx := context.Background()
 
-	stateOf := func(id, route string) webhook.DeliveryState {
-		state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), route)
-		require.NoError(t, err)
-		return state
-	}
 	waitState := func(id, route string, want webhook.DeliveryState) {
-		require.Eventually(t, func() bool { return stateOf(id, route) == want }, 20*time.Second, 20*time.Millisecond,
-			"%s on %s should be %s, is %s", id, route, want, stateOf(id, route))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), route)
+			require.NoError(c, err)
+			require.Equal(c, want, state, "%s on %s", id, route)
+		}, 20*time.Second, 20*time.Millisecond)
 	}
 
 	before := h.postSigned("evt_before", "invoice.paid").ID
@@ -329,10 +328,10 @@ func TestMetricsOfBothBinaries(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, h.post("acme", []byte(`{}`), nil).status)
 	dest.waitFor(20*time.Second, "3 failed and 2 delivered attempts", func(rs []received) bool { return len(rs) == 5 })
 	h.waitOutboxEmpty(10 * time.Second)
-	require.Eventually(t, func() bool {
-		m := scrape(t, h.dispatcherBase)
-		return m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`] == 3 &&
-			m[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`] == 2
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m := scrape(c, h.dispatcherBase)
+		require.Equal(c, 3.0, m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`])
+		require.Equal(c, 2.0, m[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`])
 	}, 10*time.Second, 20*time.Millisecond)
 	_, err := h.db.Pool().Exec(context.Background(),
 		`UPDATE deliveries SET created_at = now() - interval '300 seconds' WHERE route = 'billing'`)

@@ -12,6 +12,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,8 +51,8 @@ func TestReconcilerResendsAPairLostFromItsTier(t *testing.T) {
 	// dropped without a POST.
 	dest.waitFor(20*time.Second, "the reconciled copy", func(rs []received) bool { return len(rs) == 2 })
 	require.NoError(t, h.ch.PublishWithContext(context.Background(), "", h.names.RouteQueue("billing"), false, false, amqpCopy(stranded[0])))
-	require.Eventually(t, func() bool {
-		return scrape(t, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`] == 1
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`])
 	}, 10*time.Second, 20*time.Millisecond)
 
 	dest.waitFor(20*time.Second, "the third attempt", func(rs []received) bool { return len(rs) == 3 })

@@ -17,6 +17,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -88,12 +89,12 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 
 	// The delivery limit policy applies to route queues, not to dead ones
 	// (the management API shows it after its next stats tick).
-	require.Eventually(t, func() bool {
-		return queuePolicy(t, prefix+".route.billing") == prefix+".route-delivery-limit"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, prefix+".route-delivery-limit", queuePolicy(c, prefix+".route.billing"))
 	}, 20*time.Second, 200*time.Millisecond)
-	require.Eventually(t, func() bool {
-		return queuePolicy(t, prefix+".route.billing.dead") == prefix+".parking-no-delivery-limit" &&
-			queuePolicy(t, prefix+".unrouted") == prefix+".parking-no-delivery-limit"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, prefix+".parking-no-delivery-limit", queuePolicy(c, prefix+".route.billing.dead"))
+		require.Equal(c, prefix+".parking-no-delivery-limit", queuePolicy(c, prefix+".unrouted"))
 	}, 20*time.Second, 200*time.Millisecond, "dead and unrouted queues have no practical delivery limit")
 }
 
@@ -140,7 +141,7 @@ func TestDeliveryLimitParksPoisonMessage(t *testing.T) {
 	require.Equal(t, "delivery_limit", deaths[0].(amqp091.Table)["reason"])
 }
 
-func queuePolicy(t *testing.T, queue string) string {
+func queuePolicy(t tb, queue string) string {
 	t.Helper()
 	resp, err := http.Get(testenv.ManagementURL() + "/api/queues/%2F/" + url.PathEscape(queue))
 	require.NoError(t, err)
