@@ -181,10 +181,10 @@ func FilterFromQuery(q url.Values) (store.EventFilter, error) {
 	f := store.EventFilter{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route")}
 	var err error
 	if f.Since, err = parseTime(q.Get("since")); err != nil {
-		return f, errors.New("since: " + err.Error())
+		return f, fmt.Errorf("since: %w", err)
 	}
 	if f.Until, err = parseTime(q.Get("until")); err != nil {
-		return f, errors.New("until: " + err.Error())
+		return f, fmt.Errorf("until: %w", err)
 	}
 	if v := q.Get("limit"); v != "" {
 		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 {
