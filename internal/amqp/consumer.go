@@ -14,7 +14,7 @@ import (
 )
 
 // HandleFunc processes one route message, decoded from the wire (see
-// DecodeRouteMessage). Returning nil acks it; an error nacks it with
+// decodeRouteMessage). Returning nil acks it; an error nacks it with
 // requeue (after a pause), so it comes back. Shutdown first closes stopping
 // (stop waiting for dependencies), which also closes when the connection
 // is lost, then, after the shutdown timeout, cancels ctx: the handler
@@ -299,7 +299,7 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc) {
 }
 
 func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle HandleFunc) {
-	err := safeHandle(work, DecodeRouteMessage(d), ctx.Done(), handle)
+	err := safeHandle(work, decodeRouteMessage(d), ctx.Done(), handle)
 	if err != nil && work.Err() != nil {
 		// Aborted at the shutdown timeout: neither acked nor nacked, it goes
 		// back to the queue when the connection closes.

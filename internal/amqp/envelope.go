@@ -169,10 +169,10 @@ func movedBackMessage(d amqp.Delivery, route string, now time.Time) amqp.Publish
 	}
 }
 
-// DecodeRouteMessage reads a message consumed from a route queue: an
+// decodeRouteMessage reads a message consumed from a route queue: an
 // event's first copy, a replayed or retried copy, or a dead letter moved
 // back. A message without a valid event id comes back Malformed.
-func DecodeRouteMessage(d amqp.Delivery) webhook.RouteMessage {
+func decodeRouteMessage(d amqp.Delivery) webhook.RouteMessage {
 	m := webhook.RouteMessage{
 		ContentType: d.ContentType,
 		Body:        d.Body,

@@ -37,7 +37,7 @@ func TestEventMessageAddressAndHeaders(t *testing.T) {
 			"x-hookrelay-event-id": id.String(), "x-hookrelay-source": "acme", "x-hookrelay-event-type": "invoice.paid",
 		},
 	}, p)
-	got := DecodeRouteMessage(consumed(p))
+	got := decodeRouteMessage(consumed(p))
 	require.NoError(t, got.Malformed)
 	require.Equal(t, id, got.EventID)
 	require.Equal(t, 1, got.Attempt, "a first copy is attempt 1")
@@ -50,7 +50,7 @@ func TestEventMessageAddressAndHeaders(t *testing.T) {
 	require.Equal(t, "", exchange, "the default exchange")
 	require.Equal(t, "hr.route.billing", key)
 	require.Equal(t, int64(3), p.Headers["x-hookrelay-gen"])
-	require.Equal(t, int64(3), DecodeRouteMessage(consumed(p)).Gen)
+	require.Equal(t, int64(3), decodeRouteMessage(consumed(p)).Gen)
 }
 
 func TestRetryMessageRoundTrip(t *testing.T) {
@@ -67,7 +67,7 @@ func TestRetryMessageRoundTrip(t *testing.T) {
 	require.Equal(t, next.EventID.String(), p.MessageId)
 	require.Equal(t, "invoice.paid", p.Type)
 
-	got := DecodeRouteMessage(consumed(p))
+	got := decodeRouteMessage(consumed(p))
 	require.NoError(t, got.Malformed)
 	require.Equal(t, next.EventID, got.EventID)
 	require.Equal(t, "acme", got.Source)
@@ -90,7 +90,7 @@ func TestDeadLetterMessageHeaders(t *testing.T) {
 			"x-hookrelay-custom": "kept", "x-death": []any{amqp.Table{"reason": "expired"}}, "other": "dropped",
 		},
 	})
-	m := DecodeRouteMessage(in)
+	m := decodeRouteMessage(in)
 	m.Gen = 5
 	first := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	p := deadLetterMessage(m, webhook.DeadLetter{
@@ -134,17 +134,17 @@ func TestMovedBackMessage(t *testing.T) {
 		"x-hookrelay-route": "billing", "x-hookrelay-event-id": id.String(), "x-hookrelay-source": "acme",
 		"x-hookrelay-event-type": "invoice.paid", "x-hookrelay-gen": int64(4),
 	}, p.Headers, "no attempt count: a fresh series")
-	got := DecodeRouteMessage(consumed(p))
+	got := decodeRouteMessage(consumed(p))
 	require.True(t, got.MovedBack)
 	require.Equal(t, 1, got.Attempt)
 	require.Equal(t, int64(4), got.Gen)
 
 	// The management UI's "Move messages" keeps every header: still a
 	// fresh series.
-	got = DecodeRouteMessage(dead)
+	got = decodeRouteMessage(dead)
 	require.False(t, got.MovedBack, "no route header: not a dead letter")
 	dead.Headers["x-hookrelay-route"] = "billing"
-	got = DecodeRouteMessage(dead)
+	got = decodeRouteMessage(dead)
 	require.True(t, got.MovedBack)
 	require.Equal(t, 1, got.Attempt)
 	require.True(t, got.FirstAttemptAt.IsZero())
@@ -152,7 +152,7 @@ func TestMovedBackMessage(t *testing.T) {
 
 func TestDecodeMalformedKeepsTheCause(t *testing.T) {
 	t.Parallel()
-	m := DecodeRouteMessage(amqp.Delivery{
+	m := decodeRouteMessage(amqp.Delivery{
 		MessageId: "not-a-uuid", Type: "t", ContentType: "text/plain", Body: []byte("b"),
 		Headers: amqp.Table{"x-hookrelay-source": "acme", "other": 1},
 	})
@@ -163,7 +163,7 @@ func TestDecodeMalformedKeepsTheCause(t *testing.T) {
 
 	// The header wins over the message id.
 	id := uuid.New()
-	m = DecodeRouteMessage(amqp.Delivery{MessageId: "x", Headers: amqp.Table{"x-hookrelay-event-id": id.String()}})
+	m = decodeRouteMessage(amqp.Delivery{MessageId: "x", Headers: amqp.Table{"x-hookrelay-event-id": id.String()}})
 	require.NoError(t, m.Malformed)
 	require.Equal(t, id, m.EventID)
 }
@@ -183,7 +183,7 @@ func TestHeaderInt(t *testing.T) {
 		require.Equal(t, tc.want, got, "%#v", tc.v)
 	}
 	// Out-of-range values on a retry copy fall back to the defaults.
-	m := DecodeRouteMessage(amqp.Delivery{MessageId: uuid.NewString(), Headers: amqp.Table{
+	m := decodeRouteMessage(amqp.Delivery{MessageId: uuid.NewString(), Headers: amqp.Table{
 		"x-hookrelay-attempt": int32(0), "x-hookrelay-gen": int64(-1), "x-hookrelay-first-attempt-at": "yesterday",
 	}})
 	require.Equal(t, 1, m.Attempt)
