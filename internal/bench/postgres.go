@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/jackc/pgx/v5"
+)
+
+// pgSettings are the Postgres settings the numbers depend on, reported
+// with every run: checkpoints and WAL shape write stalls (a checkpoint
+// flushes dirty pages, and the first change of each page after it writes
+// the whole page to the WAL), and synchronous_commit and fsync decide
+// whether a commit waits for the disk.
+var pgSettings = []string{
+	"synchronous_commit", "fsync", "full_page_writes", "wal_level",
+	"checkpoint_timeout", "max_wal_size", "shared_buffers",
+	"autovacuum", "max_connections",
+}
+
+// pgInfo is what the report says about Postgres.
+type pgInfo struct {
+	Version  string            `json:"version"`
+	Settings map[string]string `json:"settings"`
+	// postmaster is the server's main process, found as the parent of our
+	// backend; 0 when Postgres is not on this machine.
+	postmaster int
+}
+
+func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
+	cc, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database url %s: invalid", store.Redact(dbURL))
+	}
+	cc.ConnectTimeout = 10 * time.Second
+	cc.RuntimeParams["application_name"] = "hookrelay-bench"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", store.Redact(dbURL), err)
+	}
+	return conn, nil
+}
+
+func readPGInfo(ctx context.Context, conn *pgx.Conn) (pgInfo, error) {
+	info := pgInfo{Settings: map[string]string{}}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := conn.QueryRow(ctx, `SHOW server_version`).Scan(&info.Version); err != nil {
+		return pgInfo{}, fmt.Errorf("reading server version: %w", err)
+	}
+	for _, s := range pgSettings {
+		var v string
+		if err := conn.QueryRow(ctx, "SHOW "+s).Scan(&v); err != nil {
+			return pgInfo{}, fmt.Errorf("reading setting %s: %w", s, err)
+		}
+		info.Settings[s] = v
+	}
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return pgInfo{}, fmt.Errorf("reading backend pid: %w", err)
+	}
+	if st, err := readPidStat(backend); err == nil {
+		info.postmaster = st.PPID
+	}
+	return info, nil
+}
+
+// withDatabase returns dbURL with another database name.
+func withDatabase(dbURL, name string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("parsing database url %s: invalid", store.Redact(dbURL))
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// createDatabase creates the database name and migrates it with hookrelay's
+// migrations, returning its URL.
+func createDatabase(ctx context.Context, admin *pgx.Conn, adminURL, name string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := admin.Exec(cctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("creating database %s: %w", name, err)
+	}
+	dbURL, err := withDatabase(adminURL, name)
+	if err != nil {
+		return "", err
+	}
+	if _, err := store.Migrate(cctx, dbURL); err != nil {
+		return "", fmt.Errorf("migrating database %s: %w", name, err)
+	}
+	return dbURL, nil
+}
+
+// dropDatabase drops name, closing whatever connections are left.
+func dropDatabase(ctx context.Context, admin *pgx.Conn, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("dropping database %s: %w", name, err)
+	}
+	return nil
+}
+
+// countRows returns the number of rows of table (events, outbox).
+func countRows(ctx context.Context, conn *pgx.Conn, table string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting %s: %w", table, err)
+	}
+	return n, nil
+}
