@@ -66,6 +66,7 @@ type options struct {
 	bodySize    int
 	destDelay   time.Duration
 
+	rounds        int
 	settleTimeout time.Duration
 	progress      time.Duration
 	phases        map[string]bool
@@ -123,6 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.dbConns, "db-conns", 10, "Postgres pool of the receiver (database.max_conns) and of the bare ingest server")
 	fs.IntVar(&o.bodySize, "body-size", 1536, "bytes per event body (JSON)")
 	fs.DurationVar(&o.destDelay, "dest-delay", 0, "the destination waits this long before answering")
+	fs.IntVar(&o.rounds, "rounds", 1, "run the phases this many times, one round after the other; ratios are taken within each round, and their median reported")
 	fs.DurationVar(&o.settleTimeout, "settle-timeout", 60*time.Second, "give up waiting for deliveries after this long without a new one")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "interval of the progress lines")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ", "))
@@ -189,6 +191,7 @@ func (o *options) validate() error {
 	check(o.dbConns >= 1 && o.dbConns <= 1000, "--db-conns must be 1..1000")
 	check(o.bodySize >= 400 && o.bodySize <= 1<<20, "--body-size must be 400..1048576")
 	check(o.destDelay >= 0 && o.destDelay < 5*time.Minute, "--dest-delay must be 0..5m")
+	check(o.rounds >= 1 && o.rounds <= 100, "--rounds must be 1..100")
 	check(o.settleTimeout > 0, "--settle-timeout must be positive")
 	check(o.progress > 0, "--progress must be positive")
 	check(len(o.phases) > 0, "--phases names no phase")

@@ -100,11 +100,16 @@ func ids(sent []sent) []string {
 
 func (r *runner) finish(p *Phase, u Usage) {
 	p.Usage = u
+	p.Round = r.round
 	if p.Count > 0 {
 		p.CPUPerEventMS = u.MachineCPU * 1000 / float64(p.Count)
+		p.WALPerEvent = float64(u.WALBytes) / float64(p.Count)
+	}
+	if u.Checkpoints > 0 {
+		p.Notes = append(p.Notes, fmt.Sprintf("Postgres started %d checkpoint(s) during the phase", u.Checkpoints))
 	}
 	r.res.Phases = append(r.res.Phases, p)
-	r.logf("  %-34s done: %d events, %.0f/s, %.2f ms CPU per event", p.Title, p.Count, p.Rate, p.CPUPerEventMS)
+	r.logf("  %-34s done: %d events, %.0f/s, %.2f ms CPU per event", p.label(r.o.rounds), p.Count, p.Rate, p.CPUPerEventMS)
 }
 
 // ingestPhases runs the closed loop against the receiver with the
@@ -127,7 +132,7 @@ func (r *runner) ingestPhases(ctx context.Context) error {
 			return err
 		}
 		r.logf("%s: %d clients × %s, closed loop", p.Title, r.o.clients, r.o.duration)
-		m, err := r.sampler.mark()
+		m, err := r.begin(ctx)
 		if err != nil {
 			return err
 		}
@@ -137,7 +142,7 @@ func (r *runner) ingestPhases(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		u, err := r.sampler.since(m)
+		u, err := r.end(ctx, m)
 		if err != nil {
 			return err
 		}
@@ -198,7 +203,7 @@ func (r *runner) bareIngestPhase(ctx context.Context) error {
 	}
 	s := newSender("http://"+addr+"/webhooks/"+benchSource, []byte(r.sourceSecret), r.runID+"b", r.o.bodySize, r.o.clients)
 	r.logf("%s: %d clients × %s, closed loop", p.Title, r.o.clients, r.o.duration)
-	m, err := r.sampler.mark()
+	m, err := r.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -208,7 +213,7 @@ func (r *runner) bareIngestPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	u, err := r.sampler.since(m)
+	u, err := r.end(ctx, m)
 	if err != nil {
 		return err
 	}
@@ -264,7 +269,7 @@ func (r *runner) deliveryPhase(ctx context.Context) error {
 		return err
 	}
 	r.logf("%s: starting the dispatcher (route concurrency %d)", p.Title, r.o.concurrency)
-	m, err := r.sampler.mark()
+	m, err := r.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -275,7 +280,7 @@ func (r *runner) deliveryPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	u, err := r.sampler.since(m)
+	u, err := r.end(ctx, m)
 	if err != nil {
 		return err
 	}
@@ -368,7 +373,7 @@ func (r *runner) bareForwarderPhase(ctx context.Context) error {
 		return err
 	}
 	r.logf("%s: starting the bare forwarder (concurrency %d)", p.Title, r.o.concurrency)
-	m, err := r.sampler.mark()
+	m, err := r.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -384,7 +389,7 @@ func (r *runner) bareForwarderPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	u, err := r.sampler.since(m)
+	u, err := r.end(ctx, m)
 	if err != nil {
 		return err
 	}
@@ -407,7 +412,7 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 		return err
 	}
 	r.logf("%s: open loop", p.Title)
-	m, err := r.sampler.mark()
+	m, err := r.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -429,7 +434,7 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	u, err := r.sampler.since(m)
+	u, err := r.end(ctx, m)
 	if err != nil {
 		return err
 	}
@@ -542,47 +547,6 @@ func (r *runner) check(p *Phase, dump map[pairKey]destRecord, route string, want
 	for k := range dump {
 		if k.route != route || !expected[k.id] {
 			p.Unexpected++
-		}
-	}
-}
-
-// summarize computes the ratios and the checks after the phases.
-func (r *runner) summarize() {
-	byKey := map[string]*Phase{}
-	for _, p := range r.res.Phases {
-		byKey[p.Key] = p
-	}
-	ratio := func(name, of, to string) {
-		a, b := byKey[of], byKey[to]
-		if a == nil || b == nil || b.Rate == 0 {
-			return
-		}
-		r.res.Ratios = append(r.res.Ratios, Ratio{Name: name, Of: of, To: to, Value: a.Rate / b.Rate})
-	}
-	ratio("ingest, dispatcher stopped / bare ingest", "ingest-stopped", "bare-ingest")
-	ratio("ingest, dispatcher running / bare ingest", "ingest-running", "bare-ingest")
-	ratio("delivery / bare forwarder", "delivery", "bare-forwarder")
-	if a, b := byKey["ingest-stopped"], byKey["delivery"]; a != nil && b != nil {
-		r.res.CPUPerEventMS = a.CPUPerEventMS + b.CPUPerEventMS
-	}
-	for _, p := range r.res.Phases {
-		var bad []string
-		if p.Lost > 0 {
-			bad = append(bad, fmt.Sprintf("%d lost", p.Lost))
-		}
-		if p.System == "hookrelay" {
-			if p.Duplicates > 0 {
-				bad = append(bad, fmt.Sprintf("%d duplicate POSTs", p.Duplicates))
-			}
-			if p.BadSignatures > 0 {
-				bad = append(bad, fmt.Sprintf("%d POSTs with a bad signature", p.BadSignatures))
-			}
-			if p.Unexpected > 0 {
-				bad = append(bad, fmt.Sprintf("%d unexpected pairs", p.Unexpected))
-			}
-		}
-		if len(bad) > 0 {
-			r.res.Failures = append(r.res.Failures, fmt.Sprintf("%s: %v", p.Title, bad))
 		}
 	}
 }

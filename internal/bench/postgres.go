@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -28,6 +30,7 @@ type pgInfo struct {
 	// postmaster is the server's main process, found as the parent of our
 	// backend; 0 when Postgres is not on this machine.
 	postmaster int
+	versionNum int
 }
 
 func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
@@ -44,8 +47,8 @@ func connect(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-func readPGInfo(ctx context.Context, conn *pgx.Conn) (pgInfo, error) {
-	info := pgInfo{Settings: map[string]string{}}
+func readPGInfo(ctx context.Context, conn *pgx.Conn) (info pgInfo, err error) {
+	info = pgInfo{Settings: map[string]string{}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := conn.QueryRow(ctx, `SHOW server_version`).Scan(&info.Version); err != nil {
@@ -57,6 +60,13 @@ func readPGInfo(ctx context.Context, conn *pgx.Conn) (pgInfo, error) {
 			return pgInfo{}, fmt.Errorf("reading setting %s: %w", s, err)
 		}
 		info.Settings[s] = v
+	}
+	var num string
+	if err := conn.QueryRow(ctx, `SHOW server_version_num`).Scan(&num); err != nil {
+		return pgInfo{}, fmt.Errorf("reading server version: %w", err)
+	}
+	if info.versionNum, err = strconv.Atoi(num); err != nil {
+		return pgInfo{}, fmt.Errorf("reading server version: %q: %w", num, err)
 	}
 	var backend int
 	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
@@ -115,4 +125,51 @@ func countRows(ctx context.Context, conn *pgx.Conn, table string) (int64, error)
 		return 0, fmt.Errorf("counting %s: %w", table, err)
 	}
 	return n, nil
+}
+
+// pgActivity is the server's WAL position and checkpoint count: their
+// deltas over a phase say how much WAL each event cost and whether a
+// checkpoint (the usual cause of a write stall) ran. Both are server-wide,
+// so other databases' work on the same server counts too.
+type pgActivity struct {
+	wal         uint64
+	checkpoints int64
+}
+
+func readPGActivity(ctx context.Context, conn *pgx.Conn, versionNum int) (pgActivity, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var lsn string
+	var a pgActivity
+	// Postgres 17 moved the checkpoint counts to pg_stat_checkpointer.
+	q := `SELECT pg_current_wal_lsn()::text, checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`
+	if versionNum >= 170000 {
+		q = `SELECT pg_current_wal_lsn()::text, num_timed + num_requested FROM pg_stat_checkpointer`
+	}
+	if err := conn.QueryRow(ctx, q).Scan(&lsn, &a.checkpoints); err != nil {
+		return pgActivity{}, fmt.Errorf("reading WAL position and checkpoints: %w", err)
+	}
+	var err error
+	if a.wal, err = parseLSN(lsn); err != nil {
+		return pgActivity{}, err
+	}
+	return a, nil
+}
+
+// parseLSN reads a pg_lsn ("16/B374D848": two 32-bit hex halves) as a byte
+// position in the WAL.
+func parseLSN(s string) (uint64, error) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, fmt.Errorf("WAL position %q is not X/Y", s)
+	}
+	h, err := strconv.ParseUint(hi, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("WAL position %q: %w", s, err)
+	}
+	l, err := strconv.ParseUint(lo, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("WAL position %q: %w", s, err)
+	}
+	return h<<32 | l, nil
 }

@@ -68,12 +68,13 @@ func (r *runner) printTable(w io.Writer) error {
 
 	// Right-aligned numbers; the first column is padded to one width so
 	// that it reads left-aligned.
+	rounds := max(res.Rounds, 1)
 	width := len("phase")
 	for _, p := range res.Phases {
-		width = max(width, utf8.RuneCountInString(p.Title))
+		width = max(width, utf8.RuneCountInString(p.label(rounds)))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tevents\trate/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\tCPU ms/event\tlost\tdup\tfailed\t\n", width, "phase")
+	fmt.Fprintf(tw, "%-*s\tevents\trate/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\tCPU ms/event\tWAL KB/event\tlost\tdup\tfailed\t\n", width, "phase")
 	for _, p := range res.Phases {
 		lat := []string{"-", "-", "-", "-"}
 		if p.Latency != nil {
@@ -86,14 +87,15 @@ func (r *runner) printTable(w io.Writer) error {
 				dup = fmt.Sprint(p.Duplicates)
 			}
 		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t\n",
-			width, p.Title, p.Count, p.Rate, lat[0], lat[1], lat[2], lat[3], p.CPUPerEventMS, lost, dup, p.Failed)
+		fmt.Fprintf(tw, "%-*s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%d\t\n",
+			width, p.label(rounds), p.Count, p.Rate, lat[0], lat[1], lat[2], lat[3], p.CPUPerEventMS, p.WALPerEvent/1024, lost, dup, p.Failed)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w, "\nlatency: the request (ingest phases); from the receiver's 200 to the destination (end to end).")
 	fmt.Fprintln(w, "CPU ms/event: the whole machine's CPU time in the phase over its events (other work on the machine included; see \"other\" below).")
+	fmt.Fprintln(w, "WAL KB/event: what the Postgres server wrote to its WAL in the phase over its events (the whole server).")
 
 	var notes []string
 	for _, p := range res.Phases {
@@ -115,7 +117,7 @@ func (r *runner) printTable(w io.Writer) error {
 			n = append(n, "first failure: "+p.FirstError)
 		}
 		for _, s := range n {
-			notes = append(notes, fmt.Sprintf("  %s: %s", p.Title, s))
+			notes = append(notes, fmt.Sprintf("  %s: %s", p.label(rounds), s))
 		}
 	}
 	if len(notes) > 0 {
@@ -125,25 +127,93 @@ func (r *runner) printTable(w io.Writer) error {
 		}
 	}
 
-	if len(res.Ratios) > 0 || res.CPUPerEventMS > 0 {
-		fmt.Fprintln(w, "\nratios (rate of hookrelay / rate of the reference, same run)")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, rt := range res.Ratios {
-			fmt.Fprintf(tw, "  %s\t%.2f\n", rt.Name, rt.Value)
-		}
-		if res.CPUPerEventMS > 0 {
-			fmt.Fprintf(tw, "  CPU per event through the relay (ingest, dispatcher stopped + delivery)\t%.2f ms\n", res.CPUPerEventMS)
-		}
-		if err := tw.Flush(); err != nil {
+	if err := printRatios(w, res, rounds); err != nil {
+		return err
+	}
+	for round := 1; round <= rounds; round++ {
+		if err := printProcs(w, res, round, rounds); err != nil {
 			return err
 		}
 	}
+	fmt.Fprintln(w, "bench is the load generator (and this program); postgres is every process of the server, rabbitmq beam.smp")
+	fmt.Fprintln(w, "and its children (pss: memory shared between them counted once); other is the machine minus all of these")
+	fmt.Fprintln(w, "(other work on this machine; slightly negative when idle, as /proc counts machine and process time apart).")
 
-	fmt.Fprintln(w, "\nCPU seconds and peak memory (MiB) per process and phase")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(res.Failures) > 0 {
+		fmt.Fprintln(w, "\nFAILED")
+		for _, f := range res.Failures {
+			fmt.Fprintln(w, "  "+f)
+		}
+	}
+	return nil
+}
+
+func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
+
+// printRatios writes the ratios and the CPU per event through the relay:
+// one value, or one per round and their median.
+func printRatios(w io.Writer, res *Results, rounds int) error {
+	if len(res.Ratios) == 0 && len(res.CPUPerEventRounds) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nratios (rate of hookrelay / rate of the reference, measured in the same round)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if rounds > 1 {
+		head := []string{""}
+		for round := 1; round <= rounds; round++ {
+			head = append(head, fmt.Sprintf("#%d", round))
+		}
+		fmt.Fprintln(tw, strings.Join(append(head, "median"), "\t")+"\t")
+	}
+	const cpuName = "CPU ms per event through the relay (ingest, dispatcher stopped + delivery)"
+	nameWidth := len(cpuName)
+	for _, d := range ratioDefs {
+		row := []string{fmt.Sprintf("%-*s", nameWidth, d.name)}
+		found := false
+		for _, rt := range res.Ratios {
+			if rt.Name == d.name && (rt.Round > 0 || rounds > 1) {
+				row = append(row, fmt.Sprintf("%.2f", rt.Value))
+				found = true
+			}
+		}
+		if found {
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		}
+	}
+	if len(res.CPUPerEventRounds) > 0 {
+		row := []string{fmt.Sprintf("%-*s", nameWidth, cpuName)}
+		for _, v := range res.CPUPerEventRounds {
+			row = append(row, fmt.Sprintf("%.2f", v))
+		}
+		if rounds > 1 {
+			row = append(row, fmt.Sprintf("%.2f", res.CPUPerEventMS))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+// printProcs writes the CPU time and peak memory of each process in each
+// phase of one round.
+func printProcs(w io.Writer, res *Results, round, rounds int) error {
+	var phases []*Phase
+	for _, p := range res.Phases {
+		if p.Round == round || (p.Round == 0 && round == 1) {
+			phases = append(phases, p)
+		}
+	}
+	if len(phases) == 0 {
+		return nil
+	}
+	title := "\nCPU seconds and peak memory (MiB) per process and phase"
+	if rounds > 1 {
+		title += fmt.Sprintf(", round %d", round)
+	}
+	fmt.Fprintln(w, title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	const nameWidth = len("bare-forwarder")
 	head := []string{fmt.Sprintf("%-*s", nameWidth, "process")}
-	for _, p := range res.Phases {
+	for _, p := range phases {
 		head = append(head, p.Key)
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
@@ -151,7 +221,7 @@ func (r *runner) printTable(w io.Writer) error {
 	for _, name := range names {
 		row := []string{fmt.Sprintf("%-*s", nameWidth, name)}
 		ran := false
-		for _, p := range res.Phases {
+		for _, p := range phases {
 			u, ok := p.Usage.Proc(name)
 			if !ok {
 				row = append(row, "-")
@@ -170,25 +240,11 @@ func (r *runner) printTable(w io.Writer) error {
 	}
 	other := []string{fmt.Sprintf("%-*s", nameWidth, "other")}
 	machine := []string{fmt.Sprintf("%-*s", nameWidth, "machine")}
-	for _, p := range res.Phases {
+	for _, p := range phases {
 		other = append(other, fmt.Sprintf("%.1fs", p.Usage.OtherCPU))
 		machine = append(machine, fmt.Sprintf("%.1fs, %.0f%% busy", p.Usage.MachineCPU, 100*p.Usage.MachineBusy))
 	}
 	fmt.Fprintln(tw, strings.Join(other, "\t")+"\t")
 	fmt.Fprintln(tw, strings.Join(machine, "\t")+"\t")
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w, "bench is the load generator (and this program); postgres is every process of the server, rabbitmq beam.smp")
-	fmt.Fprintln(w, "and its children (pss: memory shared between them counted once); other is the machine minus all of these.")
-
-	if len(res.Failures) > 0 {
-		fmt.Fprintln(w, "\nFAILED")
-		for _, f := range res.Failures {
-			fmt.Fprintln(w, "  "+f)
-		}
-	}
-	return nil
+	return tw.Flush()
 }
-
-func f1(v float64) string { return fmt.Sprintf("%.1f", v) }

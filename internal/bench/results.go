@@ -17,10 +17,14 @@ type Results struct {
 	Prefix   string   `json:"prefix"`
 	Phases   []*Phase `json:"phases"`
 	Ratios   []Ratio  `json:"ratios"`
+	// Rounds is how many times the phases ran, one after the other.
+	Rounds int `json:"rounds"`
 	// CPUPerEventMS is the machine's CPU time per event through the whole
 	// relay: ingest with the dispatcher stopped plus the delivery drain
-	// (each event crosses each once). 0 when either phase did not run.
-	CPUPerEventMS float64 `json:"cpu_per_event_ms"`
+	// (each event crosses each once); the median over the rounds, each of
+	// which is in CPUPerEventRounds. 0 when either phase did not run.
+	CPUPerEventMS     float64   `json:"cpu_per_event_ms"`
+	CPUPerEventRounds []float64 `json:"cpu_per_event_rounds"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`
@@ -60,7 +64,9 @@ type Load struct {
 
 // Phase is one measurement.
 type Phase struct {
-	Key    string `json:"key"`
+	Key string `json:"key"`
+	// Round numbers the rounds from 1.
+	Round  int    `json:"round"`
 	Title  string `json:"title"`
 	System string `json:"system"` // hookrelay, or reference
 	// Count is the events accepted (ingest, end to end) or delivered
@@ -94,15 +100,21 @@ type Phase struct {
 	Unexpected    int  `json:"unexpected"`
 	BadSignatures int  `json:"bad_signatures"`
 	// CPUPerEventMS is the machine's CPU time in the window over Count.
-	CPUPerEventMS float64  `json:"cpu_per_event_ms"`
-	Usage         Usage    `json:"usage"`
-	Notes         []string `json:"notes,omitempty"`
+	CPUPerEventMS float64 `json:"cpu_per_event_ms"`
+	// WALPerEvent is the Postgres WAL written in the window over Count,
+	// in bytes.
+	WALPerEvent float64  `json:"wal_per_event"`
+	Usage       Usage    `json:"usage"`
+	Notes       []string `json:"notes,omitempty"`
 }
 
-// Ratio compares a hookrelay phase with its reference.
+// Ratio compares the rate of a hookrelay phase with its reference's.
 type Ratio struct {
-	Name  string  `json:"name"`
-	Of    string  `json:"of"`
-	To    string  `json:"to"`
+	Name string `json:"name"`
+	Of   string `json:"of"`
+	To   string `json:"to"`
+	// Round is the round both were measured in; 0 is the median over the
+	// rounds (present when there are several).
+	Round int     `json:"round"`
 	Value float64 `json:"value"`
 }

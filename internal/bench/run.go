@@ -61,6 +61,7 @@ type runner struct {
 	postmaster, beamPID int
 	relaySender         *sender
 	checked             *checkedPhase
+	round               int // the round running, from 1
 }
 
 // Group names of the per-process table.
@@ -106,12 +107,17 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		{phaseBareForwarder, r.bareForwarderPhase},
 		{phaseE2E, r.e2ePhase},
 	}
-	for _, s := range steps {
-		if !o.phases[s.phase] {
-			continue
+	for r.round = 1; r.round <= o.rounds; r.round++ {
+		if o.rounds > 1 {
+			r.logf("round %d of %d", r.round, o.rounds)
 		}
-		if err := s.fn(ctx); err != nil {
-			return fmt.Errorf("phase %s: %w", s.phase, err)
+		for _, s := range steps {
+			if !o.phases[s.phase] {
+				continue
+			}
+			if err := s.fn(ctx); err != nil {
+				return fmt.Errorf("round %d, phase %s: %w", r.round, s.phase, err)
+			}
 		}
 	}
 	if err := r.recheck(ctx); err != nil {
@@ -168,6 +174,7 @@ func (r *runner) setup(ctx context.Context) error {
 	r.relayName = "hookrelay_bench_" + r.runID
 	r.bareName = r.relayName + "_bare"
 	r.res.Database, r.res.Prefix = r.relayName, r.prefix
+	r.res.Rounds = r.o.rounds
 
 	if r.o.work == "" {
 		if r.work, err = os.MkdirTemp("", "hookrelay-bench-"); err != nil {
@@ -499,6 +506,40 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// phaseMark is where a phase's measurements start.
+type phaseMark struct {
+	mark
+	pg pgActivity
+}
+
+// begin marks the start of a measured window.
+func (r *runner) begin(ctx context.Context) (phaseMark, error) {
+	pg, err := readPGActivity(ctx, r.admin, r.res.Postgres.versionNum)
+	if err != nil {
+		return phaseMark{}, err
+	}
+	m, err := r.sampler.mark()
+	if err != nil {
+		return phaseMark{}, err
+	}
+	return phaseMark{mark: m, pg: pg}, nil
+}
+
+// end returns what was used since m.
+func (r *runner) end(ctx context.Context, m phaseMark) (Usage, error) {
+	u, err := r.sampler.since(m.mark)
+	if err != nil {
+		return Usage{}, err
+	}
+	pg, err := readPGActivity(ctx, r.admin, r.res.Postgres.versionNum)
+	if err != nil {
+		return Usage{}, err
+	}
+	u.WALBytes = pg.wal - m.pg.wal
+	u.Checkpoints = pg.checkpoints - m.pg.checkpoints
+	return u, nil
 }
 
 // routeQueue is the relay's queue for the benchmark's route.

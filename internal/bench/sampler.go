@@ -184,6 +184,10 @@ type Usage struct {
 	// MachineCPU.
 	OtherCPU float64     `json:"other_cpu_s"`
 	Procs    []ProcUsage `json:"procs"`
+	// WALBytes is the WAL the Postgres server wrote, and Checkpoints the
+	// checkpoints it started (whole server, like MachineCPU).
+	WALBytes    uint64 `json:"wal_bytes"`
+	Checkpoints int64  `json:"checkpoints"`
 }
 
 // ProcUsage is one process (or server) in one phase.

@@ -120,3 +120,17 @@ func TestParseKB(t *testing.T) {
 	_, _, err = parseKB([]byte("VmRSS:\tlots kB\n"), "VmRSS")
 	require.Error(t, err)
 }
+
+func TestParseLSN(t *testing.T) {
+	t.Parallel()
+	got, err := parseLSN("16/B374D848")
+	require.NoError(t, err)
+	require.Equal(t, uint64(0x16)<<32|0xB374D848, got)
+	a, _ := parseLSN("0/FFFFFFFF")
+	b, _ := parseLSN("1/0")
+	require.Equal(t, uint64(1), b-a, "the low half carries into the high half")
+	_, err = parseLSN("B374D848")
+	require.Error(t, err)
+	_, err = parseLSN("1/xyz")
+	require.Error(t, err)
+}
