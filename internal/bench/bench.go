@@ -94,16 +94,22 @@ var allPhases = []string{phaseIngest, phaseBareIngest, phaseDelivery, phaseBareF
 // the flags and returns nil having done nothing.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == ChildArg {
-		return runChild(ctx, args[1:], stdout)
+		if err := runChild(ctx, args[1:], stdout); err != nil {
+			return fmt.Errorf("%s: %w", ChildArg, err)
+		}
+		return nil
 	}
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
-	if err != nil {
-		return err
+	if err == nil {
+		err = run(ctx, opts, stdout, stderr)
 	}
-	return run(ctx, opts, stdout, stderr)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -143,7 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if o.quick {
 		set := map[string]bool{}
@@ -168,7 +174,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			continue
 		}
 		if !contains(allPhases, p) {
-			return o, fmt.Errorf("bench: --phases: unknown phase %q (known: %s)", p, strings.Join(allPhases, ", "))
+			return o, fmt.Errorf("--phases: unknown phase %q (known: %s)", p, strings.Join(allPhases, ", "))
 		}
 		o.phases[p] = true
 	}
@@ -196,7 +202,7 @@ func (o *options) validate() error {
 	check(o.progress > 0, "--progress must be positive")
 	check(len(o.phases) > 0, "--phases names no phase")
 	if len(problems) > 0 {
-		return fmt.Errorf("bench: %s", strings.Join(problems, "; "))
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ const (
 // the benchmark keeps in a log file.
 func runChild(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%s needs a role: %s, %s or %s", ChildArg, roleDestination, roleBareIngest, roleBareForwarder)
+		return fmt.Errorf("a role is needed: %s, %s or %s", roleDestination, roleBareIngest, roleBareForwarder)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -39,5 +39,5 @@ func runChild(ctx context.Context, args []string, stdout io.Writer) error {
 	case roleBareForwarder:
 		return runBareForwarder(ctx, args[1:], stdout)
 	}
-	return fmt.Errorf("%s: unknown role %q", ChildArg, args[0])
+	return fmt.Errorf("unknown role %q", args[0])
 }

@@ -354,7 +354,9 @@ func (r *runner) bareForwarderPhase(ctx context.Context) error {
 	if err := r.dispatcherDown(); err != nil {
 		return err
 	}
-	queue := r.prefix + ".bare"
+	// A queue per round: messages the stopped forwarder had not acked yet
+	// are requeued into the round's own queue, not into the next round's.
+	queue := fmt.Sprintf("%s.bare.%d", r.prefix, r.round)
 	if err := declareQuorum(r.amqpConn, queue); err != nil {
 		return err
 	}

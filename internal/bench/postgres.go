@@ -88,22 +88,24 @@ func withDatabase(dbURL, name string) (string, error) {
 	return u.String(), nil
 }
 
-// createDatabase creates the database name and migrates it with hookrelay's
-// migrations, returning its URL.
-func createDatabase(ctx context.Context, admin *pgx.Conn, adminURL, name string) (string, error) {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// createDatabase creates the database name.
+func createDatabase(ctx context.Context, admin *pgx.Conn, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := admin.Exec(cctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("creating database %s: %w", name, err)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("creating database %s: %w", name, err)
 	}
-	dbURL, err := withDatabase(adminURL, name)
-	if err != nil {
-		return "", err
+	return nil
+}
+
+// migrateDatabase applies hookrelay's migrations to dbURL.
+func migrateDatabase(ctx context.Context, dbURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := store.Migrate(ctx, dbURL); err != nil {
+		return fmt.Errorf("migrating %s: %w", store.Redact(dbURL), err)
 	}
-	if _, err := store.Migrate(cctx, dbURL); err != nil {
-		return "", fmt.Errorf("migrating database %s: %w", name, err)
-	}
-	return dbURL, nil
+	return nil
 }
 
 // dropDatabase drops name, closing whatever connections are left.

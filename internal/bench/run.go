@@ -136,7 +136,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("writing results: %w", err)
 	}
 	if len(r.res.Failures) > 0 {
-		return fmt.Errorf("bench: the relay failed its checks: %s", strings.Join(r.res.Failures, "; "))
+		return fmt.Errorf("the relay failed its checks: %s", strings.Join(r.res.Failures, "; "))
 	}
 	return nil
 }
@@ -269,9 +269,18 @@ func (r *runner) setup(ctx context.Context) error {
 	return r.dispatcherUp(ctx)
 }
 
+// createDB creates and migrates a throwaway database, dropped at the end
+// (also when migrating it fails), and returns its URL.
 func (r *runner) createDB(ctx context.Context, name string) (string, error) {
-	r.created = append(r.created, name) // dropped at the end even if migrating fails
-	return createDatabase(ctx, r.admin, r.adminURL, name)
+	dbURL, err := withDatabase(r.adminURL, name)
+	if err != nil {
+		return "", err
+	}
+	if err := createDatabase(ctx, r.admin, name); err != nil {
+		return "", err
+	}
+	r.created = append(r.created, name)
+	return dbURL, migrateDatabase(ctx, dbURL)
 }
 
 // teardown stops the children, deletes the broker names and drops the
