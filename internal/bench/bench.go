@@ -23,8 +23,12 @@
 //     RabbitMQ (beam.smp), from /proc/<pid>.
 //
 // Every hookrelay phase checks what the destination got: an accepted event
-// that never arrived is lost, a pair that arrived twice is a duplicate, and
-// either fails the run (after the table is printed).
+// that never arrived is lost, a pair that arrived twice is a duplicate, a
+// POST whose signature does not verify is counted, and an event that
+// arrived but that the relay's database does not record as delivered
+// (it would be sent again) is unrecorded; any of these fails the run,
+// after the table is printed. The bare ingest server's accepted events
+// must all be in its database.
 //
 // Every helper runs as a process of its own, started as the running
 // executable with the arguments ChildArg, a role and its flags; a binary

@@ -89,6 +89,7 @@ func TestQuickRunAgainstRealServices(t *testing.T) {
 		require.Positive(t, p.CPUPerEventMS, p.Key)
 		if p.System == "hookrelay" {
 			require.Zero(t, p.Duplicates, p.Key)
+			require.Zero(t, p.Unrecorded, p.Key)
 		}
 		procs := map[string]bool{}
 		for _, u := range p.Usage.Procs {

@@ -157,6 +157,9 @@ func (r *runner) ingestPhases(ctx context.Context) error {
 			return err
 		}
 		r.check(p, dump, benchRoute, ids(l.sent))
+		if err := r.awaitRecorded(ctx, p, ids(l.sent)); err != nil {
+			return err
+		}
 		first, last := span(dump, benchRoute, ids(l.sent))
 		if running && !last.IsZero() {
 			p.Notes = append(p.Notes, fmt.Sprintf("the last delivery came %.0f ms after the last 200", ms(last.Sub(l.lastDone))))
@@ -285,6 +288,9 @@ func (r *runner) deliveryPhase(ctx context.Context) error {
 		return err
 	}
 	r.drained(p, dump, benchRoute, want, m.at)
+	if err := r.awaitRecorded(ctx, p, want); err != nil {
+		return err
+	}
 	r.finish(p, u)
 	return nil
 }
@@ -445,6 +451,9 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	p.Rate = float64(p.Count) / p.Seconds
 	p.IngestLatency = p.Latency
 	r.check(p, dump, benchRoute, want)
+	if err := r.awaitRecorded(ctx, p, want); err != nil {
+		return err
+	}
 	var lat []time.Duration
 	var arrivals []time.Time
 	for _, s := range l.sent {
@@ -595,4 +604,37 @@ func (r *runner) resetDest(ctx context.Context) error {
 		return err
 	}
 	return r.dest.reset(ctx)
+}
+
+// awaitRecorded waits until the relay's database records every event of
+// want as delivered to the route (it records a delivery just after the
+// destination's answer), giving up after the settle timeout without
+// progress. An event the destination got but the relay does not record as
+// delivered would be sent again: it is counted as unrecorded, a failure.
+// Events delivered after a retry are noted.
+func (r *runner) awaitRecorded(ctx context.Context, p *Phase, want []string) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last, lastChange := -1, time.Now()
+	for {
+		delivered, retried, err := deliveriesRecorded(ctx, r.relay, benchRoute, want)
+		if err != nil {
+			return err
+		}
+		if delivered != last {
+			last, lastChange = delivered, time.Now()
+		}
+		if delivered == len(want) || time.Since(lastChange) > r.o.settleTimeout {
+			p.Unrecorded = len(want) - delivered
+			if retried > 0 {
+				p.Notes = append(p.Notes, fmt.Sprintf("%d events were delivered only after a retry", retried))
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }

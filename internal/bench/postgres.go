@@ -175,3 +175,21 @@ func parseLSN(s string) (uint64, error) {
 	}
 	return h<<32 | l, nil
 }
+
+// deliveriesRecorded returns how many of the events ids the relay's
+// database records as delivered to route, and how many of those took more
+// than one attempt. The deliveries table and its states are the relay's
+// documented source of truth (DESIGN.md).
+func deliveriesRecorded(ctx context.Context, conn *pgx.Conn, route string, ids []string) (delivered, retried int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = conn.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE state = 'delivered'),
+		       count(*) FILTER (WHERE state = 'delivered' AND attempts > 1)
+		FROM deliveries WHERE route = $1 AND event_id = ANY($2::uuid[])`,
+		route, ids).Scan(&delivered, &retried)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the relay's delivery records: %w", err)
+	}
+	return delivered, retried, nil
+}

@@ -113,6 +113,9 @@ func (r *runner) printTable(w io.Writer) error {
 		if p.BadSignatures > 0 {
 			n = append(n, fmt.Sprintf("%d POSTs with a signature that did not verify", p.BadSignatures))
 		}
+		if p.Unrecorded > 0 {
+			n = append(n, fmt.Sprintf("%d events arrived but the relay does not record them as delivered", p.Unrecorded))
+		}
 		if p.FirstError != "" {
 			n = append(n, "first failure: "+p.FirstError)
 		}

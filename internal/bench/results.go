@@ -99,6 +99,10 @@ type Phase struct {
 	Duplicates    int  `json:"duplicates"`
 	Unexpected    int  `json:"unexpected"`
 	BadSignatures int  `json:"bad_signatures"`
+	// Unrecorded counts events the relay's database does not record as
+	// delivered once the destination had them all (hookrelay phases):
+	// they would be sent again.
+	Unrecorded int `json:"unrecorded"`
 	// CPUPerEventMS is the machine's CPU time in the window over Count.
 	CPUPerEventMS float64 `json:"cpu_per_event_ms"`
 	// WALPerEvent is the Postgres WAL written in the window over Count,

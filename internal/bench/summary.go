@@ -80,6 +80,9 @@ func (r *runner) summarize() {
 			if p.Unexpected > 0 {
 				bad = append(bad, fmt.Sprintf("%d unexpected pairs", p.Unexpected))
 			}
+			if p.Unrecorded > 0 {
+				bad = append(bad, fmt.Sprintf("%d not recorded as delivered", p.Unrecorded))
+			}
 		}
 		if len(bad) > 0 {
 			r.res.Failures = append(r.res.Failures, fmt.Sprintf("%s: %v", p.label(len(order)), bad))
