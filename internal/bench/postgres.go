@@ -19,7 +19,7 @@ import (
 // whether a commit waits for the disk.
 var pgSettings = []string{
 	"synchronous_commit", "fsync", "full_page_writes", "wal_level",
-	"checkpoint_timeout", "max_wal_size", "shared_buffers",
+	"checkpoint_timeout", "checkpoint_completion_target", "max_wal_size", "shared_buffers",
 	"autovacuum", "max_connections",
 }
 
