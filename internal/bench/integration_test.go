@@ -87,6 +87,7 @@ func TestQuickRunAgainstRealServices(t *testing.T) {
 		require.Zero(t, p.BadSignatures, p.Key)
 		require.Zero(t, p.Unexpected, p.Key)
 		require.Positive(t, p.CPUPerEventMS, p.Key)
+		require.Positive(t, p.OwnCPUPerEventMS, p.Key)
 		if p.System == "hookrelay" {
 			require.Zero(t, p.Duplicates, p.Key)
 			require.Zero(t, p.Unrecorded, p.Key)

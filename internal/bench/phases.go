@@ -104,12 +104,32 @@ func (r *runner) finish(p *Phase, u Usage) {
 	if p.Count > 0 {
 		p.CPUPerEventMS = u.MachineCPU * 1000 / float64(p.Count)
 		p.WALPerEvent = float64(u.WALBytes) / float64(p.Count)
+		var own float64
+		for _, name := range ownProcs[p.Key] {
+			if pu, ok := u.Proc(name); ok {
+				own += pu.CPU
+			}
+		}
+		p.OwnCPUPerEventMS = own * 1000 / float64(p.Count)
 	}
 	if u.Checkpoints > 0 {
 		p.Notes = append(p.Notes, fmt.Sprintf("Postgres started %d checkpoint(s) during the phase", u.Checkpoints))
 	}
 	r.res.Phases = append(r.res.Phases, p)
 	r.logf("  %-34s done: %d events, %.0f/s, %.2f ms CPU per event", p.label(r.o.rounds), p.Count, p.Rate, p.CPUPerEventMS)
+}
+
+// ownProcs are, per phase, the processes of the system under test: its
+// own, and the servers it uses. Their CPU per event leaves out the load
+// generator, the destination and everything else on the machine (but not
+// other users of the same Postgres or RabbitMQ).
+var ownProcs = map[string][]string{
+	"ingest-running": {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"ingest-stopped": {procReceiver, procPostgres, procRabbitMQ},
+	"bare-ingest":    {procBareIngest, procPostgres},
+	"delivery":       {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"bare-forwarder": {procBareForwarder, procRabbitMQ},
+	"e2e":            {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
 }
 
 // ingestPhases runs the closed loop against the receiver with the

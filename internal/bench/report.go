@@ -74,7 +74,7 @@ func (r *runner) printTable(w io.Writer) error {
 		width = max(width, utf8.RuneCountInString(p.label(rounds)))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tevents\trate/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\tCPU ms/event\tWAL KB/event\tlost\tdup\tfailed\t\n", width, "phase")
+	fmt.Fprintf(tw, "%-*s\tevents\trate/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\tCPU ms/ev\town CPU\tWAL KB/ev\tlost\tdup\tfailed\t\n", width, "phase")
 	for _, p := range res.Phases {
 		lat := []string{"-", "-", "-", "-"}
 		if p.Latency != nil {
@@ -87,15 +87,16 @@ func (r *runner) printTable(w io.Writer) error {
 				dup = fmt.Sprint(p.Duplicates)
 			}
 		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%d\t\n",
-			width, p.label(rounds), p.Count, p.Rate, lat[0], lat[1], lat[2], lat[3], p.CPUPerEventMS, p.WALPerEvent/1024, lost, dup, p.Failed)
+		fmt.Fprintf(tw, "%-*s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%s\t%s\t%d\t\n",
+			width, p.label(rounds), p.Count, p.Rate, lat[0], lat[1], lat[2], lat[3], p.CPUPerEventMS, p.OwnCPUPerEventMS, p.WALPerEvent/1024, lost, dup, p.Failed)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w, "\nlatency: the request (ingest phases); from the receiver's 200 to the destination (end to end).")
-	fmt.Fprintln(w, "CPU ms/event: the whole machine's CPU time in the phase over its events (other work on the machine included; see \"other\" below).")
-	fmt.Fprintln(w, "WAL KB/event: what the Postgres server wrote to its WAL in the phase over its events (the whole server).")
+	fmt.Fprintln(w, "CPU ms/ev: the whole machine's CPU time in the phase over its events (load generator, destination and other work on the")
+	fmt.Fprintln(w, "  machine included; see \"other\" below). own CPU: only the system under test's processes, Postgres and RabbitMQ included.")
+	fmt.Fprintln(w, "WAL KB/ev: what the Postgres server wrote to its WAL in the phase over its events (the whole server).")
 
 	var notes []string
 	for _, p := range res.Phases {
@@ -168,7 +169,7 @@ func printRatios(w io.Writer, res *Results, rounds int) error {
 		}
 		fmt.Fprintln(tw, strings.Join(append(head, "median"), "\t")+"\t")
 	}
-	const cpuName = "CPU ms per event through the relay (ingest, dispatcher stopped + delivery)"
+	const cpuName = "CPU ms per event through the relay (ingest, dispatcher stopped + delivery), machine"
 	nameWidth := len(cpuName)
 	for _, d := range ratioDefs {
 		row := []string{fmt.Sprintf("%-*s", nameWidth, d.name)}
@@ -183,13 +184,23 @@ func printRatios(w io.Writer, res *Results, rounds int) error {
 			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 		}
 	}
-	if len(res.CPUPerEventRounds) > 0 {
-		row := []string{fmt.Sprintf("%-*s", nameWidth, cpuName)}
-		for _, v := range res.CPUPerEventRounds {
+	for _, c := range []struct {
+		name   string
+		rounds []float64
+		median float64
+	}{
+		{cpuName, res.CPUPerEventRounds, res.CPUPerEventMS},
+		{"  the same, own processes only", res.OwnCPUPerEventRounds, res.OwnCPUPerEventMS},
+	} {
+		if len(c.rounds) == 0 {
+			continue
+		}
+		row := []string{fmt.Sprintf("%-*s", nameWidth, c.name)}
+		for _, v := range c.rounds {
 			row = append(row, fmt.Sprintf("%.2f", v))
 		}
 		if rounds > 1 {
-			row = append(row, fmt.Sprintf("%.2f", res.CPUPerEventMS))
+			row = append(row, fmt.Sprintf("%.2f", c.median))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}

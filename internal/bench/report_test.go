@@ -16,7 +16,7 @@ func TestTableShowsRatiosFailuresAndProcesses(t *testing.T) {
 		Postgres: pgInfo{Version: "15", Settings: map[string]string{"synchronous_commit": "on"}},
 		Phases: []*Phase{
 			{Key: "ingest-stopped", Round: 1, Title: "ingest, dispatcher stopped", System: "hookrelay", Count: 1000, Rate: 500,
-				Latency: &Latency{N: 1000, P50: 10, P90: 20, P99: 30, Max: 40}, Checked: true, CPUPerEventMS: 2, WALPerEvent: 2048,
+				Latency: &Latency{N: 1000, P50: 10, P90: 20, P99: 30, Max: 40}, Checked: true, CPUPerEventMS: 2, OwnCPUPerEventMS: 1.5, WALPerEvent: 2048,
 				Usage: Usage{MachineCPU: 2, MachineBusy: 0.5, Procs: []ProcUsage{{Name: procReceiver, CPU: 1, PeakMB: 30, Mem: "rss"}}}},
 			{Key: "bare-ingest", Round: 1, Title: "ingest, bare one-statement server", System: "reference", Count: 2000, Rate: 1000, Checked: true,
 				Usage: Usage{Procs: []ProcUsage{{Name: procPostgres, CPU: 3, PeakMB: 200, Mem: "pss"}}}},
@@ -34,7 +34,7 @@ func TestTableShowsRatiosFailuresAndProcesses(t *testing.T) {
 	require.NoError(t, r.printTable(&out))
 	s := out.String()
 	require.Contains(t, s, "synchronous_commit=on")
-	require.Regexp(t, `ingest, dispatcher stopped\s+1000\s+500\s+10\.0\s+20\.0\s+30\.0\s+40\.0\s+2\.00\s+2\.0\s+0\s+0\s+0`, s)
+	require.Regexp(t, `ingest, dispatcher stopped\s+1000\s+500\s+10\.0\s+20\.0\s+30\.0\s+40\.0\s+2\.00\s+1\.50\s+2\.0\s+0\s+0\s+0`, s)
 	require.Regexp(t, `ingest, dispatcher stopped / bare ingest\s+0\.50`, s)
 	require.Regexp(t, `receiver\s+1\.0s\s+30M`, s)
 	require.Regexp(t, `postgres\s+-\s+3\.0s\s+200M pss`, s)

@@ -25,6 +25,10 @@ type Results struct {
 	// which is in CPUPerEventRounds. 0 when either phase did not run.
 	CPUPerEventMS     float64   `json:"cpu_per_event_ms"`
 	CPUPerEventRounds []float64 `json:"cpu_per_event_rounds"`
+	// OwnCPUPerEventMS is the same with the relay's own processes
+	// (receiver, dispatcher, Postgres, RabbitMQ) instead of the machine.
+	OwnCPUPerEventMS     float64   `json:"own_cpu_per_event_ms"`
+	OwnCPUPerEventRounds []float64 `json:"own_cpu_per_event_rounds"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`
@@ -105,6 +109,10 @@ type Phase struct {
 	Unrecorded int `json:"unrecorded"`
 	// CPUPerEventMS is the machine's CPU time in the window over Count.
 	CPUPerEventMS float64 `json:"cpu_per_event_ms"`
+	// OwnCPUPerEventMS is the CPU time of the system under test's
+	// processes (the relay's, or the reference's, with Postgres and
+	// RabbitMQ when it uses them) over Count.
+	OwnCPUPerEventMS float64 `json:"own_cpu_per_event_ms"`
 	// WALPerEvent is the Postgres WAL written in the window over Count,
 	// in bytes.
 	WALPerEvent float64  `json:"wal_per_event"`

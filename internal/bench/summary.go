@@ -38,7 +38,7 @@ func (r *runner) summarize() {
 	}
 	slices.Sort(order)
 	values := map[string][]float64{}
-	var cpus []float64
+	var cpus, owns []float64
 	for _, round := range order {
 		byKey := rounds[round]
 		for _, d := range ratioDefs {
@@ -52,6 +52,7 @@ func (r *runner) summarize() {
 		}
 		if a, b := byKey["ingest-stopped"], byKey["delivery"]; a != nil && b != nil {
 			cpus = append(cpus, a.CPUPerEventMS+b.CPUPerEventMS)
+			owns = append(owns, a.OwnCPUPerEventMS+b.OwnCPUPerEventMS)
 		}
 	}
 	if len(order) > 1 {
@@ -61,9 +62,10 @@ func (r *runner) summarize() {
 			}
 		}
 	}
-	r.res.CPUPerEventRounds = cpus
+	r.res.CPUPerEventRounds, r.res.OwnCPUPerEventRounds = cpus, owns
 	if len(cpus) > 0 {
 		r.res.CPUPerEventMS = median(cpus)
+		r.res.OwnCPUPerEventMS = median(owns)
 	}
 	for _, p := range r.res.Phases {
 		var bad []string
