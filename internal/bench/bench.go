@@ -17,10 +17,16 @@
 //     the receiver's 200 to the destination, and the longest gap between
 //     deliveries;
 //   - for each phase the whole machine's CPU time per event (/proc/stat),
-//     and the CPU time and peak memory of every process involved: the
+//     the CPU time per event of the system under test's own processes,
+//     the Postgres WAL written per event and the checkpoints started, and
+//     the CPU time and peak memory of every process involved: the
 //     benchmark itself (the load generator), receiver, dispatcher,
 //     destination, references, Postgres (all processes of the server) and
 //     RabbitMQ (beam.smp), from /proc/<pid>.
+//
+// --rounds N runs the phases N times and takes each ratio within its
+// round, then their median: on a shared machine the load drifts, and the
+// phases closest in time are the fairest pair.
 //
 // Every hookrelay phase checks what the destination got: an accepted event
 // that never arrived is lost, a pair that arrived twice is a duplicate, a

@@ -141,7 +141,8 @@ func (r *runner) printTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "bench is the load generator (and this program); postgres is every process of the server, rabbitmq beam.smp")
 	fmt.Fprintln(w, "and its children (pss: memory shared between them counted once); other is the machine minus all of these")
-	fmt.Fprintln(w, "(other work on this machine; slightly negative when idle, as /proc counts machine and process time apart).")
+	fmt.Fprintln(w, "(other work on this machine). It turns slightly negative when the machine is not saturated: the kernel counts")
+	fmt.Fprintln(w, "the machine's time by sampling at each tick, and each process's time exactly.")
 
 	if len(res.Failures) > 0 {
 		fmt.Fprintln(w, "\nFAILED")
