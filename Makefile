@@ -36,7 +36,12 @@ fuzz: ## every fuzz target for $(FUZZTIME) (a count like 20000x, or a duration)
 	scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
-bench: ## benchmarks (compare runs with benchstat)
+bench: build ## the relay benchmark against its bare references (BENCH_FLAGS=--quick: about a minute)
+	go build -o bin/ ./internal/bench/cmd/benchmain
+	bin/benchmain $(BENCH_FLAGS)
+
+.PHONY: bench/go
+bench/go: ## Go micro-benchmarks (compare runs with benchstat)
 	go test -run '^$$' -bench . -benchmem -count 5 ./...
 
 .PHONY: migrate

@@ -50,6 +50,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go test -race -shuffle=on -count=1 -timeout 20m "$@" ./...
+# gotestsum (a tool in go.mod) prints a line per package as it finishes,
+# every failure in full, and the counts at the end.
+gotestsum() { go tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg "$@"; }
 
-HOOKRELAY_TEST_BROKER_ALARM=1 go test -race -count=1 -timeout 5m -run '^TestBrokerAlarm' ./internal/app/
+echo "test: building and running the tests of $(go list ./... | wc -l) packages with the race detector (about 3 minutes)" >&2
+status=0
+gotestsum --jsonfile "$work/tests.json" -- -race -shuffle=on -count=1 -timeout 20m -skip '^TestBrokerAlarm' "$@" ./... || status=$?
+
+echo "test: the broker-alarm test, alone (it blocks every publisher on the broker)" >&2
+HOOKRELAY_TEST_BROKER_ALARM=1 gotestsum --jsonfile "$work/alarm.json" -- -race -count=1 -timeout 5m -run '^TestBrokerAlarm' ./internal/app/ || status=$?
+
+# Counts over both runs: packages (of the main run) and tests passed,
+# skipped and failed.
+count() { # count FILE... JQ-SELECT
+	local sel="${*: -1}"
+	jq -s "map(select($sel)) | length" "${@:1:$#-1}"
+}
+if command -v jq >/dev/null 2>&1; then
+	pkg='.Test == null and .Action ==' t='.Test != null and .Action =='
+	m="$work/tests.json" a="$work/alarm.json"
+	echo "test: packages $(count "$m" "$pkg \"pass\"") passed, $(count "$m" "$pkg \"skip\"") without tests, $(count "$m" "$pkg \"fail\"") failed;" \
+		"tests $(count "$m" "$a" "$t \"pass\"") passed, $(count "$m" "$a" "$t \"skip\"") skipped, $(count "$m" "$a" "$t \"fail\"") failed" >&2
+fi
+exit "$status"

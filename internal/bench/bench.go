@@ -1,0 +1,245 @@
+// Package bench is `hookrelay bench`: a benchmark of the receiver and the
+// dispatcher, run as the real binaries against a throwaway database and
+// RabbitMQ prefix, next to two bare references measured in the same run,
+// so that a change can be judged by ratios on a noisy machine.
+//
+// One run measures, each phase with progress lines on stderr and then a
+// table (or --json) on stdout:
+//
+//   - ingest: N clients in a closed loop for D seconds against the receiver,
+//     with the dispatcher running and with it stopped, and the same load
+//     against the bare ingest server (one INSERT ... CTE of the event and
+//     its outbox row per request, nothing else);
+//   - delivery: the drain of a backlog of B events by the dispatcher, and of
+//     B messages by the bare forwarder (consumers at prefetch 1 → signed
+//     POST → ack, no Postgres);
+//   - end to end: an open loop at R events/s for D seconds, latency from
+//     the receiver's 200 to the destination, and the longest gap between
+//     deliveries;
+//   - for each phase the whole machine's CPU time per event (/proc/stat),
+//     the CPU time per event of the system under test's own processes,
+//     the Postgres WAL written per event and the checkpoints started, and
+//     the CPU time and peak memory of every process involved: the
+//     benchmark itself (the load generator), receiver, dispatcher,
+//     destination, references, Postgres (all processes of the server) and
+//     RabbitMQ (beam.smp), from /proc/<pid>.
+//
+// --rounds N runs the phases N times and takes each ratio within its
+// round, then their median: on a shared machine the load drifts, and the
+// phases closest in time are the fairest pair.
+//
+// Every hookrelay phase checks what the destination got: an accepted event
+// that never arrived is lost, a pair that arrived twice is a duplicate, a
+// POST whose signature does not verify is counted, and an event that
+// arrived but that the relay's database does not record as delivered
+// (it would be sent again) is unrecorded; any of these fails the run,
+// after the table is printed. The bare ingest server's accepted events
+// must all be in its database.
+//
+// Every helper runs as a process of its own, started as the running
+// executable with the arguments ChildArg, a role and its flags; a binary
+// that calls Main must hand such arguments to Main unchanged:
+//
+//	hookrelay bench [flags]                     → bench.Main(ctx, args, ...)
+//	hookrelay bench-child <role> [flags]        → bench.Main(ctx, append([]string{"bench-child"}, args...), ...)
+//
+// Linux only (it measures from /proc).
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// options are the flags of a run.
+type options struct {
+	databaseURL   string
+	amqpURL       string
+	managementURL string
+	receiverBin   string
+	dispatcherBin string
+
+	clients     int
+	duration    time.Duration
+	backlog     int
+	rate        int
+	e2eDuration time.Duration
+	concurrency int
+	dbConns     int
+	bodySize    int
+	destDelay   time.Duration
+
+	rounds        int
+	settleTimeout time.Duration
+	progress      time.Duration
+	phases        map[string]bool
+	quick         bool
+	json          bool
+	work          string
+	keep          bool
+}
+
+// Phase keys, for --phases.
+const (
+	phaseIngest        = "ingest"
+	phaseBareIngest    = "bare-ingest"
+	phaseDelivery      = "delivery"
+	phaseBareForwarder = "bare-forwarder"
+	phaseE2E           = "e2e"
+)
+
+var allPhases = []string{phaseIngest, phaseBareIngest, phaseDelivery, phaseBareForwarder, phaseE2E}
+
+// Main runs the benchmark with args (flags, see --help), or a child role
+// when args[0] is ChildArg. Progress goes to stderr, the results to stdout.
+// It returns an error when the run could not be completed or when a
+// hookrelay phase lost, duplicated or mis-signed an event; --help prints
+// the flags and returns nil having done nothing.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == ChildArg {
+		if err := runChild(ctx, args[1:], stdout); err != nil {
+			return fmt.Errorf("%s: %w", ChildArg, err)
+		}
+		return nil
+	}
+	opts, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err == nil {
+		err = run(ctx, opts, stdout, stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres to create the throwaway databases on (a user allowed to CREATE DATABASE)")
+	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ")
+	fs.StringVar(&o.managementURL, "management-url", "http://guest:guest@127.0.0.1:15672", "RabbitMQ management API (the run's queues, exchanges and policies are deleted through it)")
+	fs.StringVar(&o.receiverBin, "receiver-bin", "", "receiver binary (default: next to this executable, else bin/receiver)")
+	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "dispatcher binary (default: next to this executable, else bin/dispatcher)")
+	fs.IntVar(&o.clients, "clients", 32, "ingest: concurrent clients of the closed loop")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "ingest: length of each closed-loop phase")
+	fs.IntVar(&o.backlog, "backlog", 10000, "delivery: events in the backlog each system drains")
+	fs.IntVar(&o.rate, "rate", 200, "end to end: events per second, open loop")
+	fs.DurationVar(&o.e2eDuration, "e2e-duration", 20*time.Second, "end to end: how long the open loop sends")
+	fs.IntVar(&o.concurrency, "concurrency", 32, "delivery: the route's consumers (each prefetch 1), and the bare forwarder's")
+	fs.IntVar(&o.dbConns, "db-conns", 10, "Postgres pool of the receiver (database.max_conns) and of the bare ingest server")
+	fs.IntVar(&o.bodySize, "body-size", 1536, "bytes per event body (JSON)")
+	fs.DurationVar(&o.destDelay, "dest-delay", 0, "the destination waits this long before answering")
+	fs.IntVar(&o.rounds, "rounds", 1, "run the phases this many times, one round after the other; ratios are taken within each round, and their median reported")
+	fs.DurationVar(&o.settleTimeout, "settle-timeout", 60*time.Second, "give up waiting for deliveries after this long without a new one")
+	fs.DurationVar(&o.progress, "progress", 2*time.Second, "interval of the progress lines")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ", "))
+	fs.BoolVar(&o.quick, "quick", false, "small sizes, a few seconds per phase (about a minute in all); flags given explicitly win")
+	fs.BoolVar(&o.json, "json", false, "print the results as JSON (for keeping history) instead of the table")
+	fs.StringVar(&o.work, "work", "", "folder for the config and the children's logs (default: a new temporary folder, removed after a successful run)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work folder")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: hookrelay bench [flags]\n\n"+
+			"Runs the receiver and dispatcher binaries against a throwaway database and RabbitMQ prefix,\n"+
+			"with a bare ingest server and a bare forwarder as references, and prints rates, latencies,\n"+
+			"CPU per event and per process. Progress goes to stderr, results to stdout.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		quick := map[string]func(){
+			"duration":     func() { o.duration = 5 * time.Second },
+			"e2e-duration": func() { o.e2eDuration = 5 * time.Second },
+			"backlog":      func() { o.backlog = 2000 },
+			"rate":         func() { o.rate = 100 },
+			"progress":     func() { o.progress = time.Second },
+		}
+		for name, apply := range quick {
+			if !set[name] {
+				apply()
+			}
+		}
+	}
+	o.phases = map[string]bool{}
+	for _, p := range strings.Split(*phases, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !contains(allPhases, p) {
+			return o, fmt.Errorf("--phases: unknown phase %q (known: %s)", p, strings.Join(allPhases, ", "))
+		}
+		o.phases[p] = true
+	}
+	return o, o.validate()
+}
+
+func (o *options) validate() error {
+	var problems []string
+	check := func(ok bool, msg string) {
+		if !ok {
+			problems = append(problems, msg)
+		}
+	}
+	check(o.clients >= 1 && o.clients <= 1000, "--clients must be 1..1000")
+	check(o.duration > 0, "--duration must be positive (with a unit: 20s)")
+	check(o.backlog >= 1, "--backlog must be at least 1")
+	check(o.rate >= 1 && o.rate <= 100000, "--rate must be 1..100000")
+	check(o.e2eDuration > 0, "--e2e-duration must be positive (with a unit: 20s)")
+	check(o.concurrency >= 1 && o.concurrency <= 256, "--concurrency must be 1..256 (routes[].concurrency's limit)")
+	check(o.dbConns >= 1 && o.dbConns <= 1000, "--db-conns must be 1..1000")
+	check(o.bodySize >= 400 && o.bodySize <= 1<<20, "--body-size must be 400..1048576")
+	check(o.destDelay >= 0 && o.destDelay < 5*time.Minute, "--dest-delay must be 0..5m")
+	check(o.rounds >= 1 && o.rounds <= 100, "--rounds must be 1..100")
+	check(o.settleTimeout > 0, "--settle-timeout must be positive")
+	check(o.progress > 0, "--progress must be positive")
+	check(len(o.phases) > 0, "--phases names no phase")
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// findBinary returns flagValue, or name next to the running executable, or
+// bin/name in the working folder.
+func findBinary(flagValue, name, exe string) (string, error) {
+	if flagValue != "" {
+		if _, err := os.Stat(flagValue); err != nil {
+			return "", fmt.Errorf("--%s-bin: %w", name, err)
+		}
+		return flagValue, nil
+	}
+	candidates := []string{filepath.Join(filepath.Dir(exe), name), filepath.Join("bin", name)}
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return filepath.Abs(c)
+		}
+	}
+	return "", fmt.Errorf("no %s binary at %s: build them with `go build -o bin/ ./cmd/...` (make build), or pass --%s-bin", name, strings.Join(candidates, " or "), name)
+}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain lets the test binary play the benchmark's children: the
+// benchmark starts them as its own executable with ChildArg first.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ChildArg {
+		if err := Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestQuickRunAgainstRealServices runs a short benchmark end to end with
+// the real receiver and dispatcher (built from this tree), Postgres and
+// RabbitMQ, and checks what it reports and that it leaves nothing behind.
+// It asserts no speed: only that every phase ran, moved events, lost none,
+// measured the processes, and cleaned up.
+func TestQuickRunAgainstRealServices(t *testing.T) {
+	testenv.Require(t, "Postgres and RabbitMQ", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, testenv.AdminDatabaseURL())
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		amqpConn, err := dialAMQP(testenv.AMQPURL(), "hookrelay-bench-test")
+		if err != nil {
+			return err
+		}
+		return amqpConn.Close()
+	})
+	if err := checkProc(); err != nil {
+		t.Skip(err)
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
+		"github.com/hookrelay/hookrelay/cmd/receiver", "github.com/hookrelay/hookrelay/cmd/dispatcher")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the binaries under test: %s", out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err = Main(ctx, []string{
+		"--quick", "--json",
+		"--receiver-bin", filepath.Join(bin, "receiver"), "--dispatcher-bin", filepath.Join(bin, "dispatcher"),
+		"--database-url", testenv.AdminDatabaseURL(), "--amqp-url", testenv.AMQPURL(), "--management-url", testenv.ManagementURL(),
+		"--duration", "2s", "--e2e-duration", "2s", "--backlog", "300", "--rate", "50", "--clients", "8", "--concurrency", "8",
+	}, &stdout, &stderr)
+	require.NoError(t, err, "bench failed; its progress:\n%s", stderr.String())
+
+	var res Results
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), "--json prints one JSON document: %s", stdout.String())
+	require.Empty(t, res.Failures)
+	require.NotEmpty(t, res.Postgres.Settings["synchronous_commit"], "the header reports the Postgres settings")
+	require.NotEmpty(t, res.RabbitMQ.Version)
+
+	keys := []string{}
+	for _, p := range res.Phases {
+		keys = append(keys, p.Key)
+		require.Positive(t, p.Count, "%s moved no event", p.Key)
+		require.Positive(t, p.Rate, p.Key)
+		require.True(t, p.Checked, "%s was not checked", p.Key)
+		require.Zero(t, p.Lost, "%s lost events", p.Key)
+		require.Zero(t, p.BadSignatures, p.Key)
+		require.Zero(t, p.Unexpected, p.Key)
+		require.Positive(t, p.CPUPerEventMS, p.Key)
+		require.Positive(t, p.OwnCPUPerEventMS, p.Key)
+		if p.System == "hookrelay" {
+			require.Zero(t, p.Duplicates, p.Key)
+			require.Zero(t, p.Unrecorded, p.Key)
+		}
+		procs := map[string]bool{}
+		for _, u := range p.Usage.Procs {
+			procs[u.Name] = true
+		}
+		for _, want := range map[string][]string{
+			"ingest-running": {procBench, procReceiver, procDispatcher, procPostgres},
+			"ingest-stopped": {procBench, procReceiver, procPostgres},
+			"bare-ingest":    {procBench, procBareIngest, procPostgres},
+			"delivery":       {procDispatcher, procDestination, procRabbitMQ},
+			"bare-forwarder": {procBareForwarder, procDestination, procRabbitMQ},
+			"e2e":            {procReceiver, procDispatcher, procDestination},
+		}[p.Key] {
+			require.True(t, procs[want], "%s: no CPU or memory measured for %s (%v)", p.Key, want, p.Usage.Procs)
+		}
+	}
+	require.Equal(t, []string{"ingest-running", "ingest-stopped", "bare-ingest", "delivery", "bare-forwarder", "e2e"}, keys)
+	require.Len(t, res.Ratios, 3)
+	require.Positive(t, res.CPUPerEventMS)
+	e2e := res.Phases[len(res.Phases)-1]
+	require.NotNil(t, e2e.Latency)
+	require.Equal(t, int(e2e.Count), e2e.Latency.N, "a latency for every accepted event")
+
+	// Nothing left behind: databases dropped, broker names deleted.
+	conn, err := pgx.Connect(ctx, testenv.AdminDatabaseURL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var dbs int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE $1 || '%'`, res.Database).Scan(&dbs))
+	require.Zero(t, dbs, "databases %s* left behind", res.Database)
+	m, err := newMgmt(testenv.ManagementURL(), testenv.AMQPURL())
+	require.NoError(t, err)
+	for _, kind := range []string{"queues", "exchanges", "policies"} {
+		var items []struct {
+			Name string `json:"name"`
+		}
+		require.NoError(t, m.do(ctx, http.MethodGet, kind+"/%2F", &items))
+		for _, it := range items {
+			require.False(t, strings.HasPrefix(it.Name, res.Prefix+"."), "%s %s left behind", kind, it.Name)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTableShowsRatiosFailuresAndProcesses(t *testing.T) {
+	t.Parallel()
+	res := &Results{
+		Rounds:   1,
+		Started:  time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Postgres: pgInfo{Version: "15", Settings: map[string]string{"synchronous_commit": "on"}},
+		Phases: []*Phase{
+			{Key: "ingest-stopped", Round: 1, Title: "ingest, dispatcher stopped", System: "hookrelay", Count: 1000, Rate: 500,
+				Latency: &Latency{N: 1000, P50: 10, P90: 20, P99: 30, Max: 40}, Checked: true, CPUPerEventMS: 2, OwnCPUPerEventMS: 1.5, WALPerEvent: 2048,
+				Usage: Usage{MachineCPU: 2, MachineBusy: 0.5, Procs: []ProcUsage{{Name: procReceiver, CPU: 1, PeakMB: 30, Mem: "rss"}}}},
+			{Key: "bare-ingest", Round: 1, Title: "ingest, bare one-statement server", System: "reference", Count: 2000, Rate: 1000, Checked: true,
+				Usage: Usage{Procs: []ProcUsage{{Name: procPostgres, CPU: 3, PeakMB: 200, Mem: "pss"}}}},
+			{Key: "delivery", Round: 1, Title: "delivery, drain of 1000", System: "hookrelay", Count: 999, Rate: 250, Checked: true, Lost: 1, CPUPerEventMS: 1},
+		},
+	}
+	r := &runner{res: res, runID: "abcd"}
+	r.summarize()
+	require.Len(t, res.Ratios, 1)
+	require.InDelta(t, 0.5, res.Ratios[0].Value, 1e-9)
+	require.Equal(t, 3.0, res.CPUPerEventMS, "ingest with the dispatcher stopped + delivery")
+	require.Equal(t, []string{"delivery, drain of 1000: [1 lost]"}, res.Failures)
+
+	var out bytes.Buffer
+	require.NoError(t, r.printTable(&out))
+	s := out.String()
+	require.Contains(t, s, "synchronous_commit=on")
+	require.Regexp(t, `ingest, dispatcher stopped\s+1000\s+500\s+10\.0\s+20\.0\s+30\.0\s+40\.0\s+2\.00\s+1\.50\s+2\.0\s+0\s+0\s+0`, s)
+	require.Regexp(t, `ingest, dispatcher stopped / bare ingest\s+0\.50`, s)
+	require.Regexp(t, `receiver\s+1\.0s\s+30M`, s)
+	require.Regexp(t, `postgres\s+-\s+3\.0s\s+200M pss`, s)
+	require.Contains(t, s, "FAILED")
+	require.Contains(t, s, "[1 lost]")
+}
+
+func TestRoundsAreComparedWithinThemselves(t *testing.T) {
+	t.Parallel()
+	var phases []*Phase
+	// Round 2 ran on a busier machine: both systems slower, the ratio
+	// taken within each round barely moves.
+	for round, scale := range map[int]float64{1: 1, 2: 0.5, 3: 0.9} {
+		phases = append(phases,
+			&Phase{Key: "ingest-stopped", Title: "ingest, dispatcher stopped", System: "hookrelay", Round: round, Rate: 400 * scale, CPUPerEventMS: float64(round)},
+			&Phase{Key: "bare-ingest", Title: "ingest, bare one-statement server", System: "reference", Round: round, Rate: 1000 * scale},
+			&Phase{Key: "delivery", Title: "delivery, drain of 1000", System: "hookrelay", Round: round, Rate: 100 * float64(round), CPUPerEventMS: 1},
+		)
+	}
+	res := &Results{Rounds: 3, Phases: phases}
+	r := &runner{res: res}
+	r.summarize()
+	var medians []Ratio
+	for _, rt := range res.Ratios {
+		require.InDelta(t, 0.4, rt.Value, 1e-9)
+		if rt.Round == 0 {
+			medians = append(medians, rt)
+		}
+	}
+	require.Len(t, res.Ratios, 4, "three rounds and their median")
+	require.Len(t, medians, 1)
+	require.Equal(t, []float64{2, 3, 4}, res.CPUPerEventRounds, "in round order")
+	require.Equal(t, 3.0, res.CPUPerEventMS, "the median of 2, 3 and 4")
+
+	var out bytes.Buffer
+	require.NoError(t, r.printTable(&out))
+	require.Regexp(t, `#1\s+#2\s+#3\s+median`, out.String())
+	require.Regexp(t, `ingest, dispatcher stopped / bare ingest\s+0\.40\s+0\.40\s+0\.40\s+0\.40`, out.String())
+	require.Contains(t, out.String(), "delivery, drain of 1000 #2")
+	require.Contains(t, out.String(), "per process and phase, round 3")
+}
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	require.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+	in := []float64{3, 1, 2}
+	median(in)
+	require.Equal(t, []float64{3, 1, 2}, in, "the input is left as it was")
+}

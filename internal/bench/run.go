@@ -1,0 +1,555 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"debug/buildinfo"
+
+	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.yaml.in/yaml/v3"
+)
+
+// runner is one benchmark run: the throwaway resources, the children, and
+// the results.
+type runner struct {
+	o              options
+	stdout, stderr io.Writer
+	res            *Results
+
+	exe, receiverBin, dispatcherBin string
+	runID, prefix                   string
+	work                            string
+	workIsTemp                      bool
+
+	admin               *pgx.Conn
+	adminURL            string
+	relayName, bareName string
+	relayURL, bareURL   string
+	created             []string
+	relay               *pgx.Conn // the relay's database, for counts
+	mg                  *mgmt
+	mgReady             bool
+	amqpConn            *amqp091.Connection
+	sampler             *sampler
+	procs               *procs
+	dest                *destClient
+	configPath          string
+	receiverAddr        string
+	dispatcherAddr      string
+	sourceSecret        string
+	signingSecret       string
+	mu                  sync.Mutex
+	current             map[string]*process // running child per group name
+	postmaster, beamPID int
+	relaySender         *sender
+	checked             *checkedPhase
+	round               int // the round running, from 1
+}
+
+// Group names of the per-process table.
+const (
+	procBench         = "bench"
+	procReceiver      = "receiver"
+	procDispatcher    = "dispatcher"
+	procDestination   = "destination"
+	procBareIngest    = "bare-ingest"
+	procBareForwarder = "bare-forwarder"
+	procPostgres      = "postgres"
+	procRabbitMQ      = "rabbitmq"
+)
+
+func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
+	if err := checkProc(); err != nil {
+		return err
+	}
+	r := &runner{o: o, stdout: stdout, stderr: stderr, current: map[string]*process{},
+		res: &Results{Started: time.Now().UTC()}}
+	defer func() {
+		if terr := r.teardown(err == nil); terr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", terr))
+		}
+	}()
+	if err := r.setup(ctx); err != nil {
+		return err
+	}
+	r.logf("hookrelay bench %s: database %s, prefix %s, logs in %s", r.runID, r.relayName, r.prefix, r.work)
+	r.printHeader(r.stderr)
+
+	sctx, stopSampler := context.WithCancel(ctx)
+	defer stopSampler()
+	go r.sampler.run(sctx, time.Second)
+
+	steps := []struct {
+		phase string
+		fn    func(context.Context) error
+	}{
+		{phaseIngest, r.ingestPhases},
+		{phaseBareIngest, r.bareIngestPhase},
+		{phaseDelivery, r.deliveryPhase},
+		{phaseBareForwarder, r.bareForwarderPhase},
+		{phaseE2E, r.e2ePhase},
+	}
+	for r.round = 1; r.round <= o.rounds; r.round++ {
+		if o.rounds > 1 {
+			r.logf("round %d of %d", r.round, o.rounds)
+		}
+		for _, s := range steps {
+			if !o.phases[s.phase] {
+				continue
+			}
+			if err := s.fn(ctx); err != nil {
+				return fmt.Errorf("round %d, phase %s: %w", r.round, s.phase, err)
+			}
+		}
+	}
+	if err := r.recheck(ctx); err != nil {
+		return err
+	}
+	r.res.WallS = time.Since(r.res.Started).Seconds()
+	r.res.Host.LoadAvgEnd = loadAvg()
+	r.summarize()
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r.res); err != nil {
+			return fmt.Errorf("writing results: %w", err)
+		}
+	} else if err := r.printTable(stdout); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	if len(r.res.Failures) > 0 {
+		return fmt.Errorf("the relay failed its checks: %s", strings.Join(r.res.Failures, "; "))
+	}
+	return nil
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.stderr, format+"\n", args...)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+func (r *runner) setup(ctx context.Context) error {
+	var err error
+	if r.exe, err = os.Executable(); err != nil {
+		return fmt.Errorf("finding the running executable: %w", err)
+	}
+	if r.receiverBin, err = findBinary(r.o.receiverBin, "receiver", r.exe); err != nil {
+		return err
+	}
+	if r.dispatcherBin, err = findBinary(r.o.dispatcherBin, "dispatcher", r.exe); err != nil {
+		return err
+	}
+	r.res.Binaries = []Binary{binaryInfo("receiver", r.receiverBin), binaryInfo("dispatcher", r.dispatcherBin)}
+	r.res.Host = Host{CPUs: runtime.NumCPU(), Kernel: kernel(), LoadAvgStart: loadAvg()}
+	r.res.Load = Load{
+		Clients: r.o.clients, DurationS: r.o.duration.Seconds(), Backlog: r.o.backlog, Rate: r.o.rate,
+		E2EDurationS: r.o.e2eDuration.Seconds(), Concurrency: r.o.concurrency, DBConns: r.o.dbConns,
+		BodyBytes: r.o.bodySize, DestDelayMS: ms(r.o.destDelay),
+	}
+	r.runID = randomHex(4)
+	r.prefix = "hrbench-" + r.runID
+	r.relayName = "hookrelay_bench_" + r.runID
+	r.bareName = r.relayName + "_bare"
+	r.res.Database, r.res.Prefix = r.relayName, r.prefix
+	r.res.Rounds = r.o.rounds
+
+	if r.o.work == "" {
+		if r.work, err = os.MkdirTemp("", "hookrelay-bench-"); err != nil {
+			return fmt.Errorf("creating work folder: %w", err)
+		}
+		r.workIsTemp = true
+	} else {
+		r.work = r.o.work
+		if err := os.MkdirAll(r.work, 0o755); err != nil {
+			return fmt.Errorf("creating work folder: %w", err)
+		}
+	}
+	r.procs = newProcs(r.work)
+
+	// Postgres: settings, the server's processes, the throwaway databases.
+	r.adminURL = r.o.databaseURL
+	if r.admin, err = connect(ctx, r.adminURL); err != nil {
+		return err
+	}
+	info, err := readPGInfo(ctx, r.admin)
+	if err != nil {
+		return err
+	}
+	r.res.Postgres, r.postmaster = info, info.postmaster
+	if r.relayURL, err = r.createDB(ctx, r.relayName); err != nil {
+		return err
+	}
+	if r.o.phases[phaseBareIngest] {
+		if r.bareURL, err = r.createDB(ctx, r.bareName); err != nil {
+			return err
+		}
+	}
+	if r.relay, err = connect(ctx, r.relayURL); err != nil {
+		return err
+	}
+
+	// RabbitMQ: version, beam's pid; from here the prefix is cleaned up.
+	if r.mg, err = newMgmt(r.o.managementURL, r.o.amqpURL); err != nil {
+		return err
+	}
+	bi, err := r.mg.info(ctx)
+	if err != nil {
+		return err
+	}
+	r.res.RabbitMQ, r.beamPID = bi, bi.pid
+	r.mgReady = true
+	if r.amqpConn, err = dialAMQP(r.o.amqpURL, "hookrelay-bench"); err != nil {
+		return err
+	}
+
+	groups := []group{
+		{name: procBench, pidsFunc: selfPIDs},
+		{name: procReceiver, pidsFunc: r.pidsOf(procReceiver)},
+		{name: procDispatcher, pidsFunc: r.pidsOf(procDispatcher)},
+		{name: procDestination, pidsFunc: r.pidsOf(procDestination)},
+		{name: procBareIngest, pidsFunc: r.pidsOf(procBareIngest)},
+		{name: procBareForwarder, pidsFunc: r.pidsOf(procBareForwarder)},
+	}
+	if r.postmaster > 1 {
+		groups = append(groups, group{name: procPostgres, pidsFunc: serverPIDs(r.postmaster), pss: true})
+	} else {
+		r.logf("note: Postgres is not a process of this machine; its CPU is not measured")
+	}
+	if _, err := readPidStat(r.beamPID); err == nil {
+		groups = append(groups, group{name: procRabbitMQ, pidsFunc: serverPIDs(r.beamPID), pss: true})
+	} else {
+		r.logf("note: RabbitMQ (os pid %d) is not a process of this machine; its CPU is not measured", r.beamPID)
+	}
+	r.sampler = newSampler(groups)
+
+	// The destination, then the config that points the route at it.
+	r.signingSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte(randomHex(16)))
+	r.sourceSecret = randomHex(16)
+	p, line, err := r.procs.start(ctx, procDestination, r.exe,
+		[]string{ChildArg, roleDestination, "--secret", r.signingSecret, "--delay", r.o.destDelay.String()}, true, 15*time.Second)
+	if err != nil {
+		return err
+	}
+	r.setCurrent(procDestination, p)
+	addr, ok := strings.CutPrefix(line, "ready ")
+	if !ok {
+		return fmt.Errorf("destination announced %q, want \"ready <addr>\"", line)
+	}
+	r.dest = newDestClient(addr)
+	if err := r.writeConfig(); err != nil {
+		return err
+	}
+	r.relaySender = newSender("http://"+r.receiverAddr+"/webhooks/"+benchSource, []byte(r.sourceSecret), r.runID, r.o.bodySize, r.o.clients)
+	if err := r.startReceiver(ctx); err != nil {
+		return err
+	}
+	return r.dispatcherUp(ctx)
+}
+
+// createDB creates and migrates a throwaway database, dropped at the end
+// (also when migrating it fails), and returns its URL.
+func (r *runner) createDB(ctx context.Context, name string) (string, error) {
+	dbURL, err := withDatabase(r.adminURL, name)
+	if err != nil {
+		return "", err
+	}
+	if err := createDatabase(ctx, r.admin, name); err != nil {
+		return "", err
+	}
+	r.created = append(r.created, name)
+	return dbURL, migrateDatabase(ctx, dbURL)
+}
+
+// teardown stops the children, deletes the broker names and drops the
+// databases. The work folder is removed after a passing run unless asked to
+// keep it; after a failure it stays, for its logs.
+func (r *runner) teardown(passed bool) error {
+	var errs []error
+	if r.procs != nil {
+		if err := r.procs.stopAll(45 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if r.amqpConn != nil {
+		_ = r.amqpConn.Close() // nothing depends on a clean close
+	}
+	if r.mgReady {
+		if err := r.mg.cleanup(ctx, r.prefix); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.relay != nil {
+		_ = r.relay.Close(ctx)
+	}
+	for _, name := range r.created {
+		if err := dropDatabase(ctx, r.admin, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.admin != nil {
+		_ = r.admin.Close(ctx)
+	}
+	if r.work != "" {
+		if passed && len(errs) == 0 && r.workIsTemp && !r.o.keep {
+			if err := os.RemoveAll(r.work); err != nil {
+				errs = append(errs, fmt.Errorf("removing %s: %w", r.work, err))
+			}
+		} else {
+			r.logf("logs and config kept in %s", r.work)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// freeAddr returns a loopback address with a port free at the time of the
+// call, for the receiver's and the dispatcher's listeners.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// writeConfig writes the config of the receiver and the dispatcher: one
+// source with an hmac signature, one route to the destination, the
+// throwaway database and prefix, defaults elsewhere. It loads the file
+// with the real loader before anything starts, so a config the binaries
+// would refuse stops the run here with the loader's message.
+func (r *runner) writeConfig() error {
+	var err error
+	if r.receiverAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	if r.dispatcherAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	cfg := map[string]any{
+		"database": map[string]any{"url": r.relayURL, "max_conns": r.o.dbConns},
+		"amqp": map[string]any{
+			"url": r.o.amqpURL, "prefix": r.prefix, "management_url": r.o.managementURL,
+		},
+		"receiver":   map[string]any{"listen": r.receiverAddr},
+		"dispatcher": map[string]any{"listen": r.dispatcherAddr},
+		"log":        map[string]any{"level": "info", "format": "json"},
+		"sources": []any{map[string]any{
+			"name": benchSource,
+			"verify": map[string]any{
+				"scheme": "hmac", "secrets": []string{r.sourceSecret}, "algorithm": "sha256",
+				"encoding": "hex", "header": benchSigHeader, "prefix": benchSigPrefix,
+			},
+			"idempotency": map[string]any{"json_path": "id"},
+			"event_type":  map[string]any{"json_path": "type"},
+		}},
+		"routes": []any{map[string]any{
+			"name": benchRoute, "url": r.dest.url(benchRoute), "bindings": []string{benchSource + ".#"},
+			"concurrency": r.o.concurrency, "signing_secret": r.signingSecret,
+		}},
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encoding config: %w", err)
+	}
+	r.configPath = filepath.Join(r.work, "config.yaml")
+	// 0600: it holds the run's secrets (random, used once).
+	if err := os.WriteFile(r.configPath, out, 0o600); err != nil {
+		return fmt.Errorf("writing config: %w", err)
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	if _, err := config.Load(r.configPath, noEnv); err != nil {
+		return fmt.Errorf("the benchmark's config does not load: %w", err)
+	}
+	return nil
+}
+
+func (r *runner) setCurrent(name string, p *process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p == nil {
+		delete(r.current, name)
+		return
+	}
+	r.current[name] = p
+}
+
+func (r *runner) pidsOf(name string) func() []int {
+	return func() []int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if p := r.current[name]; p != nil {
+			return []int{p.pid()}
+		}
+		return nil
+	}
+}
+
+// alive returns an error when a child that should be running has exited.
+func (r *runner) alive() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.current {
+		if err := p.exited(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runner) startReceiver(ctx context.Context) error {
+	p, _, err := r.procs.start(ctx, procReceiver, r.receiverBin, []string{"--config", r.configPath}, false, 0)
+	if err != nil {
+		return err
+	}
+	r.setCurrent(procReceiver, p)
+	return waitReady(ctx, p, "http://"+r.receiverAddr+"/readyz", 60*time.Second)
+}
+
+// dispatcherUp starts the dispatcher unless it runs; with wait it returns
+// once it is ready.
+func (r *runner) dispatcherUp(ctx context.Context) error {
+	p, err := r.startDispatcher(ctx)
+	if err != nil {
+		return err
+	}
+	return waitReady(ctx, p, "http://"+r.dispatcherAddr+"/readyz", 60*time.Second)
+}
+
+func (r *runner) startDispatcher(ctx context.Context) (*process, error) {
+	r.mu.Lock()
+	p := r.current[procDispatcher]
+	r.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	p, _, err := r.procs.start(ctx, procDispatcher, r.dispatcherBin, []string{"--config", r.configPath}, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	r.setCurrent(procDispatcher, p)
+	return p, nil
+}
+
+// dispatcherDown stops the dispatcher (SIGTERM: in-flight deliveries
+// finish and are acked) unless it is stopped.
+func (r *runner) dispatcherDown() error {
+	r.mu.Lock()
+	p := r.current[procDispatcher]
+	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	err := p.stop(45 * time.Second)
+	r.setCurrent(procDispatcher, nil)
+	return err
+}
+
+func binaryInfo(name, path string) Binary {
+	b := Binary{Name: name, Path: path}
+	if st, err := os.Stat(path); err == nil {
+		b.Built = st.ModTime()
+	}
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return b
+	}
+	b.GoVersion = bi.GoVersion
+	b.Revision, b.Modified = vcs(bi.Settings)
+	return b
+}
+
+func vcs(settings []debug.BuildSetting) (rev string, modified bool) {
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	return rev, modified
+}
+
+func kernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return runtime.GOOS
+	}
+	return runtime.GOOS + " " + strings.TrimSpace(string(b))
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages: how busy the
+// machine was, which on a shared machine says how far to trust a run.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// phaseMark is where a phase's measurements start.
+type phaseMark struct {
+	mark
+	pg pgActivity
+}
+
+// begin marks the start of a measured window.
+func (r *runner) begin(ctx context.Context) (phaseMark, error) {
+	pg, err := readPGActivity(ctx, r.admin, r.res.Postgres.versionNum)
+	if err != nil {
+		return phaseMark{}, err
+	}
+	m, err := r.sampler.mark()
+	if err != nil {
+		return phaseMark{}, err
+	}
+	return phaseMark{mark: m, pg: pg}, nil
+}
+
+// end returns what was used since m.
+func (r *runner) end(ctx context.Context, m phaseMark) (Usage, error) {
+	u, err := r.sampler.since(m.mark)
+	if err != nil {
+		return Usage{}, err
+	}
+	pg, err := readPGActivity(ctx, r.admin, r.res.Postgres.versionNum)
+	if err != nil {
+		return Usage{}, err
+	}
+	u.WALBytes = pg.wal - m.pg.wal
+	u.Checkpoints = pg.checkpoints - m.pg.checkpoints
+	return u, nil
+}
+
+// routeQueue is the relay's queue for the benchmark's route.
+func (r *runner) routeQueue() string { return amqp.Names{Prefix: r.prefix}.RouteQueue(benchRoute) }
