@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/bench"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -33,6 +34,7 @@ commands:
   dead list --route R          read the dead-letter queue without consuming it [--limit N]
   dead requeue --route R       move dead letters back with a fresh attempt count [--limit N]
   purge --older-than AGE       delete old delivered events, keeping dedupe keys [--batch N] [--include-dead]
+  bench [flags]                benchmark the relay against bare references on a throwaway database (--help)
 
 filters: --source S --event-type T --state pending|retrying|delivered|dead --route R
          --since T --until T (RFC 3339, or an age: 2h, 3d) --limit N
@@ -90,6 +92,14 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnvFunc, std
 	args = fs.Args()
 	if len(args) == 0 {
 		return usageError{"no command given"}
+	}
+	switch args[0] {
+	case "bench":
+		// It needs no config: it makes its own database and prefix.
+		return bench.Main(ctx, args[1:], stdout, stderr)
+	case bench.ChildArg:
+		// A helper process the benchmark started as this executable.
+		return bench.Main(ctx, args, stdout, stderr)
 	}
 	cfg, err := config.Load(config.Path(*configPath, lookupEnv), lookupEnv)
 	if err != nil {

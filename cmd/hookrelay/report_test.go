@@ -63,3 +63,15 @@ routes:
 	require.NoError(t, run(context.Background(), []string{"--config", path, "topology", "export", "--out", "-"}, noEnv, &stdout, &bytes.Buffer{}))
 	require.Contains(t, stdout.String(), `"name": "hr.route.billing"`)
 }
+
+// bench needs no config: --help prints its flags; its helper processes,
+// started as this executable, reach bench.Main too.
+func TestBenchIsWired(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"bench", "--help"}, noEnv, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "Usage: hookrelay bench")
+	err := run(context.Background(), []string{"bench-child", "frobnicate"}, noEnv, &stdout, &stderr)
+	require.ErrorContains(t, err, `unknown role "frobnicate"`)
+	require.Equal(t, 1, report(err, &bytes.Buffer{}))
+}
