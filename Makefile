@@ -37,8 +37,7 @@ fuzz: ## every fuzz target for $(FUZZTIME) (a count like 20000x, or a duration)
 
 .PHONY: bench
 bench: build ## the relay benchmark against its bare references (BENCH_FLAGS=--quick: about a minute)
-	go build -o bin/ ./internal/bench/cmd/benchmain
-	bin/benchmain $(BENCH_FLAGS)
+	bin/hookrelay bench $(BENCH_FLAGS)
 
 .PHONY: bench/go
 bench/go: ## Go micro-benchmarks (compare runs with benchstat)

@@ -11,7 +11,7 @@
 # Nothing here touches the RabbitMQ on 5672 or the Postgres on 5432: the
 # cluster uses CLUSTER_PREFIX (default hrchaos) and ports from
 # CLUSTER_BASE_PORT (default 5731), and Postgres runs from a temporary folder
-# on port 55432. The work folder (logs of every process) is kept when the
+# on port 25432. The work folder (logs of every process) is kept when the
 # suite fails, or with CHAOS_KEEP_LOGS=1, and its path printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -38,6 +38,12 @@ func main() {
 	}
 }
 
+// defaultPGPort is the port of the suite's own Postgres. It is below
+// Linux's ephemeral range (32768-60999 by default): a port inside it can be
+// held, when Postgres starts, by one of the many outgoing connections the
+// cluster's nodes and tools open, and Postgres then cannot bind it.
+const defaultPGPort = 25432
+
 // failedError is a run that completed and found the relay at fault (as
 // opposed to a suite that could not run).
 type failedError struct{ reasons []string }
@@ -53,7 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	fs.StringVar(&opts.cluster, "cluster", "scripts/cluster.sh", "the cluster script (its settings come from the environment)")
 	fs.StringVar(&opts.work, "work", "", "work folder for Postgres, configs and logs (default: a new temporary folder)")
 	fs.IntVar(&opts.rate, "rate", 100, "events per second sent, open loop, split over both receivers")
-	fs.IntVar(&opts.pgPort, "pg-port", 55432, "port of the suite's own Postgres")
+	fs.IntVar(&opts.pgPort, "pg-port", defaultPGPort, "port of the suite's own Postgres")
 	fs.DurationVar(&opts.settle, "settle", 0, "steady load before the first fault and between faults (default 8s)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -9,14 +9,55 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
-	"github.com/rs/zerolog"
+	"github.com/hookrelay/hookrelay/internal/setup"
 )
 
 func main() {
-	app.Main("dispatcher", func(ctx context.Context, cfg *config.Config, logger zerolog.Logger) error {
-		return app.RunDispatcher(ctx, cfg, app.DispatcherOptions{Logger: logger})
-	})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// run runs the dispatcher until ctx is done. It reports its own failure, a
+// bad config on stderr and a failure while running in the log, and returns
+// it for the exit status. The dispatcher writes nothing to stdout.
+func run(ctx context.Context, args []string, lookupEnv config.LookupEnvFunc, _, stderr io.Writer) error {
+	cfg, logger, err := setup.Daemon("dispatcher", args, lookupEnv, stderr)
+	var bad *setup.ConfigError
+	if errors.As(err, &bad) {
+		fmt.Fprintf(stderr, "dispatcher: %v\n", err)
+	}
+	if err != nil {
+		return err // a bad flag or --help: the flag package has printed it
+	}
+	if err := app.RunDispatcher(ctx, cfg, app.DispatcherOptions{Logger: logger}); err != nil {
+		logger.Error().Err(err).Msg("dispatcher exited")
+		return err
+	}
+	return nil
+}
+
+// exitCode is 0 after a clean stop or --help, 2 for a bad command line or
+// config, 1 when the dispatcher failed.
+func exitCode(err error) int {
+	var usage *setup.UsageError
+	var bad *setup.ConfigError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage), errors.As(err, &bad):
+		return 2
+	}
+	return 1
 }

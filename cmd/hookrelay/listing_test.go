@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
-	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -45,7 +46,7 @@ func cliConfig(t *testing.T, dbURL, prefix string, routes ...string) (string, *c
 func runCLI(t *testing.T, path string, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), path, args, &out, &errOut)
+	err := run(context.Background(), append([]string{"--config", path}, args...), noEnv, &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 
@@ -57,15 +58,15 @@ func TestDeadListSaysHowManyItDidNotShow(t *testing.T) {
 	conn := amqptest.Dial(t)
 	ch := amqptest.Channel(t, conn)
 	path, cfg := cliConfig(t, dbURL, amqptest.Prefix(t))
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	require.NoError(t, topo.Declare(ch))
-	dead := app.Ops(cfg, nil, nil).Names.DeadQueue("billing")
+	dead := hamqp.Names{Prefix: cfg.AMQP.Prefix}.DeadQueue("billing")
 	for i := range 12 {
 		id := uuid.NewString()
 		require.NoError(t, ch.PublishWithContext(context.Background(), "", dead, false, false, amqp.Publishing{
 			MessageId: id, Body: []byte(fmt.Sprintf(`{"n":%d}`, i)),
-			Headers: amqp.Table{webhook.HeaderEventID: id, webhook.HeaderSource: "acme", "x-hookrelay-dead-reason": "max_attempts"},
+			Headers: amqp.Table{hamqp.HeaderEventID: id, hamqp.HeaderSource: "acme", "x-hookrelay-dead-reason": "max_attempts"},
 		}))
 	}
 	amqptest.WaitCount(t, ch, dead, 12, 10*time.Second)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
@@ -32,7 +32,7 @@ routes:
 `, dbURL)
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	var out bytes.Buffer
-	err := run(context.Background(), path, args, &out, io.Discard)
+	err := run(context.Background(), append([]string{"--config", path}, args...), noEnv, &out, io.Discard)
 	return out.String(), err
 }
 
@@ -65,7 +65,7 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 
 	out, err = cli(t, dbURL, "events", "show", "--json", id.String())
 	require.NoError(t, err)
-	var ev store.EventDetail
+	var ev ops.EventDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &ev), out)
 	require.Equal(t, id, ev.ID)
 	require.Len(t, ev.Deliveries, 1)
@@ -78,7 +78,7 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 
 	out, err = cli(t, dbURL, "events", "list", "--state", "delivered", "--json")
 	require.NoError(t, err)
-	var list struct{ Items []store.EventSummary }
+	var list struct{ Items []ops.EventSummary }
 	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
 	require.Len(t, list.Items, 1)
 	out, err = cli(t, dbURL, "events", "list", "--source", "acme")
@@ -104,6 +104,9 @@ func TestCLIRejectsBadUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ue, "%v", args)
 	}
 }
+
+// noEnv is an empty environment: the config file alone counts.
+func noEnv(string) (string, bool) { return "", false }
 
 // recordErr keeps the error of AttemptRecord's results.
 func recordErr(_ int64, _ bool, err error) error { return err }

@@ -14,13 +14,31 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
 )
+
+// operator is what the commands that need the database work with.
+type operator struct {
+	cfg *config.Config
+	svc *ops.Service
+	// out takes the command's output, progress a long command's progress.
+	out, progress io.Writer
+}
+
+// operations are the commands that need the database, by name.
+var operations = map[string]func(ctx context.Context, o *operator, args []string) error{
+	"events list":  eventsList,
+	"events show":  eventsShow,
+	"replay":       replay,
+	"dead list":    deadList,
+	"dead requeue": deadRequeue,
+	"purge":        purge,
+}
 
 // operate runs the commands that need the database.
 func operate(ctx context.Context, cfg *config.Config, args []string, out, progress io.Writer) error {
@@ -32,11 +50,10 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 	if err := db.RequireSchema(ctx); err != nil {
 		return err
 	}
-	dialer, err := app.Dialer(cfg, nil, zerolog.Nop())
+	dialer, err := setup.Dialer(cfg, nil, zerolog.Nop())
 	if err != nil {
 		return err
 	}
-	svc := app.Ops(cfg, db, dialer)
 	cmd := args[0]
 	if len(args) > 1 && !strings.HasPrefix(args[1], "-") {
 		cmd += " " + args[1]
@@ -44,165 +61,167 @@ func operate(ctx context.Context, cfg *config.Config, args []string, out, progre
 	} else {
 		args = args[1:]
 	}
-	switch cmd {
-	case "events list":
-		fs, f, asJSON := filterFlags("events list")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		filter, err := f()
-		if err != nil {
-			return usageError{err.Error()}
-		}
-		list, err := svc.EventList(ctx, filter)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(out, list)
-		}
-		return printEvents(out, list)
-	case "events show":
-		fs := flag.NewFlagSet("events show", flag.ContinueOnError)
-		asJSON := fs.Bool("json", false, "print JSON")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return usageError{"events show needs one event id"}
-		}
-		id, err := uuid.Parse(fs.Arg(0))
-		if err != nil {
-			return usageError{"invalid event id"}
-		}
-		ev, err := svc.EventShow(ctx, id)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(out, ev)
-		}
-		return printEvent(out, ev)
-	case "replay":
-		fs, f, asJSON := filterFlags("replay")
-		event := fs.String("event", "", "replay one event by id")
-		includeDelivered := fs.Bool("include-delivered", false, "replay pairs already delivered too")
-		dryRun := fs.Bool("dry-run", false, "print what would be replayed, change nothing")
-		batch := fs.Int("batch", ops.DefaultReplayBatch, "most pairs per transaction")
-		stall := fs.String("stall-timeout", ops.DefaultReplayStall.String(), "give up when a batch makes no progress for this long")
-		list := fs.Int("list", ops.DefaultListLimit, "most pairs to list of each kind (replayed, skipped)")
-		after := fs.String("after", "", "go on after where a replay stopped at --limit (the cursor it printed)")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		filter, err := f()
-		if err != nil {
-			return usageError{err.Error()}
-		}
-		stallTimeout, err := config.ParseDuration(*stall)
-		if err != nil || stallTimeout <= 0 {
-			return usageError{"--stall-timeout: want a duration like 2m"}
-		}
-		if *batch < 1 || *list < 0 {
-			return usageError{"--batch and --list must be positive"}
-		}
-		req := ops.ReplayRequest{
-			Filter: filter, IncludeDelivered: *includeDelivered, DryRun: *dryRun,
-			After: *after, MaxBatch: *batch, StallTimeout: stallTimeout, ListLimit: max(*list, 1),
-			ProgressFunc: progressPrinter(progress, 2*time.Second),
-		}
-		if *event != "" {
-			if req.EventID, err = uuid.Parse(*event); err != nil {
-				return usageError{"--event: invalid event id"}
-			}
-		} else if filter == (store.EventFilter{}) {
-			return usageError{"refusing to replay everything: give --event or a filter"}
-		}
-		res, err := svc.Replay(ctx, req)
-		if errors.Is(err, ops.ErrInvalidRequest) {
-			return usageError{err.Error()}
-		}
-		if err != nil {
-			if res != nil {
-				fmt.Fprintf(progress, "replay: stopped after %d pair(s) enqueued, %d skipped, %d delivered so far\n",
-					res.ReplayedCount, res.SkippedCount, res.Delivered)
-			}
-			return err
-		}
-		if *asJSON {
-			return writeJSON(out, res)
-		}
-		return printReplay(out, res, *list)
-	case "dead list":
-		fs := flag.NewFlagSet("dead list", flag.ContinueOnError)
-		route := fs.String("route", "", "route (required)")
-		limit := fs.Int("limit", ops.DefaultListLimit, "most messages to show")
-		asJSON := fs.Bool("json", false, "print JSON")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		list, err := svc.DeadList(ctx, *route, *limit)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(out, list)
-		}
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "EVENT\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
-		for _, d := range list.Items {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.EventID, d.Source, d.EventType, d.Attempts, d.LastStatus, d.LastError, d.LastAttemptAt, d.Reason)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if list.Shown < list.Total {
-			_, err = fmt.Fprintf(out, "%s\n", shownOf(list.Shown, int64(list.Total)))
-		} else {
-			_, err = fmt.Fprintf(out, "%d dead letter(s) in %s\n", list.Total, list.Queue)
-		}
-		return err
-	case "dead requeue":
-		fs := flag.NewFlagSet("dead requeue", flag.ContinueOnError)
-		route := fs.String("route", "", "route (required)")
-		limit := fs.Int("limit", 0, "most messages to move (0: all)")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		n, err := svc.DeadRequeue(ctx, *route, *limit)
-		fmt.Fprintf(out, "requeued %d message(s) from %s to %s\n", n, svc.Names.DeadQueue(*route), svc.Names.RouteQueue(*route))
-		return err
-	case "purge":
-		fs := flag.NewFlagSet("purge", flag.ContinueOnError)
-		olderThan := fs.String("older-than", "", "age, e.g. 30d or 720h (required)")
-		batch := fs.Int("batch", 1000, "events per transaction")
-		includeDead := fs.Bool("include-dead", false, "purge events with dead pairs too (their dead letters then park as event_missing)")
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		age, err := config.ParseDuration(*olderThan)
-		if err != nil || age <= 0 {
-			return usageError{"--older-than: want an age like 30d or 720h"}
-		}
-		res, err := svc.Purge(ctx, ops.PurgeRequest{OlderThan: age, Batch: *batch, IncludeDead: *includeDead})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "purged: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
-			res.Deliveries, res.Events, res.Stripped, cfg.Retention.DedupeWindow, res.Batches)
-		if res.Abandoned > 0 {
-			fmt.Fprintf(out, "abandoned: %d pending or retrying deliveries to routes not in the config (no dispatcher delivers them)\n", res.Abandoned)
-		}
-		if res.KeptUndelivered > 0 {
-			hint := ""
-			if !*includeDead {
-				hint = "; --include-dead to purge dead ones too"
-			}
-			fmt.Fprintf(out, "kept: %d events older than %s with something undelivered (in flight or dead%s)\n", res.KeptUndelivered, *olderThan, hint)
-		}
-		return nil
+	op, ok := operations[cmd]
+	if !ok {
+		return usageError{fmt.Sprintf("unknown command %q", cmd)}
 	}
-	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	return op(ctx, &operator{cfg: cfg, svc: setup.Ops(cfg, db, dialer), out: out, progress: progress}, args)
+}
+
+func eventsList(ctx context.Context, o *operator, args []string) error {
+	fs, f, asJSON := filterFlags("events list")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	filter, err := f()
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	list, err := o.svc.EventList(ctx, filter)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(o.out, list)
+	}
+	return printEvents(o.out, list)
+}
+
+func eventsShow(ctx context.Context, o *operator, args []string) error {
+	fs := flag.NewFlagSet("events show", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{"events show needs one event id"}
+	}
+	id, err := uuid.Parse(fs.Arg(0))
+	if err != nil {
+		return usageError{"invalid event id"}
+	}
+	ev, err := o.svc.EventShow(ctx, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(o.out, ev)
+	}
+	return printEvent(o.out, ev)
+}
+
+func replay(ctx context.Context, o *operator, args []string) error {
+	fs, f, asJSON := filterFlags("replay")
+	event := fs.String("event", "", "replay one event by id")
+	includeDelivered := fs.Bool("include-delivered", false, "replay pairs already delivered too")
+	dryRun := fs.Bool("dry-run", false, "print what would be replayed, change nothing")
+	batch := fs.Int("batch", ops.DefaultReplayBatch, "most pairs per transaction")
+	stall := fs.String("stall-timeout", ops.DefaultReplayStall.String(), "give up when a batch makes no progress for this long")
+	list := fs.Int("list", ops.DefaultListLimit, "most pairs to list of each kind (replayed, skipped)")
+	after := fs.String("after", "", "go on after where a replay stopped at --limit (the cursor it printed)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	filter, err := f()
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	stallTimeout, err := config.ParseDuration(*stall)
+	if err != nil || stallTimeout <= 0 {
+		return usageError{"--stall-timeout: want a duration like 2m"}
+	}
+	if *batch < 1 || *list < 0 {
+		return usageError{"--batch and --list must be positive"}
+	}
+	req := ops.ReplayRequest{
+		Filter: filter, IncludeDelivered: *includeDelivered, DryRun: *dryRun,
+		After: *after, MaxBatch: *batch, StallTimeout: stallTimeout, ListLimit: max(*list, 1),
+		ProgressFunc: progressPrinter(o.progress, 2*time.Second),
+	}
+	if *event != "" {
+		if req.EventID, err = uuid.Parse(*event); err != nil {
+			return usageError{"--event: invalid event id"}
+		}
+	} else if filter == (store.EventFilter{}) {
+		return usageError{"refusing to replay everything: give --event or a filter"}
+	}
+	res, err := o.svc.Replay(ctx, req)
+	if errors.Is(err, ops.ErrInvalidRequest) {
+		return usageError{err.Error()}
+	}
+	if err != nil {
+		if res != nil {
+			fmt.Fprintf(o.progress, "replay: stopped after %d pair(s) enqueued, %d skipped, %d delivered so far\n",
+				res.ReplayedCount, res.SkippedCount, res.Delivered)
+		}
+		return err
+	}
+	if *asJSON {
+		return printJSON(o.out, res)
+	}
+	return printReplay(o.out, res, *list)
+}
+
+func deadList(ctx context.Context, o *operator, args []string) error {
+	fs := flag.NewFlagSet("dead list", flag.ContinueOnError)
+	route := fs.String("route", "", "route (required)")
+	limit := fs.Int("limit", ops.DefaultListLimit, "most messages to show")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	list, err := o.svc.DeadList(ctx, *route, *limit)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(o.out, list)
+	}
+	return printDeadLetters(o.out, list)
+}
+
+func deadRequeue(ctx context.Context, o *operator, args []string) error {
+	fs := flag.NewFlagSet("dead requeue", flag.ContinueOnError)
+	route := fs.String("route", "", "route (required)")
+	limit := fs.Int("limit", 0, "most messages to move (0: all)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	n, err := o.svc.DeadRequeue(ctx, *route, *limit)
+	names := setup.Names(o.cfg)
+	fmt.Fprintf(o.out, "requeued %d message(s) from %s to %s\n", n, names.DeadQueue(*route), names.RouteQueue(*route))
+	return err
+}
+
+func purge(ctx context.Context, o *operator, args []string) error {
+	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
+	olderThan := fs.String("older-than", "", "age, e.g. 30d or 720h (required)")
+	batch := fs.Int("batch", 1000, "events per transaction")
+	includeDead := fs.Bool("include-dead", false, "purge events with dead pairs too (their dead letters then park as event_missing)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	age, err := config.ParseDuration(*olderThan)
+	if err != nil || age <= 0 {
+		return usageError{"--older-than: want an age like 30d or 720h"}
+	}
+	res, err := o.svc.Purge(ctx, ops.PurgeRequest{OlderThan: age, Batch: *batch, IncludeDead: *includeDead})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.out, "purged: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
+		res.Deliveries, res.Events, res.Stripped, o.cfg.Retention.DedupeWindow, res.Batches)
+	if res.Abandoned > 0 {
+		fmt.Fprintf(o.out, "abandoned: %d pending or retrying deliveries to routes not in the config (no dispatcher delivers them)\n", res.Abandoned)
+	}
+	if res.KeptUndelivered > 0 {
+		hint := ""
+		if !*includeDead {
+			hint = "; --include-dead to purge dead ones too"
+		}
+		fmt.Fprintf(o.out, "kept: %d events older than %s with something undelivered (in flight or dead%s)\n", res.KeptUndelivered, *olderThan, hint)
+	}
+	return nil
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
@@ -233,7 +252,7 @@ func filterFlags(name string) (*flag.FlagSet, func() (store.EventFilter, error),
 	}, asJSON
 }
 
-func writeJSON(w io.Writer, v any) error {
+func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
@@ -242,6 +261,24 @@ func writeJSON(w io.Writer, v any) error {
 // shownOf is the last line of a listing that stopped at its limit.
 func shownOf(shown int, total int64) string {
 	return fmt.Sprintf("%d of %d shown (--limit N for more)", shown, total)
+}
+
+func printDeadLetters(w io.Writer, list *ops.DeadLetterList) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
+	for _, d := range list.Items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.EventID, d.Source, d.EventType, d.Attempts, d.LastStatus, d.LastError, d.LastAttemptAt, d.Reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var err error
+	if list.Shown < list.Total {
+		_, err = fmt.Fprintf(w, "%s\n", shownOf(list.Shown, int64(list.Total)))
+	} else {
+		_, err = fmt.Fprintf(w, "%d dead letter(s) in %s\n", list.Total, list.Queue)
+	}
+	return err
 }
 
 func printEvents(w io.Writer, list *ops.EventList) error {
@@ -266,7 +303,7 @@ func printEvents(w io.Writer, list *ops.EventList) error {
 	return err
 }
 
-func printEvent(w io.Writer, ev *store.EventDetail) error {
+func printEvent(w io.Writer, ev *ops.EventDetail) error {
 	fmt.Fprintf(w, "event      %s\nsource     %s\ntype       %s\nkey        %s\nreceived   %s\nbody       %s\n",
 		ev.ID, ev.Source, ev.EventType, ev.IdempotencyKey, ev.ReceivedAt.UTC().Format(time.RFC3339Nano), snippet(ev.Body, 200))
 	if ev.Purged {

@@ -46,7 +46,7 @@ func TestUnservedRoutePairs(t *testing.T) {
 	require.NotContains(t, out, "route billing is not configured")
 	out, _, err = runCLI(t, path, "events", "show", "--json", orphan.String())
 	require.NoError(t, err)
-	var ev store.EventDetail
+	var ev ops.EventDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &ev))
 	for _, d := range ev.Deliveries {
 		require.Equal(t, d.Route == "legacy", d.Unserved, d.Route)

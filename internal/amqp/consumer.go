@@ -8,20 +8,23 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/backoff"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 )
 
-// HandleFunc processes one delivery. Returning nil acks it; an error nacks
-// it with requeue (after a pause), so it comes back. Shutdown first closes
-// d.Stopping (stop waiting for dependencies), then, after the shutdown
-// timeout, cancels ctx: the handler abandons its work, and the message,
-// neither acked nor nacked, goes back to the queue when the connection
-// closes. Until then ctx is not cancelled: the handler bounds its own work.
-type HandleFunc func(ctx context.Context, d *Delivery) error
+// HandleFunc processes one route message, decoded from the wire (see
+// decodeRouteMessage). Returning nil acks it; an error nacks it with
+// requeue (after a pause), so it comes back. Shutdown first closes stopping
+// (stop waiting for dependencies), which also closes when the connection
+// is lost, then, after the shutdown timeout, cancels ctx: the handler
+// abandons its work, and the message, neither acked nor nacked, goes back
+// to the queue when the connection closes. Until then ctx is not
+// cancelled: the handler bounds its own work.
+type HandleFunc func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error
 
-// ConsumerGroup is Concurrency consumers of one queue, each on its own
-// channel with prefetch 1.
+// ConsumerGroup is Concurrency consumers of one route queue, each on its
+// own channel with prefetch 1.
 type ConsumerGroup struct {
 	Queue       string
 	Concurrency int
@@ -126,40 +129,11 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	// A consumer whose channel closes (a channel error, the broker's
-	// consumer timeout, its queue deleted) must not vanish while the
-	// connection looks healthy: the whole session starts over.
-	total := 0
-	for _, g := range c.cfg.Groups {
-		total += g.Concurrency
-	}
-	lost := make(chan error, total)
-	for _, g := range c.cfg.Groups {
-		for i := range g.Concurrency {
-			cc, err := c.openConsumer(conn, g, i)
-			if err != nil {
-				stop()
-				wg.Wait()
-				return err
-			}
-			chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cc.run(sctx, work, g.Handle)
-				if sctx.Err() == nil {
-					err := fmt.Errorf("consumer of %s stopped", g.Queue)
-					select {
-					case e := <-chClosed:
-						if e != nil {
-							err = fmt.Errorf("consumer of %s stopped: %w", g.Queue, e)
-						}
-					default:
-					}
-					lost <- err
-				}
-			}()
-		}
+	lost, err := c.startConsumers(sctx, work, conn, &wg)
+	if err != nil {
+		stop()
+		wg.Wait()
+		return err
 	}
 	c.mu.Lock()
 	c.conn = conn
@@ -189,6 +163,51 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 		wg.Wait()
 		return err
 	}
+}
+
+// startConsumers starts every group's consumers on conn, each in a
+// goroutine counted in wg that hands deliveries to its handler (under
+// work) until ctx is done. A consumer whose channel closes while ctx is
+// not done (a channel error, the broker's consumer timeout, its queue
+// deleted) must not vanish while the connection looks healthy: it says so
+// on lost, and the session starts over.
+func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup) (lost <-chan error, err error) {
+	total := 0
+	for _, g := range c.cfg.Groups {
+		total += g.Concurrency
+	}
+	lostc := make(chan error, total)
+	for _, g := range c.cfg.Groups {
+		for i := range g.Concurrency {
+			cc, err := c.openConsumer(conn, g, i)
+			if err != nil {
+				return nil, err
+			}
+			chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cc.run(ctx, work, g.Handle)
+				if ctx.Err() == nil {
+					lostc <- stopped(g.Queue, chClosed)
+				}
+			}()
+		}
+	}
+	return lostc, nil
+}
+
+// stopped says why a consumer of queue stopped, with its channel's error
+// when there is one.
+func stopped(queue string, chClosed <-chan *amqp.Error) error {
+	select {
+	case e := <-chClosed:
+		if e != nil {
+			return fmt.Errorf("consumer of %s stopped: %w", queue, e)
+		}
+	default:
+	}
+	return fmt.Errorf("consumer of %s stopped", queue)
 }
 
 // drain waits for in-flight deliveries on shutdown: up to the shutdown
@@ -280,7 +299,7 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc) {
 }
 
 func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle HandleFunc) {
-	err := safeHandle(work, &Delivery{Delivery: d, stopping: ctx.Done()}, handle)
+	err := safeHandle(work, decodeRouteMessage(d), ctx.Done(), handle)
 	if err != nil && work.Err() != nil {
 		// Aborted at the shutdown timeout: neither acked nor nacked, it goes
 		// back to the queue when the connection closes.
@@ -303,22 +322,11 @@ func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle Ha
 	}
 }
 
-func safeHandle(ctx context.Context, d *Delivery, handle HandleFunc) (err error) {
+func safeHandle(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}, handle HandleFunc) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	return handle(ctx, d)
+	return handle(ctx, m, stopping)
 }
-
-// Delivery is a consumed message.
-type Delivery struct {
-	amqp.Delivery
-	stopping <-chan struct{}
-}
-
-// Stopping is closed when the consumers shut down or their connection is
-// lost. A handler waiting for a dependency gives up then; its message is
-// requeued.
-func (d *Delivery) Stopping() <-chan struct{} { return d.stopping }

@@ -255,99 +255,22 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 		return outcomes, err
 	}
 	cc := p.cc
-	p.batch++
-
-	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
-	index := make(map[string]int, len(msgs))
-	for i, m := range msgs {
-		id := m.EventID.String()
-		// Returns are matched by the outbox row, not the event: one batch
-		// may hold several rows of one event (a replay to several routes).
-		// The batch number makes the id unique to this publish.
-		corr := strconv.FormatUint(p.batch, 10) + "." + strconv.FormatInt(m.OutboxID, 10)
-		index[corr] = i
-		exchange, key := p.cfg.Exchange, m.RoutingKey
-		headers := amqp.Table{
-			webhook.HeaderEventID:   id,
-			webhook.HeaderSource:    m.Source,
-			webhook.HeaderEventType: m.EventType,
-		}
-		if m.Route != "" {
-			// A copy for one route (a replay, a reconciled resend) goes
-			// straight to its queue, with the pair's generation.
-			exchange, key = "", p.cfg.Names.RouteQueue(m.Route)
-			headers[webhook.HeaderGen] = m.Gen
-		}
-		dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{
-			DeliveryMode:  amqp.Persistent,
-			ContentType:   m.ContentType,
-			MessageId:     id,
-			CorrelationId: corr,
-			Timestamp:     m.ReceivedAt,
-			Type:          m.EventType,
-			AppId:         "hookrelay",
-			Headers:       headers,
-			Body:          m.Body,
-		})
-		if err != nil {
-			p.resetLocked()
-			return outcomes, fmt.Errorf("publishing: %w", err)
-		}
-		confirms[i] = dc
+	confirms, index, err := p.sendLocked(ctx, cc, msgs)
+	if err != nil {
+		p.resetLocked()
+		return outcomes, err
 	}
 
 	// Not cut short by ctx: the batch is in flight, and its answers decide
 	// which rows are deleted. A block or a lost connection ends the wait at
 	// once.
-	timer := time.NewTimer(p.cfg.ConfirmTimeout)
-	defer timer.Stop()
-	var waitErr error
-	blocked := false
-wait:
-	for i, dc := range confirms {
-		select {
-		case <-dc.Done():
-		case <-s.block.beginning():
-			reason, _ := s.block.current()
-			if reason == "" {
-				reason = "lifted again"
-			}
-			waitErr = fmt.Errorf("waiting for publisher confirms: %w", blockedError(reason))
-			blocked = true
-			break wait
-		case <-s.gone:
-			_, cause := s.closed()
-			waitErr = fmt.Errorf("rabbitmq connection lost: %w", cause)
-			break wait
-		case <-timer.C:
-			waitErr = fmt.Errorf("waiting for publisher confirms: %w after %s", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
-			break wait
-		}
-		if dc.Acked() {
-			outcomes[i] = Acked
-		} else {
-			outcomes[i] = Nacked
-		}
-	}
+	blocked, waitErr := p.awaitConfirms(s, confirms, outcomes)
 	if waitErr != nil {
 		// The wait ended early, but answers for later messages may have
 		// arrived meanwhile: an ack taken now saves a second publish of
 		// its row. (After a lost connection every pending confirm reads as
 		// a nack; the caller knows those say nothing.)
-		for i, dc := range confirms {
-			if outcomes[i] != Unconfirmed || dc == nil {
-				continue
-			}
-			select {
-			case <-dc.Done():
-				if dc.Acked() {
-					outcomes[i] = Acked
-				} else {
-					outcomes[i] = Nacked
-				}
-			default:
-			}
-		}
+		takeAnswered(confirms, outcomes)
 	}
 	// Every return for an answered message arrived before its answer, so it
 	// is in the buffer now.
@@ -380,6 +303,78 @@ wait:
 		p.discardChannelLocked()
 	}
 	return outcomes, nil
+}
+
+// sendLocked publishes every message of a batch on cc without waiting, and
+// returns their deferred confirms and the index of each correlation id.
+func (p *Publisher) sendLocked(ctx context.Context, cc *confirmChannel, msgs []webhook.Message) ([]*amqp.DeferredConfirmation, map[string]int, error) {
+	p.batch++
+	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	index := make(map[string]int, len(msgs))
+	for i, m := range msgs {
+		// Returns are matched by the outbox row, not the event: one batch
+		// may hold several rows of one event (a replay to several routes).
+		// The batch number makes the id unique to this publish.
+		corr := strconv.FormatUint(p.batch, 10) + "." + strconv.FormatInt(m.OutboxID, 10)
+		index[corr] = i
+		exchange, key, msg := eventMessage(p.cfg.Exchange, p.cfg.Names, m, corr)
+		dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("publishing: %w", err)
+		}
+		confirms[i] = dc
+	}
+	return confirms, index, nil
+}
+
+// awaitConfirms records the broker's answers in outcomes, in order, until
+// every message is answered, the confirm timeout passes, a block begins or
+// the connection is lost; it says whether a block stopped it early, and
+// why it stopped early.
+func (p *Publisher) awaitConfirms(s *session, confirms []*amqp.DeferredConfirmation, outcomes []Outcome) (blocked bool, err error) {
+	timer := time.NewTimer(p.cfg.ConfirmTimeout)
+	defer timer.Stop()
+	for i, dc := range confirms {
+		select {
+		case <-dc.Done():
+		case <-s.block.beginning():
+			reason, _ := s.block.current()
+			if reason == "" {
+				reason = "lifted again"
+			}
+			return true, fmt.Errorf("waiting for publisher confirms: %w", blockedError(reason))
+		case <-s.gone:
+			_, cause := s.closed()
+			return false, fmt.Errorf("rabbitmq connection lost: %w", cause)
+		case <-timer.C:
+			return false, fmt.Errorf("waiting for publisher confirms: %w after %s", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
+		}
+		outcomes[i] = answer(dc)
+	}
+	return false, nil
+}
+
+// takeAnswered records the answers that have arrived for messages still
+// Unconfirmed, without waiting.
+func takeAnswered(confirms []*amqp.DeferredConfirmation, outcomes []Outcome) {
+	for i, dc := range confirms {
+		if outcomes[i] != Unconfirmed || dc == nil {
+			continue
+		}
+		select {
+		case <-dc.Done():
+			outcomes[i] = answer(dc)
+		default:
+		}
+	}
+}
+
+// answer is the outcome of an answered confirm.
+func answer(dc *amqp.DeferredConfirmation) Outcome {
+	if dc.Acked() {
+		return Acked
+	}
+	return Nacked
 }
 
 func (p *Publisher) drainReturnsLocked(cc *confirmChannel, index map[string]int, outcomes []Outcome) {

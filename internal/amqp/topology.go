@@ -1,8 +1,13 @@
-// Package amqp is hookrelay's RabbitMQ layer: the topology (exchanges,
-// quorum queues, bindings) built from the config, declared idempotently and
-// exported as a definitions file; the confirming publishers that reconnect
-// (the outbox's batch Publisher, the dispatcher's ConfirmPublisher); and the
-// dispatcher's Consumers.
+// Package amqp is hookrelay's RabbitMQ layer, and the only package that
+// speaks amqp091: the wire format of every message (envelope.go: the
+// x-hookrelay-* headers, and the encode and decode of each kind); the
+// topology (exchanges, quorum queues, bindings) built from the config,
+// declared idempotently and exported as a definitions file; the dialer
+// over a cluster's nodes; the confirming publishers that reconnect (the
+// outbox's batch Publisher, the dispatcher's ConfirmPublisher and its
+// DispatchPublisher of retries and dead letters); the dispatcher's
+// Consumers, which hand each message over decoded; and DeadLetters, which
+// reads and moves dead letters for an operator.
 package amqp
 
 import (

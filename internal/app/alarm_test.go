@@ -13,6 +13,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,7 +77,7 @@ func memAlarm(t *testing.T) func() bool {
 }
 
 // readyz returns base's /readyz status and body.
-func readyz(t *testing.T, base string) (int, map[string]string) {
+func readyz(t tb, base string) (int, map[string]string) {
 	t.Helper()
 	resp, err := http.Get(base + "/readyz")
 	require.NoError(t, err)
@@ -171,17 +172,19 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 		ids[k] = r.ID
 	}
 	require.Equal(t, int64(10), h.outboxBacklog(), "nothing is published while the broker blocks")
-	require.Eventually(t, func() bool {
-		status, body := readyz(t, h.base)
-		return status == http.StatusOK && body["rabbitmq"] == "blocked"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body := readyz(c, h.base)
+		require.Equal(c, http.StatusOK, status)
+		require.Equal(c, "blocked", body["rabbitmq"])
 	}, 10*time.Second, 50*time.Millisecond, "the receiver stays ready and shows the block")
 	require.Equal(t, 1.0, scrape(t, h.base)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
 
 	// The retry of evt_retry needs a publish: the dispatcher holds it.
 	release(releaseRetry)
-	require.Eventually(t, func() bool {
-		status, body := readyz(t, h.dispatcherBase)
-		return status == http.StatusOK && body["rabbitmq"] == "blocked"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body := readyz(c, h.dispatcherBase)
+		require.Equal(c, http.StatusOK, status)
+		require.Equal(c, "blocked", body["rabbitmq"])
 	}, 10*time.Second, 50*time.Millisecond, "the dispatcher shows the block")
 	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_rabbitmq_blocked{connection="dispatcher_publisher"}`])
 

@@ -1,99 +1,41 @@
 // Package app wires hookrelay's packages into the receiver and dispatcher
-// processes from a validated config. The cmd/* mains only parse flags and
-// signals and call it; tests call it to run the real processes in-process.
+// processes from a validated config (RunReceiver, RunDispatcher). The
+// cmd/* mains parse the command line and call it, through internal/setup's
+// start-up; tests call it to run the real processes in-process.
 package app
 
 import (
+	"context"
 	"fmt"
-	"io"
 	"net"
+	"net/http"
 	"os"
-	"time"
 
-	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/extract"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ingest"
-	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
-
-// NewLogger returns the process logger described by cfg, writing to w.
-func NewLogger(cfg config.Log, w io.Writer) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(cfg.Level)
-	if err != nil {
-		return zerolog.Nop(), fmt.Errorf("log.level: %w", err)
-	}
-	if cfg.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
-}
-
-// Topology returns the RabbitMQ topology for cfg.
-func Topology(cfg *config.Config) amqp.Topology {
-	tc := amqp.TopologyConfig{
-		Prefix:        cfg.AMQP.Prefix,
-		RetryDelays:   cfg.Retry.Backoff,
-		DeliveryLimit: cfg.Dispatcher.DeliveryLimit,
-	}
-	for _, r := range cfg.Routes {
-		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: r.Bindings})
-	}
-	return amqp.BuildTopology(tc)
-}
-
-// RoutesFor returns a function naming the routes whose bindings match a
-// routing key, as the topic exchange will route it.
-func RoutesFor(cfg *config.Config) func(routingKey string) []string {
-	return func(key string) []string {
-		var out []string
-		for _, r := range cfg.Routes {
-			for _, b := range r.Bindings {
-				if amqp.TopicMatch(b, key) {
-					out = append(out, r.Name)
-					break
-				}
-			}
-		}
-		return out
-	}
-}
 
 // Sources builds the ingest sources from cfg.
 func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error) {
 	out := make([]ingest.Source, 0, len(cfg.Sources))
 	for i, s := range cfg.Sources {
 		key := fmt.Sprintf("sources[%d]", i)
-		v, err := verifier(s.Verify)
+		v, err := signature.New(s.Verify.Scheme, s.Verify.SchemeConfig())
 		if err != nil {
 			return nil, fmt.Errorf("%s.verify: %w", key, err)
 		}
 		if s.Verify.Scheme == "none" {
 			logger.Warn().Str("source", s.Name).Msg("source accepts unsigned requests (verify.scheme none)")
 		}
-		idem := s.Idempotency
-		ec := extract.Config{
-			IdempotencySignedID: idem.SignedID,
-			IdempotencyHeaders:  idem.Headers,
-			IdempotencyPaths:    idem.JSONPaths,
-			EventTypeHeader:     s.EventType.Header,
-			EventTypePaths:      s.EventType.JSONPaths,
-		}
-		if s.EventType.JSONPath != "" {
-			ec.EventTypePaths = []string{s.EventType.JSONPath}
-		}
-		if idem.Header != "" {
-			ec.IdempotencyHeaders = []string{idem.Header}
-		}
-		if idem.JSONPath != "" {
-			ec.IdempotencyPaths = []string{idem.JSONPath}
-		}
-		x, err := extract.New(ec)
+		x, err := extract.New(extractConfig(s))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
@@ -102,37 +44,27 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 	return out, nil
 }
 
-// verifier builds the signature.Verifier for a validated verify block.
-func verifier(v config.Verify) (signature.Verifier, error) {
-	switch v.Scheme {
-	case "none":
-		return signature.None{}, nil
-	case "hmac":
-		return signature.NewHMAC(signature.HMACConfig{
-			Secrets: v.Secrets, Algorithm: v.Algorithm, Encoding: v.Encoding,
-			Header: v.Header, Query: v.Query, Prefix: v.Prefix,
-			TimestampHeader: v.TimestampHeader, SignedContent: v.SignedContent, Tolerance: v.Tolerance,
-		})
-	case "standard-webhooks":
-		return signature.NewStandard(signature.StandardConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "stripe":
-		return signature.NewStripe(signature.StripeConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "github":
-		return signature.NewGitHub(signature.GitHubConfig{Secrets: v.Secrets, AllowSHA1: v.AllowSHA1})
-	case "shopify":
-		return signature.NewShopify(signature.ShopifyConfig{Secrets: v.Secrets})
-	case "slack":
-		return signature.NewSlack(signature.SlackConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "paddle":
-		return signature.NewPaddle(signature.PaddleConfig{Secrets: v.Secrets, Tolerance: v.Tolerance})
-	case "kiwify":
-		return signature.NewKiwify(signature.KiwifyConfig{Secrets: v.Secrets})
-	case "token":
-		return signature.NewToken(signature.TokenConfig{Secrets: v.Secrets, Header: v.Header})
-	case "basic":
-		return signature.NewBasic(signature.BasicConfig{Username: v.Username, Secrets: v.Secrets})
+// extractConfig is where s's idempotency key and event type come from; a
+// single header or path is a list of one.
+func extractConfig(s config.Source) extract.Config {
+	idem := s.Idempotency
+	ec := extract.Config{
+		IdempotencySignedID: idem.SignedID,
+		IdempotencyHeaders:  idem.Headers,
+		IdempotencyPaths:    idem.JSONPaths,
+		EventTypeHeader:     s.EventType.Header,
+		EventTypePaths:      s.EventType.JSONPaths,
 	}
-	return nil, fmt.Errorf("unknown scheme %q", v.Scheme)
+	if s.EventType.JSONPath != "" {
+		ec.EventTypePaths = []string{s.EventType.JSONPath}
+	}
+	if idem.Header != "" {
+		ec.IdempotencyHeaders = []string{idem.Header}
+	}
+	if idem.JSONPath != "" {
+		ec.IdempotencyPaths = []string{idem.JSONPath}
+	}
+	return ec
 }
 
 // newRegistry returns a registry with the Go runtime and process collectors.
@@ -163,29 +95,30 @@ func hostname() string {
 	return h
 }
 
-// Dialer returns the RabbitMQ dialer for cfg's nodes, with TLS loaded from
-// amqp.tls, reporting each connection's node on nodes (nil: nowhere).
-func Dialer(cfg *config.Config, nodes *amqp.NodeGauge, logger zerolog.Logger) (*amqp.Dialer, error) {
-	t := cfg.AMQP.TLS
-	tlsCfg, err := amqp.TLSConfig{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}.Load()
+// openDB opens the pool for a process and refuses a schema that is behind.
+func openDB(ctx context.Context, cfg *config.Config, maxConns int32, name string) (*store.DB, error) {
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: maxConns, ApplicationName: name, QueryTimeout: cfg.Database.QueryTimeout})
 	if err != nil {
-		return nil, fmt.Errorf("amqp.tls: %w", err)
+		return nil, err
 	}
-	return amqp.NewDialer(amqp.DialerConfig{URLs: cfg.AMQP.Nodes(), TLS: tlsCfg, Nodes: nodes, Logger: logger})
+	if err := db.RequireSchema(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
-// Ops returns the operator service over db for cfg.
-func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer) *ops.Service {
-	var routes []string
-	for _, r := range cfg.Routes {
-		routes = append(routes, r.Name)
-	}
-	return &ops.Service{
-		DB:           db,
-		Dialer:       dialer,
-		Names:        amqp.Names{Prefix: cfg.AMQP.Prefix},
-		RoutesFunc:   RoutesFor(cfg),
-		Routes:       routes,
-		DedupeWindow: cfg.Retention.DedupeWindow,
-	}
+// connectionName names a process's RabbitMQ connection in the management
+// UI: what it is for, the prefix and the host.
+func connectionName(cfg *config.Config, what string) string {
+	return what + " " + cfg.AMQP.Prefix + "@" + hostname()
+}
+
+// statusMux serves GET /healthz and /readyz (over checks) and /metrics
+// (reg).
+func statusMux(reg *prometheus.Registry, logger zerolog.Logger, checks ...httpserver.Check) *http.ServeMux {
+	mux := http.NewServeMux()
+	httpserver.Health(mux, logger, checks...)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
 }

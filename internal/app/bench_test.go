@@ -14,6 +14,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ingest"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,7 +62,7 @@ func BenchmarkIngest(b *testing.B) {
 	})
 	b.Run("ingest=POST /webhooks/acme", func(b *testing.B) {
 		h, err := ingest.New(ingest.Config{
-			Sources: sources, Store: db, MaxBodyBytes: 1 << 20, RoutesFunc: app.RoutesFor(cfg),
+			Sources: sources, Store: db, MaxBodyBytes: 1 << 20, RoutesFunc: setup.RoutesFor(cfg),
 			Metrics: ingest.NewMetrics(prometheus.NewRegistry()), Logger: zerolog.Nop(),
 		})
 		if err != nil {

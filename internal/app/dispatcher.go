@@ -13,11 +13,11 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 )
@@ -54,26 +54,117 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.DispatcherMaxConns(), ApplicationName: "hookrelay-dispatcher", QueryTimeout: cfg.Database.QueryTimeout})
+	db, err := openDB(ctx, cfg, cfg.DispatcherMaxConns(), "hookrelay-dispatcher")
 	if err != nil {
 		return err
 	}
 	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
-	if err := db.RequireSchema(ctx); err != nil {
-		return err
-	}
 
-	topo := Topology(cfg)
+	topo := setup.Topology(cfg)
 	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 		return err
 	}
-	names := amqp.Names{Prefix: cfg.AMQP.Prefix}
-	var tiers []deliver.Tier
-	for _, d := range cfg.Retry.Backoff {
-		tiers = append(tiers, deliver.Tier{Name: amqp.FormatDelay(d), Delay: d, Exchange: names.Retry(d)})
+	routes, err := deliverRoutes(cfg)
+	if err != nil {
+		return err
 	}
+	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	if err != nil {
+		return err
+	}
+	// Retries and dead letters go out on a connection of their own: a
+	// broker alarm blocks publishing connections, and must not freeze the
+	// acks on the consuming one.
+	publisher := amqp.NewConfirmPublisher(amqp.ConfirmPublisherConfig{
+		Dialer:         dialer,
+		ConnectionName: connectionName(cfg, "hookrelay-dispatcher-publisher"),
+		ConfirmTimeout: cfg.Outbox.PublishTimeout,
+		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("dispatcher_publisher"),
+		Logger:         logger,
+	})
+	defer func() {
+		if err := publisher.Close(); err != nil {
+			logger.Warn().Err(err).Msg("closing rabbitmq publishing connection")
+		}
+	}()
+	routeNames := setup.RouteNames(cfg)
+	handler, err := deliver.New(deliver.Config{
+		Routes:    routes,
+		Tiers:     deliverTiers(cfg),
+		Store:     deliverStore{db},
+		Publisher: amqp.NewDispatchPublisher(publisher, setup.Names(cfg)),
+		Client:    opts.Client,
+		Metrics:   deliver.NewMetrics(reg, routeNames),
+		Logger:    logger,
+	})
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), routeNames))
+	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
+		Dialer:          dialer,
+		ConnectionName:  connectionName(cfg, "hookrelay-dispatcher"),
+		Topology:        topo,
+		Groups:          consumerGroups(cfg, handler),
+		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
+		Logger:          logger,
+	})
+	inspector := amqp.NewInspector(dialer, connectionName(cfg, "hookrelay-dispatcher-inspector"))
+	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
+	reconciler, err := newReconciler(cfg, db, inspector, reg, logger)
+	if err != nil {
+		return err
+	}
+	mux := statusMux(reg, logger,
+		httpserver.Check{Name: "postgres", Func: db.Ping},
+		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error {
+			if err := consumers.Ping(ctx); err != nil {
+				return err
+			}
+			return rabbitmqReady(publisher.Ping(ctx))
+		}},
+	)
+
+	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler}).run(ctx)
+}
+
+// dispatcher is a dispatcher's parts, built before any of them runs.
+type dispatcher struct {
+	cfg        *config.Config
+	logger     zerolog.Logger
+	ln         net.Listener
+	mux        *http.ServeMux
+	consumers  *amqp.Consumers
+	reconciler *deliver.Reconciler
+}
+
+// run runs every part until ctx is done or one fails, which stops the
+// others.
+func (d *dispatcher) run(ctx context.Context) error {
+	cfg := d.cfg
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		srv := httpserver.New(d.mux, httpserver.Timeouts{
+			Read: cfg.Dispatcher.ReadTimeout, Write: cfg.Dispatcher.WriteTimeout, Idle: cfg.Dispatcher.IdleTimeout,
+		})
+		return httpserver.Run(gctx, d.ln, srv, cfg.Dispatcher.ShutdownTimeout)
+	})
+	g.Go(func() error { return d.consumers.Run(gctx) })
+	g.Go(func() error { return d.reconciler.Run(gctx) })
+	d.logger.Info().Str("listen", d.ln.Addr().String()).Int("routes", len(cfg.Routes)).Msg("dispatcher started")
+	// shutdown_timeout bounds the HTTP shutdown and the in-flight
+	// deliveries (Consumers aborts what is left, then waits a short
+	// grace); past it and stopGrace, stop waiting.
+	if err := wait(gctx, g, cfg.Dispatcher.ShutdownTimeout+stopGrace); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	d.logger.Info().Msg("dispatcher stopped")
+	return nil
+}
+
+// deliverRoutes are cfg's routes as deliver takes them.
+func deliverRoutes(cfg *config.Config) ([]deliver.Route, error) {
 	var routes []deliver.Route
-	var routeNames []string
 	for i, r := range cfg.Routes {
 		var keys [][]byte
 		for _, secret := range append([]string{r.SigningSecret}, r.SigningSecrets...) {
@@ -82,7 +173,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 			}
 			key, err := signature.DecodeStandardSecret(secret)
 			if err != nil {
-				return fmt.Errorf("routes[%d]: signing secret: %w", i, err)
+				return nil, fmt.Errorf("routes[%d]: signing secret: %w", i, err)
 			}
 			keys = append(keys, key)
 		}
@@ -93,65 +184,43 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		routes = append(routes, deliver.Route{
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
 			MaxAttempts: r.MaxAttempts, SigningKeys: keys,
-			Queue: names.RouteQueue(r.Name), DeadQueue: names.DeadQueue(r.Name),
 		})
-		routeNames = append(routeNames, r.Name)
 	}
-	// Retries and dead letters go out on a connection of their own: a
-	// broker alarm blocks publishing connections, and must not freeze the
-	// acks on the consuming one.
-	dialer, err := Dialer(cfg, amqp.NewNodeGauge(reg), logger)
-	if err != nil {
-		return err
+	return routes, nil
+}
+
+// deliverTiers are the retry tiers, one per retry.backoff entry.
+func deliverTiers(cfg *config.Config) []deliver.Tier {
+	var tiers []deliver.Tier
+	for _, d := range cfg.Retry.Backoff {
+		tiers = append(tiers, deliver.Tier{Name: amqp.FormatDelay(d), Delay: d})
 	}
-	publisher := amqp.NewConfirmPublisher(amqp.ConfirmPublisherConfig{
-		Dialer:         dialer,
-		ConnectionName: "hookrelay-dispatcher-publisher " + cfg.AMQP.Prefix + "@" + hostname(),
-		ConfirmTimeout: cfg.Outbox.PublishTimeout,
-		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("dispatcher_publisher"),
-		Logger:         logger,
-	})
-	defer func() {
-		if err := publisher.Close(); err != nil {
-			logger.Warn().Err(err).Msg("closing rabbitmq publishing connection")
-		}
-	}()
-	handler, err := deliver.New(deliver.Config{
-		Routes:    routes,
-		Tiers:     tiers,
-		Store:     deliverStore{db},
-		Publisher: publisher,
-		Client:    opts.Client,
-		Metrics:   deliver.NewMetrics(reg, routeNames),
-		Logger:    logger,
-	})
-	if err != nil {
-		return err
-	}
-	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), routeNames))
+	return tiers
+}
+
+// consumerGroups consume each route's queue with the route's concurrency.
+func consumerGroups(cfg *config.Config, handler *deliver.Handler) []amqp.ConsumerGroup {
+	names := setup.Names(cfg)
 	var groups []amqp.ConsumerGroup
 	for _, r := range cfg.Routes {
 		route := r.Name
 		groups = append(groups, amqp.ConsumerGroup{
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
-			Handle: func(ctx context.Context, d *amqp.Delivery) error {
-				return handler.Handle(ctx, route, d.Delivery, d.Stopping())
+			Handle: func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error {
+				return handler.Handle(ctx, route, m, stopping)
 			},
 		})
 	}
-	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
-		Dialer:          dialer,
-		ConnectionName:  "hookrelay-dispatcher " + cfg.AMQP.Prefix + "@" + hostname(),
-		Topology:        topo,
-		Groups:          groups,
-		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
-		Logger:          logger,
-	})
-	inspector := amqp.NewInspector(dialer, "hookrelay-dispatcher-inspector "+cfg.AMQP.Prefix+"@"+hostname())
-	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
-	reconciler, err := deliver.NewReconciler(deliver.ReconcilerConfig{
-		Routes: routeNames,
+	return groups
+}
+
+// newReconciler re-sends overdue pairs of cfg's routes, looking at their
+// queues through inspector.
+func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, reg prometheus.Registerer, logger zerolog.Logger) (*deliver.Reconciler, error) {
+	names := setup.Names(cfg)
+	return deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: setup.RouteNames(cfg),
 		Store:  reconcileStore{db},
 		QueueReady: func(ctx context.Context, route string) (int, error) {
 			return inspector.Ready(ctx, names.RouteQueue(route))
@@ -161,39 +230,6 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Registerer: reg,
 		Logger:     logger,
 	})
-	if err != nil {
-		return err
-	}
-
-	mux := http.NewServeMux()
-	httpserver.Health(mux, logger,
-		httpserver.Check{Name: "postgres", Func: db.Ping},
-		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error {
-			if err := consumers.Ping(ctx); err != nil {
-				return err
-			}
-			return rabbitmqReady(publisher.Ping(ctx))
-		}},
-	)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		srv := httpserver.New(mux, httpserver.Timeouts{
-			Read: cfg.Dispatcher.ReadTimeout, Write: cfg.Dispatcher.WriteTimeout, Idle: cfg.Dispatcher.IdleTimeout,
-		})
-		return httpserver.Run(gctx, ln, srv, cfg.Dispatcher.ShutdownTimeout)
-	})
-	g.Go(func() error { return consumers.Run(gctx) })
-	g.Go(func() error { return reconciler.Run(gctx) })
-	logger.Info().Str("listen", ln.Addr().String()).Int("routes", len(routes)).Msg("dispatcher started")
-	// shutdown_timeout bounds the HTTP shutdown and the in-flight
-	// deliveries (Consumers aborts what is left, then waits a short
-	// grace); past it and stopGrace, stop waiting.
-	if err := wait(gctx, g, cfg.Dispatcher.ShutdownTimeout+stopGrace); err != nil {
-		return fmt.Errorf("dispatcher: %w", err)
-	}
-	logger.Info().Msg("dispatcher stopped")
-	return nil
 }
 
 // rabbitmqReady maps a publisher's Ping to readiness. A broker alarm that

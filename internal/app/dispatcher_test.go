@@ -14,14 +14,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -163,7 +166,7 @@ func waitReady(t *testing.T, base string) {
 // ready message.
 func (h *harness) waitQueuesEmpty(timeout time.Duration) {
 	h.t.Helper()
-	for _, q := range app.Topology(h.cfg).Queues {
+	for _, q := range setup.Topology(h.cfg).Queues {
 		amqptest.WaitCount(h.t, h.ch, q.Name, 0, timeout)
 	}
 }
@@ -248,8 +251,8 @@ func TestRedeliveryOfDeliveredPairIsSkipped(t *testing.T) {
 	// The same message again, as a crashed publisher would send it.
 	require.NoError(t, h.ch.PublishWithContext(context.Background(), h.names.Events(), "acme.invoice.paid", false, false,
 		amqpPublishing(r.ID)))
-	require.Eventually(t, func() bool {
-		return scrape(t, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`] == 1
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`])
 	}, 15*time.Second, 20*time.Millisecond)
 	require.Len(t, dest.snapshot(), 1, "no second POST")
 	h.waitQueuesEmpty(10 * time.Second)
@@ -300,7 +303,7 @@ func TestRetryTiersAndDeadLetter(t *testing.T) {
 	require.Equal(t, webhook.StateDead, state)
 	require.Equal(t, 4, attempts)
 	amqptest.WaitCount(t, h.ch, dead, 1, 5*time.Second) // peeking through the API left it there
-	for _, q := range app.Topology(h.cfg).Queues {
+	for _, q := range setup.Topology(h.cfg).Queues {
 		if q.Name != dead {
 			amqptest.WaitCount(t, h.ch, q.Name, 0, 5*time.Second)
 		}
@@ -415,7 +418,7 @@ func TestDeliveryFailureModes(t *testing.T) {
 // amqptestCleanup registers cleanup of the harness's topology again after a
 // test changed its routes.
 func amqptestCleanup(t *testing.T, h *harness) {
-	amqptest.DeleteTopology(t, app.Topology(h.cfg))
+	amqptest.DeleteTopology(t, setup.Topology(h.cfg))
 }
 
 // peeked is a message read through the management API.
@@ -448,9 +451,9 @@ func amqpPublishing(eventID string) amqp091.Publishing {
 		ContentType:  "application/json",
 		MessageId:    eventID,
 		Headers: amqp091.Table{
-			webhook.HeaderEventID:   eventID,
-			webhook.HeaderSource:    "acme",
-			webhook.HeaderEventType: "invoice.paid",
+			hamqp.HeaderEventID:   eventID,
+			hamqp.HeaderSource:    "acme",
+			hamqp.HeaderEventType: "invoice.paid",
 		},
 		Body: []byte(`{"id":"evt_once"}`),
 	}
@@ -505,14 +508,16 @@ func TestDispatcherRecoversWhenItsQueueIsDeleted(t *testing.T) {
 	require.NoError(t, err)
 	// The receiver re-declares on its next connect; make sure the queue is
 	// back before posting, so the event is routed there and not unrouted.
-	require.Eventually(t, func() bool {
-		ch, err := amqptest.Dial(t).Channel()
-		if err != nil {
-			return false
-		}
-		defer ch.Close()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		// A connection of each try's own: a passive declare of a missing
+		// queue closes the channel.
+		conn, err := amqp091.Dial(testenv.AMQPURL())
+		require.NoError(c, err)
+		defer conn.Close()
+		ch, err := conn.Channel()
+		require.NoError(c, err)
 		_, err = ch.QueueDeclarePassive(h.names.RouteQueue("billing"), true, false, false, false, nil)
-		return err == nil
+		require.NoError(c, err)
 	}, 30*time.Second, 100*time.Millisecond, "the dispatcher re-declared its queue")
 	r := h.postSigned("evt_after_delete", "invoice.paid")
 	require.Equal(t, http.StatusOK, r.status)

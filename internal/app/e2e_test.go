@@ -21,6 +21,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -56,8 +57,8 @@ func (h *harness) postAll(n, workers int, eventType func(i int) string) []string
 					inner.Add(1)
 					go func() {
 						defer inner.Done()
-						r := h.postSigned(fmt.Sprint("evt_", i), eventType(i))
-						if r.status != http.StatusOK {
+						r, err := h.tryPostSigned(fmt.Sprint("evt_", i), eventType(i))
+						if err != nil || r.status != http.StatusOK {
 							failed.Add(1)
 							return
 						}
@@ -171,11 +172,10 @@ func runDispatcherChild() {
 	var cfg config.Config
 	if err := json.Unmarshal([]byte(os.Getenv("HOOKRELAY_TEST_CHILD_CONFIG")), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "child config:", err)
-		os.Exit(3)
+		return
 	}
 	err := app.RunDispatcher(context.Background(), &cfg, app.DispatcherOptions{Logger: zerologStderr()})
 	fmt.Fprintln(os.Stderr, "dispatcher returned:", err)
-	os.Exit(4)
 }
 
 func TestDispatcherKilledMidRun(t *testing.T) {
@@ -241,7 +241,7 @@ func TestDispatcherKilledMidRun(t *testing.T) {
 
 // closeConnections closes, through the management API, every connection
 // whose name contains substr, as a broker restart would.
-func closeConnections(t *testing.T, substr string) int {
+func closeConnections(t tb, substr string) int {
 	t.Helper()
 	resp, err := http.Get(testenv.ManagementURL() + "/api/connections")
 	require.NoError(t, err)
@@ -286,8 +286,9 @@ func TestBrokerConnectionsClosedMidRun(t *testing.T) {
 		ids = append(ids, r.ID)
 		if i == n/2 {
 			// Both processes lose RabbitMQ in the middle of the run.
-			require.Eventually(t, func() bool { return closeConnections(t, h.names.Prefix) >= 2 },
-				10*time.Second, 100*time.Millisecond, "found the receiver's and dispatcher's connections")
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				require.GreaterOrEqual(c, closeConnections(c, h.names.Prefix), 2)
+			}, 10*time.Second, 100*time.Millisecond, "found the receiver's and dispatcher's connections")
 		}
 	}
 	dest.waitFor(2*time.Minute, "every event delivered after the reconnect", func([]received) bool { return len(dest.successes()) == n })

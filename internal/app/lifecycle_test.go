@@ -23,9 +23,11 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -265,7 +267,8 @@ func TestReadyzHidesDriverErrors(t *testing.T) {
 	// match before a real leak shows.
 	secretish := []string{strings.TrimPrefix(u.Path, "/"), u.Port(), u.Hostname(), u.User.Username()}
 
-	get := func() (int, map[string]string) {
+	get := func(t tb) (int, map[string]string) {
+		t.Helper()
 		resp, err := http.Get(h.base + "/readyz")
 		require.NoError(t, err)
 		defer resp.Body.Close()
@@ -277,15 +280,15 @@ func TestReadyzHidesDriverErrors(t *testing.T) {
 	}
 	waitReady(t, h.base)
 	proxy.Cut()
-	require.Eventually(t, func() bool {
-		status, _ := get()
-		return status == http.StatusServiceUnavailable
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, _ := get(c)
+		require.Equal(c, http.StatusServiceUnavailable, status)
 	}, 10*time.Second, 20*time.Millisecond)
 	// Several answers: the first failure may be a broken pooled connection,
 	// the next ones are connection attempts, whose errors name everything.
 	var bodies []map[string]string
 	for range 5 {
-		status, body := get()
+		status, body := get(t)
 		require.Equal(t, http.StatusServiceUnavailable, status)
 		bodies = append(bodies, body)
 	}
@@ -344,7 +347,7 @@ func TestReceiverBinaryExitsWhenAdminAddressInUse(t *testing.T) {
 	amqptest.Dial(t)
 	prefix := amqptest.Prefix(t)
 	cfg := &config.Config{AMQP: config.AMQP{Prefix: prefix}, Retry: config.Retry{Backoff: []time.Duration{time.Second}}}
-	amqptest.DeleteTopology(t, app.Topology(cfg))
+	amqptest.DeleteTopology(t, setup.Topology(cfg))
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "receiver")

@@ -17,9 +17,11 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,17 +53,15 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	h.start(app.ReceiverOptions{AdminListener: adminLn})
 	h.startDispatcher(app.DispatcherOptions{})
-	svc := app.Ops(h.cfg, h.db, amqptest.Dialer(t))
+	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	ctx := context.Background()
 
-	stateOf := func(id, route string) webhook.DeliveryState {
-		state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), route)
-		require.NoError(t, err)
-		return state
-	}
 	waitState := func(id, route string, want webhook.DeliveryState) {
-		require.Eventually(t, func() bool { return stateOf(id, route) == want }, 20*time.Second, 20*time.Millisecond,
-			"%s on %s should be %s, is %s", id, route, want, stateOf(id, route))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), route)
+			require.NoError(c, err)
+			require.Equal(c, want, state, "%s on %s", id, route)
+		}, 20*time.Second, 20*time.Millisecond)
 	}
 
 	before := h.postSigned("evt_before", "invoice.paid").ID
@@ -271,9 +271,13 @@ func TestAdminAPI(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status, "an empty filter would replay everything")
 }
 
+// adminReplay sends r to POST /api/replay.
 func adminReplay(t *testing.T, addr, token string, r ops.ReplayRequest) (int, string) {
 	t.Helper()
-	raw, err := json.Marshal(r)
+	raw, err := json.Marshal(ops.ReplayBody{
+		EventID: r.EventID, Filter: ops.FilterBody(r.Filter), After: r.After,
+		IncludeDelivered: r.IncludeDelivered, DryRun: r.DryRun, ListLimit: r.ListLimit,
+	})
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/api/replay", bytes.NewReader(raw))
 	require.NoError(t, err)
@@ -324,10 +328,10 @@ func TestMetricsOfBothBinaries(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, h.post("acme", []byte(`{}`), nil).status)
 	dest.waitFor(20*time.Second, "3 failed and 2 delivered attempts", func(rs []received) bool { return len(rs) == 5 })
 	h.waitOutboxEmpty(10 * time.Second)
-	require.Eventually(t, func() bool {
-		m := scrape(t, h.dispatcherBase)
-		return m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`] == 3 &&
-			m[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`] == 2
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m := scrape(c, h.dispatcherBase)
+		require.Equal(c, 3.0, m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`])
+		require.Equal(c, 2.0, m[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`])
 	}, 10*time.Second, 20*time.Millisecond)
 	_, err := h.db.Pool().Exec(context.Background(),
 		`UPDATE deliveries SET created_at = now() - interval '300 seconds' WHERE route = 'billing'`)

@@ -13,9 +13,10 @@ import (
 
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
-	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,7 +26,7 @@ type mgmtQueue struct {
 	Effective map[string]any `json:"effective_policy_definition"`
 }
 
-func queueState(t *testing.T, queue string) mgmtQueue {
+func queueState(t tb, queue string) mgmtQueue {
 	t.Helper()
 	resp, err := http.Get(testenv.ManagementURL() + "/api/queues/%2F/" + url.PathEscape(queue))
 	require.NoError(t, err)
@@ -79,7 +80,7 @@ func TestOperatorPolicyDoesNotReplaceHookrelayPolicies(t *testing.T) {
 		Retry:      config.Retry{Backoff: []time.Duration{time.Second}},
 		Routes:     []config.Route{{Name: "billing", Bindings: []string{"acme.#"}}},
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	names := hamqp.Names{Prefix: prefix}
 
@@ -103,9 +104,9 @@ func TestOperatorPolicyDoesNotReplaceHookrelayPolicies(t *testing.T) {
 	}
 	for queue, w := range want {
 		var got mgmtQueue
-		require.Eventually(t, func() bool {
-			got = queueState(t, queue)
-			return got.Policy != ""
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			got = queueState(c, queue)
+			require.NotEmpty(c, got.Policy)
 		}, 20*time.Second, 200*time.Millisecond, "the management API never showed a policy on %s", queue)
 		require.Equal(t, w, got, "queue %s", queue)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
@@ -35,7 +36,7 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	h.cfg.Routes[0].MaxAttempts = 1
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
-	svc := app.Ops(h.cfg, h.db, amqptest.Dialer(t))
+	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	ctx := context.Background()
 
 	kept := uuid.MustParse(h.postSigned("evt_dead_kept", "invoice.paid").ID)

@@ -14,10 +14,10 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ingest"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/outbox"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 )
@@ -60,7 +60,6 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if reg == nil {
 		reg = newRegistry()
 	}
-
 	var lns listeners
 	defer lns.close()
 	ln, err := lns.open(opts.Listener, cfg.Receiver.Listen, "receiver.listen")
@@ -73,15 +72,11 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 			return err
 		}
 	}
-
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-receiver", QueryTimeout: cfg.Database.QueryTimeout})
+	db, err := openDB(ctx, cfg, cfg.Database.MaxConns, "hookrelay-receiver")
 	if err != nil {
 		return err
 	}
 	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
-	if err := db.RequireSchema(ctx); err != nil {
-		return err
-	}
 
 	sources, err := Sources(cfg, logger)
 	if err != nil {
@@ -91,27 +86,25 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		Sources:      sources,
 		Store:        db,
 		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
-		RoutesFunc:   RoutesFor(cfg),
+		RoutesFunc:   setup.RoutesFor(cfg),
 		Metrics:      ingest.NewMetrics(reg),
 		Logger:       logger,
 	})
 	if err != nil {
 		return err
 	}
-
-	topo := Topology(cfg)
-	dialer, err := Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
 	if err != nil {
 		return err
 	}
 	publisher := amqp.NewPublisher(amqp.PublisherConfig{
 		Dialer:         dialer,
-		Topology:       topo,
-		Exchange:       amqp.Names{Prefix: cfg.AMQP.Prefix}.Events(),
-		Names:          amqp.Names{Prefix: cfg.AMQP.Prefix},
+		Topology:       setup.Topology(cfg),
+		Exchange:       setup.Names(cfg).Events(),
+		Names:          setup.Names(cfg),
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,
 		MaxBatch:       cfg.Outbox.BatchSize,
-		ConnectionName: "hookrelay-receiver " + cfg.AMQP.Prefix + "@" + hostname(),
+		ConnectionName: connectionName(cfg, "hookrelay-receiver"),
 		Logger:         logger,
 		Confirms:       amqp.NewConfirmsCounter(reg),
 		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("receiver_publisher"),
@@ -122,63 +115,85 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 	}()
 	reg.MustRegister(outbox.NewBacklogCollector(db))
-
-	mux := http.NewServeMux()
-	handler.Register(mux)
-	httpserver.Health(mux, logger,
+	mux := statusMux(reg, logger,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
 		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
 	)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-
-	var relay *outbox.Relay
-	wake := make(chan struct{}, 1)
+	handler.Register(mux)
+	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), sources: len(sources)}
 	if !opts.DisablePublisher {
-		relay, err = outbox.New(outbox.Config{
-			Store:            outboxStore{db},
-			Publisher:        outboxPublisher{publisher},
-			Metrics:          outbox.NewMetrics(reg),
-			Wake:             wake,
-			BatchSize:        cfg.Outbox.BatchSize,
-			PollInterval:     cfg.Outbox.PollInterval,
-			PublishTimeout:   cfg.Outbox.PublishTimeout,
-			Logger:           logger,
-			AfterPublishFunc: opts.AfterPublishFunc,
-		})
-		if err != nil {
+		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
 			return err
 		}
 	}
+	if aln != nil {
+		rc.admin = ops.Handler(setup.Ops(cfg, db, dialer), cfg.Admin.Token, logger)
+	}
+	return rc.run(ctx)
+}
 
-	// Nothing below fails before a goroutine reports it: from here, every
-	// failure stops the others through gctx.
+// receiver is a receiver's parts, built before any of them runs.
+type receiver struct {
+	cfg     *config.Config
+	logger  zerolog.Logger
+	ln      net.Listener
+	db      *store.DB
+	mux     *http.ServeMux
+	sources int
+	// relay drains the outbox, woken on wake; nil when disabled.
+	relay *outbox.Relay
+	wake  chan struct{}
+	// admin serves the admin API on adminLn; nil when it is off.
+	admin   http.Handler
+	adminLn net.Listener
+}
+
+// run runs every part until ctx is done or one fails. Nothing in it fails
+// before a goroutine reports it: every failure stops the others through
+// gctx.
+func (rc *receiver) run(ctx context.Context) error {
+	cfg, logger := rc.cfg, rc.logger
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		srv := httpserver.New(mux, httpserver.Timeouts{
+		srv := httpserver.New(rc.mux, httpserver.Timeouts{
 			Read: cfg.Receiver.ReadTimeout, Write: cfg.Receiver.WriteTimeout, Idle: cfg.Receiver.IdleTimeout,
 		})
-		return httpserver.Run(gctx, ln, srv, cfg.Receiver.ShutdownTimeout)
+		return httpserver.Run(gctx, rc.ln, srv, cfg.Receiver.ShutdownTimeout)
 	})
-	if relay != nil {
-		g.Go(func() error { return db.Listen(gctx, store.OutboxChannel, wake, logger) })
-		g.Go(func() error { return relay.Run(gctx) })
+	if rc.relay != nil {
+		g.Go(func() error { return rc.db.Listen(gctx, store.OutboxChannel, rc.wake, logger) })
+		g.Go(func() error { return rc.relay.Run(gctx) })
 	}
-	if aln != nil {
-		admin := ops.Handler(Ops(cfg, db, dialer), cfg.Admin.Token, logger)
+	if rc.admin != nil {
 		g.Go(func() error {
-			srv := httpserver.New(admin, httpserver.Timeouts{
+			srv := httpserver.New(rc.admin, httpserver.Timeouts{
 				Read: cfg.Admin.ReadTimeout, Write: cfg.Admin.WriteTimeout, Idle: cfg.Admin.IdleTimeout,
 			})
-			return httpserver.Run(gctx, aln, srv, cfg.Receiver.ShutdownTimeout)
+			return httpserver.Run(gctx, rc.adminLn, srv, cfg.Receiver.ShutdownTimeout)
 		})
-		logger.Info().Str("listen", aln.Addr().String()).Msg("admin API started")
+		logger.Info().Str("listen", rc.adminLn.Addr().String()).Msg("admin API started")
 	}
-	logger.Info().Str("listen", ln.Addr().String()).Int("sources", len(sources)).Msg("receiver started")
+	logger.Info().Str("listen", rc.ln.Addr().String()).Int("sources", rc.sources).Msg("receiver started")
 	if err := wait(gctx, g, receiverStopLimit(cfg)); err != nil {
 		return fmt.Errorf("receiver: %w", err)
 	}
 	logger.Info().Msg("receiver stopped")
 	return nil
+}
+
+// newRelay drains the outbox through publisher, woken on wake.
+func newRelay(cfg *config.Config, db *store.DB, publisher *amqp.Publisher, wake <-chan struct{}, reg prometheus.Registerer, logger zerolog.Logger, afterPublish func()) (*outbox.Relay, error) {
+	return outbox.New(outbox.Config{
+		Store:            outboxStore{db},
+		Publisher:        outboxPublisher{publisher},
+		Metrics:          outbox.NewMetrics(reg),
+		Wake:             wake,
+		BatchSize:        cfg.Outbox.BatchSize,
+		PollInterval:     cfg.Outbox.PollInterval,
+		PublishTimeout:   cfg.Outbox.PublishTimeout,
+		Logger:           logger,
+		AfterPublishFunc: afterPublish,
+	})
 }
 
 // outboxStore adapts *store.DB to outbox.Store.
@@ -212,6 +227,13 @@ type outboxPublisher struct{ p *amqp.Publisher }
 
 func (o outboxPublisher) Publish(ctx context.Context, msgs []webhook.Message) ([]outbox.Result, error) {
 	outcomes, err := o.p.Publish(ctx, msgs)
+	return outboxResults(outcomes, err), err
+}
+
+// outboxResults turns the broker's outcomes into the outbox's results: an
+// ack deletes the row; a nack, a return or a confirm timeout counts against
+// it; after any other error the outcomes say nothing about their messages.
+func outboxResults(outcomes []amqp.Outcome, err error) []outbox.Result {
 	answered := err == nil || errors.Is(err, amqp.ErrConfirmTimeout)
 	results := make([]outbox.Result, len(outcomes))
 	for i, oc := range outcomes {
@@ -222,5 +244,5 @@ func (o outboxPublisher) Publish(ctx context.Context, msgs []webhook.Message) ([
 			results[i].Failure = oc.String()
 		}
 	}
-	return results, err
+	return results
 }

@@ -21,12 +21,14 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -75,7 +77,7 @@ func newHarness(t *testing.T) *harness {
 		}},
 		Routes: []config.Route{testRoute("billing", "http://127.0.0.1:9/", "acme.invoice.*")},
 	}
-	amqptest.DeleteTopology(t, app.Topology(cfg))
+	amqptest.DeleteTopology(t, setup.Topology(cfg))
 	return &harness{
 		t: t, cfg: cfg, db: db, dbURL: dbURL, ch: amqptest.Channel(t, conn), names: hamqp.Names{Prefix: prefix},
 		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 30 * time.Second},
@@ -146,31 +148,66 @@ type reply struct {
 	Error  string `json:"error"`
 }
 
+// tb is what a test helper needs to fail: the test's *testing.T on the
+// test goroutine, or, in a require.EventuallyWithT condition (which runs
+// on a goroutine of its own, where a *testing.T must not fail), its
+// *assert.CollectT.
+type tb interface {
+	require.TestingT
+	Helper()
+}
+
 func (h *harness) post(source string, body []byte, header http.Header) reply {
 	h.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.base+"/webhooks/"+source, bytes.NewReader(body))
+	r, err := h.tryPost(source, body, header)
 	require.NoError(h.t, err)
+	return r
+}
+
+// tryPost is post for a goroutine other than the test's: it returns what
+// went wrong instead of failing the test.
+func (h *harness) tryPost(source string, body []byte, header http.Header) (reply, error) {
+	req, err := http.NewRequest(http.MethodPost, h.base+"/webhooks/"+source, bytes.NewReader(body))
+	if err != nil {
+		return reply{}, err
+	}
 	req.Header = header
 	if req.Header == nil {
 		req.Header = http.Header{}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(req)
-	require.NoError(h.t, err)
+	if err != nil {
+		return reply{}, err
+	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
-	require.NoError(h.t, err)
-	require.Equal(h.t, "application/json", resp.Header.Get("Content-Type"), "body %s", raw)
+	if err != nil {
+		return reply{}, err
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		return reply{}, fmt.Errorf("content type %q, body %s", ct, raw)
+	}
 	var r reply
-	require.NoError(h.t, json.Unmarshal(raw, &r), "body %s", raw)
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return reply{}, fmt.Errorf("decoding %s: %w", raw, err)
+	}
 	r.status = resp.StatusCode
-	return r
+	return r, nil
 }
 
 // postSigned sends a correctly signed acme event.
 func (h *harness) postSigned(id, eventType string) reply {
+	h.t.Helper()
+	r, err := h.tryPostSigned(id, eventType)
+	require.NoError(h.t, err)
+	return r
+}
+
+// tryPostSigned is postSigned for a goroutine other than the test's.
+func (h *harness) tryPostSigned(id, eventType string) (reply, error) {
 	body := []byte(fmt.Sprintf(`{"id":%q,"type":%q,"amount":42}`, id, eventType))
-	return h.post("acme", body, http.Header{"X-Acme-Signature": {sign(acmeSecret, body)}})
+	return h.tryPost("acme", body, http.Header{"X-Acme-Signature": {sign(acmeSecret, body)}})
 }
 
 func (h *harness) outboxBacklog() int64 {
@@ -182,8 +219,11 @@ func (h *harness) outboxBacklog() int64 {
 
 func (h *harness) waitOutboxEmpty(timeout time.Duration) {
 	h.t.Helper()
-	require.Eventually(h.t, func() bool { return h.outboxBacklog() == 0 }, timeout, 20*time.Millisecond,
-		"outbox still holds %d rows", h.outboxBacklog())
+	require.EventuallyWithT(h.t, func(c *assert.CollectT) {
+		n, _, err := h.db.OutboxStats(context.Background())
+		require.NoError(c, err)
+		require.Zero(c, n, "outbox rows")
+	}, timeout, 20*time.Millisecond, "the outbox empties")
 }
 
 func eventIDs(ds []amqp091.Delivery) []string {
@@ -201,15 +241,19 @@ func TestConcurrentDuplicatePostsStoreAndPublishOnce(t *testing.T) {
 
 	const n = 10
 	replies := make([]reply, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			replies[i] = h.postSigned("evt_same", "invoice.paid")
+			replies[i], errs[i] = h.tryPostSigned("evt_same", "invoice.paid")
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	firsts := 0
 	for _, r := range replies {
 		require.Equal(t, http.StatusOK, r.status, r.Error)
@@ -257,8 +301,10 @@ func TestPostgresUnreachableAnswers503AndStoresNothing(t *testing.T) {
 	require.Zero(t, during)
 
 	proxy.Restore()
-	require.Eventually(t, func() bool {
-		return h.postSigned("evt_during", "invoice.paid").status == http.StatusOK
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r, err := h.tryPostSigned("evt_during", "invoice.paid")
+		require.NoError(c, err)
+		require.Equal(c, http.StatusOK, r.status)
 	}, 15*time.Second, 100*time.Millisecond, "the sender's retry succeeds once Postgres is back")
 	count, err := h.db.EventCount(context.Background(), "acme")
 	require.NoError(t, err)
@@ -367,7 +413,8 @@ func TestReadiness(t *testing.T) {
 	proxy := proxied(t, &h.cfg.AMQP.URL)
 	h.start(app.ReceiverOptions{})
 
-	get := func(path string) (int, map[string]string) {
+	get := func(t tb, path string) (int, map[string]string) {
+		t.Helper()
 		resp, err := http.Get(h.base + path)
 		require.NoError(t, err)
 		defer resp.Body.Close()
@@ -375,21 +422,22 @@ func TestReadiness(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 		return resp.StatusCode, body
 	}
-	status, body := get("/readyz")
+	status, body := get(t, "/readyz")
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, map[string]string{"postgres": "ok", "rabbitmq": "ok"}, body)
 
 	proxy.Cut()
 	// The client notices the closed socket asynchronously; readiness
 	// follows within moments.
-	require.Eventually(t, func() bool {
-		status, body = get("/readyz")
-		return status == http.StatusServiceUnavailable
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var status int
+		status, body = get(c, "/readyz")
+		require.Equal(c, http.StatusServiceUnavailable, status)
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, "ok", body["postgres"])
 	require.NotEqual(t, "ok", body["rabbitmq"])
 
-	status, _ = get("/healthz")
+	status, _ = get(t, "/healthz")
 	require.Equal(t, http.StatusOK, status, "alive even when a dependency is not")
 }
 
@@ -435,7 +483,7 @@ func TestMetricsReportOutboxBacklog(t *testing.T) {
 
 // scrape reads /metrics into "name{labels}" -> value, labels sorted as the
 // text format prints them.
-func scrape(t *testing.T, base string) map[string]float64 {
+func scrape(t tb, base string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	require.NoError(t, err)

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,15 +44,15 @@ func TestReconcilerResendsAPairLostFromItsTier(t *testing.T) {
 	amqptest.WaitCount(t, h.ch, tier, 1, 10*time.Second)
 	stranded := amqptest.Drain(t, h.ch, tier)
 	require.Len(t, stranded, 1)
-	require.Equal(t, int64(1), stranded[0].Headers[webhook.HeaderGen], "the retry copy is generation 1")
+	require.Equal(t, int64(1), stranded[0].Headers[hamqp.HeaderGen], "the retry copy is generation 1")
 
 	// The reconciler sends generation 2, whose attempt fails too and
 	// schedules generation 3. Meanwhile the stranded copy turns up: stale,
 	// dropped without a POST.
 	dest.waitFor(20*time.Second, "the reconciled copy", func(rs []received) bool { return len(rs) == 2 })
 	require.NoError(t, h.ch.PublishWithContext(context.Background(), "", h.names.RouteQueue("billing"), false, false, amqpCopy(stranded[0])))
-	require.Eventually(t, func() bool {
-		return scrape(t, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`] == 1
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`])
 	}, 10*time.Second, 20*time.Millisecond)
 
 	dest.waitFor(20*time.Second, "the third attempt", func(rs []received) bool { return len(rs) == 3 })

@@ -16,6 +16,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/stretchr/testify/require"
 )
@@ -172,7 +173,7 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 		}
 	}()
 
-	svc := app.Ops(h.cfg, h.db, amqptest.Dialer(t))
+	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	var progress []ops.ReplayProgress
 	replayStart := time.Now()
 	res, err := svc.Replay(context.Background(), ops.ReplayRequest{

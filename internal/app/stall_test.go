@@ -16,6 +16,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -232,9 +233,11 @@ func TestReceiverStalledPostgresAnswers503(t *testing.T) {
 
 	proxy.Resume()
 	var during reply
-	require.Eventually(t, func() bool {
-		during = h.postSigned("evt_during", "invoice.paid")
-		return during.status == http.StatusOK
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		during, err = h.tryPostSigned("evt_during", "invoice.paid")
+		require.NoError(c, err)
+		require.Equal(c, http.StatusOK, during.status)
 	}, 30*time.Second, 200*time.Millisecond, "the sender's retry succeeds once Postgres answers")
 	// The publisher may be sleeping out its backoff after the failures
 	// (at most 30s) when Postgres comes back.

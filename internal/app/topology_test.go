@@ -13,10 +13,11 @@ import (
 
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
-	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +35,7 @@ func TestDefinitionsFileIsCurrent(t *testing.T) {
 		return "", false
 	})
 	require.NoError(t, err)
-	want, err := app.Topology(cfg).Definitions()
+	want, err := setup.Topology(cfg).Definitions()
 	require.NoError(t, err)
 	got, err := os.ReadFile("../../topology/definitions.json")
 	require.NoError(t, err)
@@ -58,7 +59,7 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 			{Name: "crm", Bindings: []string{"*.customer.*"}},
 		},
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	defs, err := topo.Definitions()
 	require.NoError(t, err)
@@ -88,12 +89,12 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 
 	// The delivery limit policy applies to route queues, not to dead ones
 	// (the management API shows it after its next stats tick).
-	require.Eventually(t, func() bool {
-		return queuePolicy(t, prefix+".route.billing") == prefix+".route-delivery-limit"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, prefix+".route-delivery-limit", queuePolicy(c, prefix+".route.billing"))
 	}, 20*time.Second, 200*time.Millisecond)
-	require.Eventually(t, func() bool {
-		return queuePolicy(t, prefix+".route.billing.dead") == prefix+".parking-no-delivery-limit" &&
-			queuePolicy(t, prefix+".unrouted") == prefix+".parking-no-delivery-limit"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, prefix+".parking-no-delivery-limit", queuePolicy(c, prefix+".route.billing.dead"))
+		require.Equal(c, prefix+".parking-no-delivery-limit", queuePolicy(c, prefix+".unrouted"))
 	}, 20*time.Second, 200*time.Millisecond, "dead and unrouted queues have no practical delivery limit")
 }
 
@@ -111,7 +112,7 @@ func TestDeliveryLimitParksPoisonMessage(t *testing.T) {
 		Retry:      config.Retry{Backoff: []time.Duration{time.Second}},
 		Routes:     []config.Route{{Name: "billing", Bindings: []string{"acme.#"}}},
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	ch := amqptest.Channel(t, conn)
 	require.NoError(t, topo.Declare(ch))
@@ -140,7 +141,7 @@ func TestDeliveryLimitParksPoisonMessage(t *testing.T) {
 	require.Equal(t, "delivery_limit", deaths[0].(amqp091.Table)["reason"])
 }
 
-func queuePolicy(t *testing.T, queue string) string {
+func queuePolicy(t tb, queue string) string {
 	t.Helper()
 	resp, err := http.Get(testenv.ManagementURL() + "/api/queues/%2F/" + url.PathEscape(queue))
 	require.NoError(t, err)
@@ -192,7 +193,7 @@ func TestTopicMatchAgreesWithTheBroker(t *testing.T) {
 	for name, p := range patterns {
 		cfg.Routes = append(cfg.Routes, config.Route{Name: name, Bindings: p})
 	}
-	topo := app.Topology(cfg)
+	topo := setup.Topology(cfg)
 	amqptest.DeleteTopology(t, topo)
 	ch := amqptest.Channel(t, conn)
 	require.NoError(t, topo.Declare(ch))
@@ -209,7 +210,7 @@ func TestTopicMatchAgreesWithTheBroker(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, acked)
 	}
-	routesFor := app.RoutesFor(cfg)
+	routesFor := setup.RoutesFor(cfg)
 	want := map[string][]string{}
 	for _, k := range keys {
 		for _, r := range routesFor(k) {

@@ -36,5 +36,7 @@ func TestDispatcherReportsUnservedRoutePairs(t *testing.T) {
 	_, billing := m[`hookrelay_route_unserved_undelivered{route="billing"}`]
 	require.False(t, billing, "billing is served")
 	require.Equal(t, 1.0, m[`hookrelay_route_undelivered{route="billing"}`])
-	require.Contains(t, app.MetricNames(), "hookrelay_route_unserved_undelivered")
+	names, err := app.MetricNames()
+	require.NoError(t, err)
+	require.Contains(t, names, "hookrelay_route_unserved_undelivered")
 }

@@ -266,7 +266,8 @@ func (s Source) DedupesBody() bool { return s.DedupeBody != nil && *s.DedupeBody
 
 // Verify says how a source's requests are authenticated.
 type Verify struct {
-	// Scheme is one of Schemes. Required, unless a preset sets it.
+	// Scheme is one of signature.SchemeNames(). Required, unless a preset
+	// sets it.
 	Scheme string `mapstructure:"scheme" validate:"required,scheme"`
 	// Secrets are accepted keys (tokens for token, passwords for basic);
 	// several allow rotation.

@@ -5,29 +5,9 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+
+	"github.com/hookrelay/hookrelay/internal/signature"
 )
-
-// Schemes are the verification schemes a source may use.
-var Schemes = []string{
-	"none", "hmac", "standard-webhooks", "stripe", "github", "shopify",
-	"slack", "paddle", "kiwify", "token", "basic",
-}
-
-// schemeFields lists the verify keys each scheme reads; setting another is
-// an error, not a silently ignored line.
-var schemeFields = map[string][]string{
-	"none":              {},
-	"hmac":              {"secrets", "algorithm", "encoding", "header", "query", "prefix", "timestamp_header", "signed_content", "tolerance"},
-	"standard-webhooks": {"secrets", "tolerance"},
-	"stripe":            {"secrets", "tolerance"},
-	"github":            {"secrets", "allow_sha1"},
-	"shopify":           {"secrets"},
-	"slack":             {"secrets", "tolerance"},
-	"paddle":            {"secrets", "tolerance"},
-	"kiwify":            {"secrets"},
-	"token":             {"secrets", "header"},
-	"basic":             {"secrets", "username"},
-}
 
 // preset is what a provider preset fills in.
 type preset struct {
@@ -144,12 +124,22 @@ func applyPreset(s *Source) {
 	}
 }
 
+// SchemeConfig is v as the signature schemes read it.
+func (v Verify) SchemeConfig() signature.SchemeConfig {
+	return signature.SchemeConfig{
+		Secrets: v.Secrets, Algorithm: v.Algorithm, Encoding: v.Encoding,
+		Header: v.Header, Query: v.Query, Prefix: v.Prefix,
+		TimestampHeader: v.TimestampHeader, SignedContent: v.SignedContent, Tolerance: v.Tolerance,
+		AllowSHA1: v.AllowSHA1, Username: v.Username,
+	}
+}
+
 // checkVerify reports verify keys the scheme does not read, and what the
 // scheme needs but lacks.
 func checkVerify(key string, v Verify) []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	allowed, known := schemeFields[v.Scheme]
+	scheme, known := signature.LookupScheme(v.Scheme)
 	if !known {
 		return nil // the scheme itself is reported by validation
 	}
@@ -159,7 +149,7 @@ func checkVerify(key string, v Verify) []string {
 		if name == "scheme" || rv.Field(i).IsZero() {
 			continue
 		}
-		if !contains(allowed, name) {
+		if !contains(scheme.Keys, name) {
 			add("%s.verify.%s: not used by scheme %s", key, name, v.Scheme)
 		}
 	}

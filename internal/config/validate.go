@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/go-playground/validator/v10"
+	"github.com/hookrelay/hookrelay/internal/signature"
 )
 
 var (
@@ -39,7 +40,7 @@ func newValidator() *validator.Validate {
 	must("amqp_url", func(s string) bool { return urlWithScheme(s, "amqp", "amqps") })
 	must("http_url", func(s string) bool { return urlWithScheme(s, "http", "https") })
 	must("whsec", func(s string) bool { return WhsecError(s) == nil })
-	must("scheme", func(s string) bool { return contains(Schemes, s) })
+	must("scheme", func(s string) bool { return contains(signature.SchemeNames(), s) })
 	must("preset", func(s string) bool { _, ok := presets[s]; return ok })
 	return v
 }
@@ -153,7 +154,7 @@ func fieldProblem(fe validator.FieldError) string {
 	case "whsec":
 		return WhsecError(fmt.Sprint(val)).Error()
 	case "scheme":
-		return fmt.Sprintf("%q is not a scheme; use one of: %s", val, strings.Join(Schemes, ", "))
+		return fmt.Sprintf("%q is not a scheme; use one of: %s", val, strings.Join(signature.SchemeNames(), ", "))
 	case "preset":
 		return fmt.Sprintf("%q is not a preset; use one of: %s", val, strings.Join(Presets(), ", "))
 	case "file":

@@ -25,7 +25,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/backoff"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/webhook"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 )
 
@@ -60,10 +59,14 @@ type Store interface {
 	AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error)
 }
 
-// Publisher publishes retries and dead letters and waits, bounded, for the
-// broker's confirm: nil means confirmed and routed.
+// Publisher publishes the copy of a message that its outcome calls for and
+// waits, bounded, for the broker's confirm: nil means confirmed and routed.
 type Publisher interface {
-	Publish(ctx context.Context, exchange, key string, p amqp.Publishing) error
+	// Retry publishes next, the message's copy for its next attempt, to
+	// come back to route's queue after delay (the retry tier's).
+	Retry(ctx context.Context, route string, delay time.Duration, next webhook.RouteMessage) error
+	// DeadLetter parks m in its route's dead-letter queue, saying why.
+	DeadLetter(ctx context.Context, m webhook.RouteMessage, why webhook.DeadLetter) error
 	// Blocked returns nil while the broker accepts publishes. While it
 	// blocks them (a memory or disk alarm), it returns a channel that is
 	// closed when the block lifts.
@@ -80,18 +83,13 @@ type Route struct {
 	MaxAttempts int
 	// SigningKeys sign each delivery; every key adds a signature.
 	SigningKeys [][]byte
-	// Queue is the route queue, the routing key retries come back with.
-	Queue string
-	// DeadQueue receives what cannot be delivered.
-	DeadQueue string
 }
 
 // Tier is a retry tier.
 type Tier struct {
 	// Name labels the tier in metrics, e.g. "10s".
-	Name     string
-	Delay    time.Duration
-	Exchange string
+	Name  string
+	Delay time.Duration
 }
 
 // Config configures a Handler.
@@ -173,254 +171,214 @@ func NewClient() *http.Client {
 	}
 }
 
-// Message is a route queue message as the dispatcher reads it.
-type Message struct {
-	EventID        uuid.UUID
-	Source         string
-	EventType      string
-	ContentType    string
-	Body           []byte
-	Attempt        int
-	FirstAttemptAt time.Time
-	// Gen is the generation of this copy (0 for an event's first copy).
-	Gen int64
-	// WasDead is set on a dead letter that an operator moved back to the
-	// route queue (it carries the route header only dead letters have).
-	WasDead bool
-}
-
-// Parse reads a Message from a delivery's properties and headers.
-func Parse(d amqp.Delivery) (Message, error) {
-	m := Message{ContentType: d.ContentType, Body: d.Body, Attempt: 1}
-	id := headerString(d.Headers, webhook.HeaderEventID)
-	if id == "" {
-		id = d.MessageId
-	}
-	var err error
-	if m.EventID, err = uuid.Parse(id); err != nil {
-		return m, fmt.Errorf("message has no valid event id")
-	}
-	m.Source = headerString(d.Headers, webhook.HeaderSource)
-	m.EventType = headerString(d.Headers, webhook.HeaderEventType)
-	if n, ok := headerInt(d.Headers, webhook.HeaderAttempt); ok && n >= 1 {
-		m.Attempt = n
-	}
-	if n, ok := headerInt(d.Headers, webhook.HeaderGen); ok && n >= 0 {
-		m.Gen = int64(n)
-	}
-	if s := headerString(d.Headers, webhook.HeaderFirstAttemptAt); s != "" {
-		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			m.FirstAttemptAt = t
-		}
-	}
-	if _, wasDead := d.Headers[HeaderRoute]; wasDead {
-		// Only dead letters carry the route header: this one was moved back
-		// by an operator (the management UI's "Move messages" keeps every
-		// header). It starts a fresh series instead of going straight back
-		// to the dead-letter queue.
-		m.Attempt, m.FirstAttemptAt, m.WasDead = 1, time.Time{}, true
-	}
-	return m, nil
-}
-
-func headerString(h amqp.Table, key string) string {
-	if s, ok := h[key].(string); ok {
-		return s
-	}
-	return ""
-}
-
-func headerInt(h amqp.Table, key string) (int, bool) {
-	switch v := h[key].(type) {
-	case int32:
-		return int(v), true
-	case int64:
-		return int(v), true
-	case int:
-		return v, true
-	case string:
-		n, err := strconv.Atoi(v)
-		return n, err == nil
-	}
-	return 0, false
-}
-
 // Handle delivers one message of route's queue. It returns nil when the
 // outcome is stored and any republish confirmed: the caller then acks. Any
 // error means "do not ack". Waits for a dependency (Postgres down, the
 // broker blocking publishes) end early when stopping closes. Cancelling ctx
 // aborts the delivery: an HTTP attempt in flight is cancelled and nothing
 // is recorded for it.
-func (h *Handler) Handle(ctx context.Context, route string, d amqp.Delivery, stopping <-chan struct{}) error {
+func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMessage, stopping <-chan struct{}) error {
 	r, ok := h.routes[route]
 	if !ok {
 		return fmt.Errorf("no route %q", route)
 	}
-	log := h.logger.With().Str("route", route).Logger()
-	msg, err := Parse(d)
-	if err != nil {
+	d := &delivery{Handler: h, route: r, msg: msg, stop: stopping, log: h.logger.With().Str("route", route).Logger()}
+	if msg.Malformed != nil {
 		// Nothing to deliver or record against: park it for an operator.
-		log.Error().Err(err).Str("message_id", d.MessageId).Msg("malformed message; dead-lettering")
-		return h.publishDead(ctx, stopping, log, r, d, Message{Body: d.Body, ContentType: d.ContentType, Attempt: 1}, &webhook.Attempt{
-			Route: route, Number: 0, StartedAt: h.now(), Error: err.Error(),
-		}, "malformed")
+		d.log.Error().Err(msg.Malformed).Str("message_id", msg.Wire.MessageID).Msg("malformed message; dead-lettering")
+		return d.deadLetter(ctx, "malformed", &webhook.Attempt{Route: route, StartedAt: h.now(), Error: msg.Malformed.Error()})
 	}
-	log = log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
+	d.log = d.log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
 
-	var lock Lock
-	err = h.retryStore(ctx, stopping, log, "locking delivery", func() (err error) {
-		lock, err = h.cfg.Store.DeliveryLock(ctx, msg.EventID, route)
-		return err
-	})
+	lock, err := d.lock(ctx)
 	if errors.Is(err, ErrEventMissing) {
 		// Retrying cannot help, and delivering without a record would
 		// break the at-most-once promise: park it for an operator.
-		log.Error().Err(err).Msg("event purged; dead-lettering")
-		return h.publishDead(ctx, stopping, log, r, d, msg, &webhook.Attempt{
+		d.log.Error().Err(err).Msg("event purged; dead-lettering")
+		return d.deadLetter(ctx, "event_missing", &webhook.Attempt{
 			Route: route, Number: msg.Attempt, StartedAt: h.now(), Error: "event purged from the database",
-		}, "event_missing")
-	}
-	if err != nil {
-		return err
-	}
-	if done, err := h.current(ctx, stopping, log, r, d, &msg, lock); done || err != nil {
-		return err
-	}
-
-	h.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
-	attempt, retryAfter := h.post(ctx, r, msg)
-	h.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
-	if err := ctx.Err(); err != nil {
-		// Aborted (shutdown timeout): the attempt's result, if any, is not
-		// known to be the destination's answer. Record nothing; the message
-		// is not acked, so it is delivered again after the restart.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if rerr := lock.Release(rctx); rerr != nil {
-			log.Warn().Err(rerr).Msg("releasing delivery lock")
-		}
-		return fmt.Errorf("delivery aborted: %w", err)
-	}
-	h.cfg.Metrics.duration.WithLabelValues(route).Observe(attempt.Duration.Seconds())
-
-	attempt.Gen = msg.Gen
-	tier, deadReason := -1, ""
-	switch {
-	case attempt.Status >= 200 && attempt.Status < 300:
-		attempt.Outcome = webhook.StateDelivered
-	case attempt.Status == http.StatusGone || r.NoRetry[attempt.Status]:
-		attempt.Outcome, deadReason = webhook.StateDead, "no_retry_status"
-	case msg.Attempt >= r.MaxAttempts:
-		attempt.Outcome, deadReason = webhook.StateDead, "max_attempts"
-	default:
-		attempt.Outcome = webhook.StateRetrying
-		tier = h.tierFor(msg.Attempt, retryAfter)
-		attempt.RetryIn = h.cfg.Tiers[tier].Delay
-	}
-
-	gen, err := lock.Record(ctx, attempt)
-	if err != nil {
-		// The lock's connection failed during the attempt: record in a
-		// transaction of its own.
-		log.Warn().Err(err).Msg("recording attempt failed; retrying")
-		var current bool
-		err = h.retryStore(ctx, stopping, log, "recording attempt", func() (err error) {
-			gen, current, err = h.cfg.Store.AttemptRecord(ctx, attempt)
-			return err
 		})
-		if err != nil {
-			return err
-		}
-		if !current && attempt.Outcome != webhook.StateDelivered {
-			// Another copy moved the pair on meanwhile: it owns what
-			// comes next.
-			h.cfg.Metrics.outcome(route, "superseded")
-			log.Info().Msg("pair moved on while recording; this copy is done")
-			return nil
-		}
 	}
-
+	if err != nil {
+		return err
+	}
+	if done, err := d.current(ctx, lock); done || err != nil {
+		return err
+	}
+	attempt, retryAfter, err := d.attempt(ctx, lock)
+	if err != nil {
+		return err
+	}
+	tier, deadReason := d.decide(attempt, retryAfter)
+	gen, done, err := d.record(ctx, lock, attempt)
+	if done || err != nil {
+		return err
+	}
 	switch attempt.Outcome {
 	case webhook.StateRetrying:
-		msg.Gen = gen
-		if err := h.publishRetry(ctx, stopping, log, r, msg, tier); err != nil {
-			return err
-		}
-		h.cfg.Metrics.outcome(route, "retry_scheduled")
-		h.cfg.Metrics.retries.WithLabelValues(route, h.cfg.Tiers[tier].Name).Inc()
-		log.Info().Int("status", attempt.Status).Str("error", attempt.Error).Dur("retry_in", h.cfg.Tiers[tier].Delay).Msg("delivery failed; retry scheduled")
+		return d.retry(ctx, attempt, tier, gen)
 	case webhook.StateDead:
-		if err := h.publishDead(ctx, stopping, log, r, d, msg, attempt, deadReason); err != nil {
+		if err := d.deadLetter(ctx, deadReason, attempt); err != nil {
 			return err
 		}
 		h.cfg.Metrics.outcome(route, "dead")
-		log.Warn().Int("status", attempt.Status).Str("error", attempt.Error).Msg("delivery dead-lettered")
+		d.log.Warn().Int("status", attempt.Status).Str("error", attempt.Error).Msg("delivery dead-lettered")
 	default:
 		h.cfg.Metrics.outcome(route, "delivered")
-		log.Debug().Int("status", attempt.Status).Msg("delivered")
+		d.log.Debug().Int("status", attempt.Status).Msg("delivered")
 	}
 	return nil
 }
 
-// current decides, with the pair locked, whether msg is the copy to
-// deliver now. It returns done (the message is handled, the lock released)
-// for a pair already delivered, for a stale copy (another generation: a
-// replay, a reconciled resend or a retry replaced it), and for a pair whose
-// dead-lettering this very copy started but did not finish (its dead letter
-// is published again, without a POST). A dead letter an operator moved back
-// starts a new series and is delivered.
-func (h *Handler) current(ctx context.Context, stopping <-chan struct{}, log zerolog.Logger, r *Route, d amqp.Delivery, msg *Message, lock Lock) (done bool, err error) {
+// delivery is one message being handled.
+type delivery struct {
+	*Handler
+	route *Route
+	msg   webhook.RouteMessage
+	// stop ends waits for a dependency early (shutdown).
+	stop <-chan struct{}
+	log  zerolog.Logger
+}
+
+// lock locks the message's pair, retrying while Postgres fails.
+func (d *delivery) lock(ctx context.Context) (Lock, error) {
+	var lock Lock
+	err := d.retryStore(ctx, "locking delivery", func() (err error) {
+		lock, err = d.cfg.Store.DeliveryLock(ctx, d.msg.EventID, d.route.Name)
+		return err
+	})
+	return lock, err
+}
+
+// current decides, with the pair locked, whether the message is the copy
+// to deliver now. It returns done (the message is handled, the lock
+// released) for a pair already delivered, for a stale copy (another
+// generation: a replay, a reconciled resend or a retry replaced it), and
+// for a pair whose dead-lettering this very copy started but did not
+// finish (its dead letter is published again, without a POST). A dead
+// letter an operator moved back starts a new series and is delivered.
+func (d *delivery) current(ctx context.Context, lock Lock) (done bool, err error) {
 	release := func() {
 		if err := lock.Release(ctx); err != nil {
-			log.Warn().Err(err).Msg("releasing delivery lock")
+			d.log.Warn().Err(err).Msg("releasing delivery lock")
 		}
 	}
 	state, gen := lock.State(), lock.Gen()
 	switch {
 	case state == webhook.StateDelivered:
 		release()
-		h.cfg.Metrics.outcome(r.Name, "skipped_duplicate")
-		log.Debug().Msg("already delivered; skipping")
+		d.cfg.Metrics.outcome(d.route.Name, "skipped_duplicate")
+		d.log.Debug().Msg("already delivered; skipping")
 		return true, nil
-	case msg.WasDead && state == webhook.StateDead && msg.Gen == gen:
+	case d.msg.MovedBack && state == webhook.StateDead && d.msg.Gen == gen:
 		ng, err := lock.Restart(ctx)
 		if err != nil {
 			return true, err
 		}
-		log.Info().Int64("gen", ng).Msg("dead letter moved back by an operator; starting a new series")
-		msg.Gen = ng
+		d.log.Info().Int64("gen", ng).Msg("dead letter moved back by an operator; starting a new series")
+		d.msg.Gen = ng
 		return false, nil
-	case msg.Gen != gen:
+	case d.msg.Gen != gen:
 		release()
-		h.cfg.Metrics.outcome(r.Name, "superseded")
-		log.Info().Int64("gen", msg.Gen).Int64("current_gen", gen).Msg("stale copy of the pair; dropped without a POST")
+		d.cfg.Metrics.outcome(d.route.Name, "superseded")
+		d.log.Info().Int64("gen", d.msg.Gen).Int64("current_gen", gen).Msg("stale copy of the pair; dropped without a POST")
 		return true, nil
 	case state == webhook.StateDead:
 		// This copy was dead-lettered in Postgres, but its dead letter was
 		// not confirmed before the message came back.
 		release()
-		return true, h.publishDead(ctx, stopping, log, r, d, *msg, &webhook.Attempt{
-			Route: r.Name, Number: msg.Attempt, StartedAt: h.now(), Error: "dead-lettered before; dead letter published again",
-		}, "max_attempts")
+		return true, d.deadLetter(ctx, "max_attempts", &webhook.Attempt{
+			Route: d.route.Name, Number: d.msg.Attempt, StartedAt: d.now(), Error: "dead-lettered before; dead letter published again",
+		})
 	}
 	return false, nil
 }
 
+// attempt POSTs the message and returns the attempt, with the Retry-After
+// delay the destination asked for. When ctx is cancelled meanwhile
+// (shutdown timeout), the attempt's result, if any, is not known to be the
+// destination's answer: it releases the lock, records nothing, and fails,
+// so the message is not acked and is delivered again after the restart.
+func (d *delivery) attempt(ctx context.Context, lock Lock) (*webhook.Attempt, time.Duration, error) {
+	route := d.route.Name
+	d.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
+	a, retryAfter := d.post(ctx, d.route, d.msg)
+	d.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
+	if err := ctx.Err(); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if rerr := lock.Release(rctx); rerr != nil {
+			d.log.Warn().Err(rerr).Msg("releasing delivery lock")
+		}
+		return nil, 0, fmt.Errorf("delivery aborted: %w", err)
+	}
+	d.cfg.Metrics.duration.WithLabelValues(route).Observe(a.Duration.Seconds())
+	a.Gen = d.msg.Gen
+	return a, retryAfter, nil
+}
+
+// decide sets the attempt's outcome: delivered on a 2xx; dead on 410 or a
+// status the route does not retry, or after its last attempt; else
+// retrying, in the tier it returns. deadReason says why a dead one is.
+func (d *delivery) decide(a *webhook.Attempt, retryAfter time.Duration) (tier int, deadReason string) {
+	r := d.route
+	switch {
+	case a.Status >= 200 && a.Status < 300:
+		a.Outcome = webhook.StateDelivered
+	case a.Status == http.StatusGone || r.NoRetry[a.Status]:
+		a.Outcome, deadReason = webhook.StateDead, "no_retry_status"
+	case d.msg.Attempt >= r.MaxAttempts:
+		a.Outcome, deadReason = webhook.StateDead, "max_attempts"
+	default:
+		a.Outcome = webhook.StateRetrying
+		tier = d.tierFor(d.msg.Attempt, retryAfter)
+		a.RetryIn = d.cfg.Tiers[tier].Delay
+	}
+	return tier, deadReason
+}
+
+// record stores the attempt and releases the lock, and returns the pair's
+// generation afterwards. When the lock's connection failed during the
+// attempt, it records in a transaction of its own; if another copy moved
+// the pair on meanwhile, that copy owns what comes next, and done says
+// this one is handled.
+func (d *delivery) record(ctx context.Context, lock Lock, a *webhook.Attempt) (gen int64, done bool, err error) {
+	gen, err = lock.Record(ctx, a)
+	if err == nil {
+		return gen, false, nil
+	}
+	d.log.Warn().Err(err).Msg("recording attempt failed; retrying")
+	var current bool
+	err = d.retryStore(ctx, "recording attempt", func() (err error) {
+		gen, current, err = d.cfg.Store.AttemptRecord(ctx, a)
+		return err
+	})
+	if err != nil {
+		return 0, true, err
+	}
+	if !current && a.Outcome != webhook.StateDelivered {
+		d.cfg.Metrics.outcome(d.route.Name, "superseded")
+		d.log.Info().Msg("pair moved on while recording; this copy is done")
+		return gen, true, nil
+	}
+	return gen, false, nil
+}
+
 // retryStore runs op until it succeeds, retrying with backoff for up to
-// StoreRetryFor while the message stays unacked, or until stop closes.
-func (h *Handler) retryStore(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, what string, op func() error) error {
+// StoreRetryFor while the message stays unacked, or until d.stop closes.
+func (d *delivery) retryStore(ctx context.Context, what string, op func() error) error {
 	err := op()
 	if err == nil || errors.Is(err, ErrEventMissing) {
 		return err // done, or permanent
 	}
-	deadline := time.Now().Add(h.cfg.StoreRetryFor)
+	deadline := time.Now().Add(d.cfg.StoreRetryFor)
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 	for time.Now().Before(deadline) {
 		wait := retry.Next()
-		log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; holding the message", what)
+		d.log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; holding the message", what)
 		t := time.NewTimer(wait)
 		select {
-		case <-stop:
+		case <-d.stop:
 			t.Stop()
 			return fmt.Errorf("%s: %w (shutting down)", what, err)
 		case <-ctx.Done():
@@ -435,20 +393,21 @@ func (h *Handler) retryStore(ctx context.Context, stop <-chan struct{}, log zero
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// publish publishes and waits for the confirm. While the broker blocks
-// publishing it holds the message (unacked, no new POST) until the block
-// lifts, for up to PublishHoldFor, and publishes then; a publish already
-// sent when the block began waits for its confirm within the same bound.
-// stop ends a hold early, ctx any wait. Other failures return at once.
-func (h *Handler) publish(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, exchange, key string, p amqp.Publishing) error {
-	pub := h.cfg.Publisher
-	hctx, cancel := context.WithTimeout(ctx, h.cfg.PublishHoldFor)
+// publish runs send, a publish that waits for its confirm. While the broker
+// blocks publishing it holds the message (unacked, no new POST) until the
+// block lifts, for up to PublishHoldFor, and publishes then; a publish
+// already sent when the block began waits for its confirm within the same
+// bound. d.stop ends a hold early, ctx any wait. Other failures return at
+// once.
+func (d *delivery) publish(ctx context.Context, send func(context.Context) error) error {
+	pub := d.cfg.Publisher
+	hctx, cancel := context.WithTimeout(ctx, d.cfg.PublishHoldFor)
 	defer cancel()
 	held := false
 	for {
 		lifted := pub.Blocked()
 		if lifted == nil {
-			err := pub.Publish(hctx, exchange, key, p)
+			err := send(hctx)
 			if err == nil || pub.Blocked() == nil {
 				return err
 			}
@@ -456,17 +415,17 @@ func (h *Handler) publish(ctx context.Context, stop <-chan struct{}, log zerolog
 		}
 		if !held {
 			held = true
-			log.Warn().Dur("hold_for", h.cfg.PublishHoldFor).Msg("rabbitmq blocks publishing; holding the message")
+			d.log.Warn().Dur("hold_for", d.cfg.PublishHoldFor).Msg("rabbitmq blocks publishing; holding the message")
 		}
 		select {
 		case <-lifted:
-		case <-stop:
+		case <-d.stop:
 			return errors.New("rabbitmq blocks publishing (shutting down)")
 		case <-hctx.Done():
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("rabbitmq blocks publishing: %w", err)
 			}
-			return fmt.Errorf("rabbitmq blocked publishing for longer than %s", h.cfg.PublishHoldFor)
+			return fmt.Errorf("rabbitmq blocked publishing for longer than %s", d.cfg.PublishHoldFor)
 		}
 	}
 }
@@ -504,7 +463,7 @@ const (
 
 // post makes one HTTP attempt and reports it, with the Retry-After delay
 // asked for by a 429 or 503.
-func (h *Handler) post(ctx context.Context, r *Route, msg Message) (*webhook.Attempt, time.Duration) {
+func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) (*webhook.Attempt, time.Duration) {
 	start := h.now()
 	a := &webhook.Attempt{EventID: msg.EventID, Route: r.Name, Number: msg.Attempt, StartedAt: start}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
@@ -653,83 +612,38 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-func (h *Handler) publishRetry(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, r *Route, msg Message, tier int) error {
-	first := msg.FirstAttemptAt
-	if first.IsZero() {
-		first = h.now()
+// retry publishes the message's copy for its next attempt, generation gen,
+// to the tier.
+func (d *delivery) retry(ctx context.Context, a *webhook.Attempt, tier int, gen int64) error {
+	next := d.msg
+	next.Attempt++
+	next.Gen = gen
+	if next.FirstAttemptAt.IsZero() {
+		next.FirstAttemptAt = d.now()
 	}
-	id := msg.EventID.String()
-	err := h.publish(ctx, stop, log, h.cfg.Tiers[tier].Exchange, r.Queue, amqp.Publishing{
-		DeliveryMode: amqp.Persistent,
-		ContentType:  msg.ContentType,
-		MessageId:    id,
-		Type:         msg.EventType,
-		AppId:        "hookrelay",
-		Timestamp:    h.now(),
-		Headers: amqp.Table{
-			webhook.HeaderEventID:        id,
-			webhook.HeaderSource:         msg.Source,
-			webhook.HeaderEventType:      msg.EventType,
-			webhook.HeaderAttempt:        int32(msg.Attempt + 1),
-			webhook.HeaderFirstAttemptAt: first.UTC().Format(time.RFC3339Nano),
-			webhook.HeaderGen:            msg.Gen,
-		},
-		Body: msg.Body,
-	})
+	t := d.cfg.Tiers[tier]
+	err := d.publish(ctx, func(ctx context.Context) error { return d.cfg.Publisher.Retry(ctx, d.route.Name, t.Delay, next) })
 	if err != nil {
 		return fmt.Errorf("scheduling retry: %w", err)
 	}
+	d.cfg.Metrics.outcome(d.route.Name, "retry_scheduled")
+	d.cfg.Metrics.retries.WithLabelValues(d.route.Name, t.Name).Inc()
+	d.log.Info().Int("status", a.Status).Str("error", a.Error).Dur("retry_in", t.Delay).Msg("delivery failed; retry scheduled")
 	return nil
 }
 
-// Dead-letter headers an operator reads in the management UI.
-const (
-	HeaderRoute         = "x-hookrelay-route"
-	HeaderAttempts      = "x-hookrelay-attempts"
-	HeaderLastStatus    = "x-hookrelay-last-status"
-	HeaderLastError     = "x-hookrelay-last-error"
-	HeaderLastAttemptAt = "x-hookrelay-last-attempt-at"
-	// HeaderDeadReason is max_attempts, no_retry_status (410 or a route's
-	// no_retry_statuses), malformed or event_missing (purged). RabbitMQ's own parking for the
-	// delivery limit shows in x-death instead.
-	HeaderDeadReason = "x-hookrelay-dead-reason"
-)
-
-func (h *Handler) publishDead(ctx context.Context, stop <-chan struct{}, log zerolog.Logger, r *Route, d amqp.Delivery, msg Message, a *webhook.Attempt, reason string) error {
-	first := msg.FirstAttemptAt
+// deadLetter parks the message in its route's dead-letter queue, for
+// reason, after attempt a.
+func (d *delivery) deadLetter(ctx context.Context, reason string, a *webhook.Attempt) error {
+	first := d.msg.FirstAttemptAt
 	if first.IsZero() {
 		first = a.StartedAt
 	}
-	// Our own headers only: x-death from the retry tiers' TTL hops would
-	// tell an operator "expired", which is not why it is dead.
-	headers := amqp.Table{}
-	for k, v := range d.Headers {
-		if strings.HasPrefix(k, "x-hookrelay-") {
-			headers[k] = v
-		}
+	why := webhook.DeadLetter{
+		Route: d.route.Name, Reason: reason, Attempts: d.msg.Attempt,
+		LastStatus: a.Status, LastError: a.Error, FirstAttemptAt: first, LastAttemptAt: a.StartedAt,
 	}
-	if msg.EventID != uuid.Nil {
-		headers[webhook.HeaderEventID] = msg.EventID.String()
-	}
-	headers[HeaderRoute] = r.Name
-	headers[webhook.HeaderGen] = msg.Gen
-	headers[HeaderDeadReason] = reason
-	headers[HeaderAttempts] = int32(msg.Attempt)
-	headers[HeaderLastStatus] = int32(a.Status)
-	headers[HeaderLastError] = a.Error
-	headers[webhook.HeaderFirstAttemptAt] = first.UTC().Format(time.RFC3339Nano)
-	headers[HeaderLastAttemptAt] = a.StartedAt.UTC().Format(time.RFC3339Nano)
-	err := h.publish(ctx, stop, log, "", r.DeadQueue, amqp.Publishing{
-		DeliveryMode: amqp.Persistent,
-		ContentType:  d.ContentType,
-		MessageId:    d.MessageId,
-		Type:         d.Type,
-		AppId:        "hookrelay",
-		Timestamp:    h.now(),
-		Headers:      headers,
-		Body:         d.Body,
-	})
-	if err != nil {
+	if err := d.publish(ctx, func(ctx context.Context) error { return d.cfg.Publisher.DeadLetter(ctx, d.msg, why) }); err != nil {
 		return fmt.Errorf("dead-lettering: %w", err)
 	}
 	return nil

@@ -119,7 +119,7 @@ const checkTimeout = 3 * time.Second
 // dependency's name, never into the answer.
 func Health(mux *http.ServeMux, logger zerolog.Logger, checks ...Check) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		errs := make([]error, len(checks))
@@ -153,12 +153,23 @@ func Health(mux *http.ServeMux, logger zerolog.Logger, checks ...Check) {
 			}
 			logger.Warn().Err(err).Str("dependency", c.Name).Msg("readiness check failed")
 		}
-		writeJSON(w, status, results)
+		WriteJSON(w, status, results)
 	})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers with status and v as JSON (one line, newline-terminated).
+// The status is sent first, so an encoding or write error can reach nobody:
+// it is dropped.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v) // the status is sent; nobody is left to tell
+}
+
+// WriteError answers with status and {"error": msg}, the error body of
+// every hookrelay HTTP API.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, struct {
+		Error string `json:"error"`
+	}{msg})
 }

@@ -8,7 +8,6 @@ package ingest
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/extract"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,64 +145,78 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, known bool, start time.Time) (outcome, reason string) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
-		return "rejected", "method"
+		return reject(w, http.StatusMethodNotAllowed, "method not allowed: use POST", "method")
 	}
 	if !known {
-		writeError(w, http.StatusNotFound, "unknown source")
-		return "rejected", "unknown_source"
+		return reject(w, http.StatusNotFound, "unknown source", "unknown_source")
 	}
 	log := h.logger.With().Str("source", src.Name).Logger()
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody))
-			return "rejected", "too_large"
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			// The body did not arrive within the read timeout: nothing is
-			// stored, and 408 tells the sender to send it again.
-			writeError(w, http.StatusRequestTimeout, "body not received within the read timeout; send it again")
-			return "rejected", "read_timeout"
-		}
-		writeError(w, http.StatusBadRequest, "reading body failed")
-		return "rejected", "read_error"
+	body, status, msg, reason := h.readBody(w, r)
+	if status != 0 {
+		return reject(w, status, msg, reason)
 	}
-
 	signedID, err := verify(src.Verifier, &signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
 	if err != nil {
 		var ve *signature.VerifyError
 		if !errors.As(err, &ve) {
 			log.Error().Err(err).Msg("verifier failed")
-			writeError(w, http.StatusInternalServerError, "verification failed")
+			httpserver.WriteError(w, http.StatusInternalServerError, "verification failed")
 			return "error", "verifier"
 		}
 		log.Debug().Str("reason", ve.Reason).Msg("rejected signature")
-		writeError(w, http.StatusUnauthorized, ve.Reason)
-		return "rejected", "signature_" + ve.Kind()
+		return reject(w, http.StatusUnauthorized, ve.Reason, "signature_"+ve.Kind())
 	}
+	ev, msg := h.event(r, src, body, signedID, start, log)
+	if ev == nil {
+		return reject(w, http.StatusBadRequest, msg, "bad_request")
+	}
+	return h.commit(w, r, ev, log)
+}
 
+// reject answers status with {"error": msg}: a request that stores
+// nothing, counted as rejected for reason.
+func reject(w http.ResponseWriter, status int, msg, reason string) (outcome, why string) {
+	httpserver.WriteError(w, status, msg)
+	return "rejected", reason
+}
+
+// readBody reads the body, at most MaxBodyBytes. When it cannot, it
+// returns the status to answer (413, 408 or 400), with a message and a
+// reason for the metrics.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte, status int, msg, reason string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err == nil {
+		return body, 0, "", ""
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", h.maxBody), "too_large"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// The body did not arrive within the read timeout: nothing is
+		// stored, and 408 tells the sender to send it again.
+		return nil, http.StatusRequestTimeout, "body not received within the read timeout; send it again", "read_timeout"
+	}
+	return nil, http.StatusBadRequest, "reading body failed", "read_error"
+}
+
+// event builds the event of a verified request, or says why its input can
+// never be stored: the sender's error (400), not one to retry.
+func (h *Handler) event(r *http.Request, src Source, body []byte, signedID string, start time.Time, log zerolog.Logger) (*webhook.Event, string) {
 	res, err := src.Extractor.Extract(extract.Input{Header: r.Header, Body: body, SignedID: signedID})
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return "rejected", "bad_request"
+		return nil, err.Error()
 	}
 	if key := webhook.RoutingKey(src.Name, res.EventType); len(key) > maxRoutingKey {
 		// RabbitMQ refuses longer routing keys: stored, it could never be
 		// published.
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("event type too long: %q.<event type> must fit %d bytes", src.Name, maxRoutingKey))
-		return "rejected", "bad_request"
+		return nil, fmt.Sprintf("event type too long: %q.<event type> must fit %d bytes", src.Name, maxRoutingKey)
 	}
-
 	contentType := r.Header.Get("Content-Type")
 	if msg := contentTypeProblem(contentType); msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
-		return "rejected", "bad_request"
+		return nil, msg
 	}
-
 	headers, dropped := storedHeaders(r.Header, src.Verifier)
 	if len(dropped) > 0 {
 		log.Debug().Strs("headers", dropped).Msg("left header values that are not UTF-8 out of the stored headers")
@@ -221,6 +235,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 		sum := sha256.Sum256(body)
 		ev.BodySHA256 = sum[:]
 	}
+	return ev, ""
+}
+
+// commit stores ev with its outbox row and answers 200 once committed, or
+// 503 when it was not, so the sender retries.
+func (h *Handler) commit(w http.ResponseWriter, r *http.Request, ev *webhook.Event, log zerolog.Logger) (outcome, reason string) {
 	// The sender hanging up must not abort a commit half-way: the outcome
 	// would be unknown to both sides. Bound it with its own timeout instead.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.storeTimeout)
@@ -232,10 +252,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	id, dup, err := h.store.EventInsert(ctx, ev, routes)
 	if err != nil {
 		log.Error().Err(err).Msg("storing event")
-		writeError(w, http.StatusServiceUnavailable, "storage unavailable, retry later")
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable, retry later")
 		return "error", "storage"
 	}
-	writeJSON(w, http.StatusOK, Response{ID: id, Duplicate: dup})
+	httpserver.WriteJSON(w, http.StatusOK, Response{ID: id, Duplicate: dup})
 	if dup {
 		log.Debug().Stringer("event_id", id).Msg("duplicate event")
 		return "duplicate", ""
@@ -310,20 +330,6 @@ func storedHeaders(h http.Header, v signature.Verifier) (stored http.Header, dro
 	}
 	sort.Strings(dropped)
 	return stored, dropped
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, struct {
-		Error string `json:"error"`
-	}{msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	// The status is sent; a write error means the client left, and there is
-	// nobody left to tell.
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // Metrics are the ingest counters.

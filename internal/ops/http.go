@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/rs/zerolog"
 )
@@ -35,38 +36,38 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
 		f, err := FilterFromQuery(r.URL.Query())
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		list, err := s.EventList(r.Context(), f)
 		if err != nil {
 			logger.Error().Err(err).Msg("listing events")
-			writeError(w, http.StatusServiceUnavailable, "storage unavailable")
+			httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
 			return
 		}
-		writeJSON(w, http.StatusOK, list)
+		httpserver.WriteJSON(w, http.StatusOK, list)
 	})
 	mux.HandleFunc("GET /api/events/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := uuid.Parse(r.PathValue("id"))
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid event id")
+			httpserver.WriteError(w, http.StatusBadRequest, "invalid event id")
 			return
 		}
 		ev, err := s.EventShow(r.Context(), id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			writeError(w, http.StatusNotFound, "no such event")
+			httpserver.WriteError(w, http.StatusNotFound, "no such event")
 		case err != nil:
 			logger.Error().Err(err).Msg("reading event")
-			writeError(w, http.StatusServiceUnavailable, "storage unavailable")
+			httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
 		default:
-			writeJSON(w, http.StatusOK, ev)
+			httpserver.WriteJSON(w, http.StatusOK, ev)
 		}
 	})
 	mux.HandleFunc("POST /api/events/{id}/replay", func(w http.ResponseWriter, r *http.Request) {
 		id, err := uuid.Parse(r.PathValue("id"))
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid event id")
+			httpserver.WriteError(w, http.StatusBadRequest, "invalid event id")
 			return
 		}
 		q := r.URL.Query()
@@ -78,15 +79,16 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 		})
 	})
 	mux.HandleFunc("POST /api/replay", func(w http.ResponseWriter, r *http.Request) {
-		var req ReplayRequest
+		var body ReplayBody
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		if err := dec.Decode(&body); err != nil {
+			httpserver.WriteError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 			return
 		}
+		req := body.Request()
 		if req.EventID == uuid.Nil && req.Filter == (store.EventFilter{}) {
-			writeError(w, http.StatusBadRequest, "refusing to replay everything: give a filter")
+			httpserver.WriteError(w, http.StatusBadRequest, "refusing to replay everything: give a filter")
 			return
 		}
 		if req.EventID == uuid.Nil && !req.DryRun {
@@ -95,7 +97,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 					logger.Error().Str("error", msg).Msg("counting replay candidates")
 					msg = "storage unavailable"
 				}
-				writeError(w, status, msg)
+				httpserver.WriteError(w, status, msg)
 				return
 			}
 		}
@@ -107,7 +109,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookrelay"`)
-			writeError(w, http.StatusUnauthorized, "missing or invalid bearer token")
+			httpserver.WriteError(w, http.StatusUnauthorized, "missing or invalid bearer token")
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -137,7 +139,7 @@ func apiReplayTooBig(r *http.Request, s *Service, req ReplayRequest) (int, strin
 	if err != nil {
 		return http.StatusBadRequest, "after: " + err.Error()
 	}
-	n, err := s.DB.ReplayCandidateCount(r.Context(), req.Filter, after)
+	n, err := s.Store.ReplayCandidateCount(r.Context(), req.Filter, after)
 	if err != nil {
 		return http.StatusServiceUnavailable, err.Error()
 	}
@@ -155,21 +157,21 @@ func replay(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.L
 	var stalled *StalledError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, "no such event")
+		httpserver.WriteError(w, http.StatusNotFound, "no such event")
 	case errors.Is(err, ErrUnknownRoute), errors.Is(err, ErrInvalidRequest):
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 	case errors.As(err, &stalled):
 		logger.Warn().Err(err).Msg("replay stalled")
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		httpserver.WriteError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The caller hung up while the replay waited for a batch; what was
 		// enqueued stays enqueued. Nobody is left to answer.
 		logger.Info().Err(err).Msg("replay request ended by the caller")
 	case err != nil:
 		logger.Error().Err(err).Msg("replaying")
-		writeError(w, http.StatusServiceUnavailable, "storage unavailable")
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
 	default:
-		writeJSON(w, http.StatusOK, res)
+		httpserver.WriteJSON(w, http.StatusOK, res)
 	}
 }
 
@@ -179,10 +181,10 @@ func FilterFromQuery(q url.Values) (store.EventFilter, error) {
 	f := store.EventFilter{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route")}
 	var err error
 	if f.Since, err = parseTime(q.Get("since")); err != nil {
-		return f, errors.New("since: " + err.Error())
+		return f, fmt.Errorf("since: %w", err)
 	}
 	if f.Until, err = parseTime(q.Get("until")); err != nil {
-		return f, errors.New("until: " + err.Error())
+		return f, fmt.Errorf("until: %w", err)
 	}
 	if v := q.Get("limit"); v != "" {
 		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 {
@@ -217,14 +219,4 @@ func parseTime(v string) (time.Time, error) {
 		return time.Time{}, errors.New("want RFC 3339 (2026-11-27T14:00:00Z) or an age (2h, 3d)")
 	}
 	return time.Now().Add(-d), nil
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the status is sent; nobody is left to tell
 }

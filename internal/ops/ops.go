@@ -1,7 +1,8 @@
 // Package ops is what an operator does to a running relay: find events and
 // why they failed, replay them, read and requeue dead letters, purge old
 // data. The hookrelay CLI and the admin HTTP API both call it, so they
-// always agree.
+// always agree. It reaches Postgres and RabbitMQ only through the Store and
+// DeadLetters interfaces it declares.
 package ops
 
 import (
@@ -12,19 +13,51 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
-	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/store"
-	"github.com/hookrelay/hookrelay/internal/webhook"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// Store is what the operations need from Postgres (*store.DB).
+type Store interface {
+	// EventShow returns one event with its deliveries and attempts, or
+	// store.ErrNotFound.
+	EventShow(ctx context.Context, id uuid.UUID) (*store.EventDetail, error)
+	// EventList returns up to f.Limit events f selects, newest first.
+	EventList(ctx context.Context, f store.EventFilter) ([]store.EventSummary, error)
+	// EventCountByFilter counts the events f selects, ignoring f.Limit.
+	EventCountByFilter(ctx context.Context, f store.EventFilter) (int64, error)
+	// ReplayCandidateCount counts the events f selects after a cursor,
+	// ignoring f.Limit.
+	ReplayCandidateCount(ctx context.Context, f store.EventFilter, after store.ReplayCursor) (int64, error)
+	// ReplayCandidatesPage returns up to limit events f selects after a
+	// cursor, oldest first, with their delivery states.
+	ReplayCandidatesPage(ctx context.Context, f store.EventFilter, after store.ReplayCursor, limit int) ([]store.ReplayCandidate, error)
+	// ReplayEnqueue puts pairs back through the outbox in one transaction
+	// and returns those it enqueued.
+	ReplayEnqueue(ctx context.Context, pairs []store.ReplayPair, includeDelivered bool) ([]store.ReplayPair, error)
+	// ReplayPairStates counts how many of pairs are pending and how many
+	// delivered.
+	ReplayPairStates(ctx context.Context, pairs []store.ReplayPair) (pending, delivered int, err error)
+	// Purge removes what cfg says.
+	Purge(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
+}
+
+// DeadLetters reads and moves the messages of the routes' dead-letter
+// queues (internal/amqp's, adapted in the wiring).
+type DeadLetters interface {
+	// List reads up to limit messages of route's dead-letter queue without
+	// consuming them: all go back to the queue. Total is the queue's
+	// message count.
+	List(ctx context.Context, route string, limit int) (*DeadLetterList, error)
+	// Requeue moves up to limit messages (0: all there are now) back to
+	// route's queue, each as a fresh attempt series, confirmed before the
+	// dead letter is acked, and returns how many it moved.
+	Requeue(ctx context.Context, route string, limit int) (int, error)
+}
 
 // Service carries what the operations need.
 type Service struct {
-	DB *store.DB
-	// Dialer and Names reach the dead-letter queues.
-	Dialer *hamqp.Dialer
-	Names  hamqp.Names
+	Store       Store
+	DeadLetters DeadLetters
 	// RoutesFunc names the routes whose bindings match a routing key.
 	RoutesFunc func(routingKey string) []string
 	// Routes are the configured route names.
@@ -52,6 +85,14 @@ func (s *Service) checkRoute(route string) error {
 	return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
 }
 
+// requireRoute is checkRoute for operations that need one route.
+func (s *Service) requireRoute(route string) error {
+	if route == "" {
+		return errors.New("a route is required (--route)")
+	}
+	return s.checkRoute(route)
+}
+
 // served reports whether route is in the config.
 func (s *Service) served(route string) bool {
 	return slices.Contains(s.Routes, route)
@@ -66,23 +107,17 @@ func UnservedReason(route string) string {
 // EventShow returns one event with its deliveries and attempts, each
 // delivery marked Unserved when its route is not in the config; or
 // store.ErrNotFound.
-func (s *Service) EventShow(ctx context.Context, id uuid.UUID) (*store.EventDetail, error) {
-	ev, err := s.DB.EventShow(ctx, id)
+func (s *Service) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error) {
+	ev, err := s.Store.EventShow(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ev.Deliveries {
-		ev.Deliveries[i].Unserved = !s.served(ev.Deliveries[i].Route)
-	}
-	return ev, nil
+	return eventDetail(ev, s.served), nil
 }
 
-// EventList is part of the events a filter selects: Shown of Total.
-type EventList struct {
-	Total int64                `json:"total"`
-	Shown int                  `json:"shown"`
-	Items []store.EventSummary `json:"items"`
-}
+// DefaultListLimit is how many events or dead letters a listing shows
+// unless told otherwise.
+const DefaultListLimit = 100
 
 // EventList lists the events f selects, newest first, up to f.Limit
 // (default 100), with how many match in all.
@@ -90,66 +125,20 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 	if f.Limit <= 0 {
 		f.Limit = DefaultListLimit
 	}
-	items, err := s.DB.EventList(ctx, f)
+	rows, err := s.Store.EventList(ctx, f)
 	if err != nil {
 		return nil, err
 	}
-	for i := range items {
-		for j := range items[i].Deliveries {
-			items[i].Deliveries[j].Unserved = !s.served(items[i].Deliveries[j].Route)
-		}
-	}
+	items := convert(rows, func(e store.EventSummary) EventSummary { return eventSummary(e, s.served) })
 	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
 	if len(items) >= f.Limit {
 		// Only a full page needs the count.
-		if out.Total, err = s.DB.EventCountByFilter(ctx, f); err != nil {
+		if out.Total, err = s.Store.EventCountByFilter(ctx, f); err != nil {
 			return nil, err
 		}
 		out.Total = max(out.Total, int64(out.Shown))
 	}
 	return out, nil
-}
-
-// DefaultListLimit is how many events or dead letters a listing shows
-// unless told otherwise.
-const DefaultListLimit = 100
-
-// DeadLetter is a message in a route's dead-letter queue.
-type DeadLetter struct {
-	EventID        string `json:"event_id"`
-	Source         string `json:"source"`
-	EventType      string `json:"event_type"`
-	Attempts       int64  `json:"attempts"`
-	LastStatus     int64  `json:"last_status"`
-	LastError      string `json:"last_error"`
-	FirstAttemptAt string `json:"first_attempt_at"`
-	LastAttemptAt  string `json:"last_attempt_at"`
-	// Reason is max_attempts, no_retry_status or malformed (the
-	// dispatcher's), or delivery_limit (RabbitMQ parked it).
-	Reason string `json:"reason"`
-}
-
-func (s *Service) channel() (*amqp.Connection, *amqp.Channel, error) {
-	node, err := s.Dialer.Dial("hookrelay-cli")
-	if err != nil {
-		return nil, nil, err
-	}
-	conn := node.Connection
-	ch, err := conn.Channel()
-	if err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("opening channel: %w", err)
-	}
-	return conn, ch, nil
-}
-
-// DeadLetterList is part of a dead-letter queue: Shown of its Total
-// messages.
-type DeadLetterList struct {
-	Queue string       `json:"queue"`
-	Total int          `json:"total"`
-	Shown int          `json:"shown"`
-	Items []DeadLetter `json:"items"`
 }
 
 // DeadList reads up to limit messages of route's dead-letter queue without
@@ -161,150 +150,18 @@ func (s *Service) DeadList(ctx context.Context, route string, limit int) (*DeadL
 	if err := s.requireRoute(route); err != nil {
 		return nil, err
 	}
-	conn, ch, err := s.channel()
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	queue := s.Names.DeadQueue(route)
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		return nil, fmt.Errorf("inspecting %s: %w", queue, err)
-	}
-	out := &DeadLetterList{Queue: queue, Items: []DeadLetter{}}
-	var last uint64
-	for len(out.Items) < limit {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		d, ok, err := ch.Get(queue, false)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", queue, err)
-		}
-		if !ok {
-			break
-		}
-		last = d.DeliveryTag
-		out.Items = append(out.Items, deadLetter(d))
-	}
-	if last > 0 {
-		if err := ch.Nack(last, true, true); err != nil {
-			return nil, fmt.Errorf("returning messages to the queue: %w", err)
-		}
-	}
-	out.Shown = len(out.Items)
-	// Messages dead-lettered since the count was taken may have been read.
-	out.Total = max(q.Messages, out.Shown)
-	return out, nil
+	return s.DeadLetters.List(ctx, route, limit)
 }
 
-// requireRoute is checkRoute for operations that need one route.
-func (s *Service) requireRoute(route string) error {
-	if route == "" {
-		return errors.New("a route is required (--route)")
-	}
-	return s.checkRoute(route)
-}
-
-func deadLetter(d amqp.Delivery) DeadLetter {
-	str := func(k string) string { v, _ := d.Headers[k].(string); return v }
-	num := func(k string) int64 {
-		switch v := d.Headers[k].(type) {
-		case int32:
-			return int64(v)
-		case int64:
-			return v
-		}
-		return 0
-	}
-	dl := DeadLetter{
-		EventID: str(webhook.HeaderEventID), Source: str(webhook.HeaderSource), EventType: str(webhook.HeaderEventType),
-		Attempts: num(deliver.HeaderAttempts), LastStatus: num(deliver.HeaderLastStatus), LastError: str(deliver.HeaderLastError),
-		FirstAttemptAt: str(webhook.HeaderFirstAttemptAt), LastAttemptAt: str(deliver.HeaderLastAttemptAt),
-		Reason: str(deliver.HeaderDeadReason),
-	}
-	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 && dl.Reason == "" {
-		if t, ok := deaths[0].(amqp.Table); ok {
-			if r, ok := t["reason"].(string); ok {
-				dl.Reason = r
-			}
-		}
-	}
-	return dl
-}
-
-// DeadRequeue moves up to limit messages (0: all there are now) from route's dead-letter
-// queue back to its route queue, one at a time: each copy is published with
-// a fresh attempt count and confirmed before the original is acked, so a
-// crash can duplicate a message, never lose one.
+// DeadRequeue moves up to limit messages (0: all there are now) from
+// route's dead-letter queue back to its route queue, one at a time: each
+// copy is published with a fresh attempt count and confirmed before the
+// original is acked, so a crash can duplicate a message, never lose one.
 func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int, error) {
 	if err := s.requireRoute(route); err != nil {
 		return 0, err
 	}
-	conn, ch, err := s.channel()
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	if err := ch.Confirm(false); err != nil {
-		return 0, fmt.Errorf("enabling confirms: %w", err)
-	}
-	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
-	if limit <= 0 {
-		// "All" means what is there now: a message that fails at once (a
-		// 410) comes straight back, and must not be moved forever.
-		q, err := ch.QueueDeclarePassive(s.Names.DeadQueue(route), true, false, false, false, nil)
-		if err != nil {
-			return 0, fmt.Errorf("inspecting %s: %w", s.Names.DeadQueue(route), err)
-		}
-		limit = q.Messages
-	}
-	moved := 0
-	for moved < limit {
-		if err := ctx.Err(); err != nil {
-			return moved, err
-		}
-		d, ok, err := ch.Get(s.Names.DeadQueue(route), false)
-		if err != nil {
-			return moved, fmt.Errorf("reading %s: %w", s.Names.DeadQueue(route), err)
-		}
-		if !ok {
-			break
-		}
-		// A fresh attempt series: no attempt count. The route header and the
-		// generation tell the dispatcher this is a dead letter moved back, to
-		// restart only if the pair is still dead at that generation (a
-		// replay may have delivered it meanwhile).
-		headers := amqp.Table{deliver.HeaderRoute: route}
-		for _, k := range []string{webhook.HeaderEventID, webhook.HeaderSource, webhook.HeaderEventType, webhook.HeaderGen} {
-			if v, ok := d.Headers[k]; ok {
-				headers[k] = v
-			}
-		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", s.Names.RouteQueue(route), true, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent, ContentType: d.ContentType, MessageId: d.MessageId, Type: d.Type,
-			AppId: "hookrelay", Timestamp: s.now(), Headers: headers, Body: d.Body,
-		})
-		if err != nil {
-			return moved, fmt.Errorf("republishing: %w", err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		acked, err := dc.WaitContext(wctx)
-		cancel()
-		if err != nil || !acked {
-			return moved, fmt.Errorf("republishing: not confirmed (%v)", err)
-		}
-		select {
-		case r := <-returns:
-			return moved, fmt.Errorf("republishing: returned: %s", r.ReplyText)
-		default:
-		}
-		if err := d.Ack(false); err != nil {
-			return moved, fmt.Errorf("acking the dead letter: %w", err)
-		}
-		moved++
-	}
-	return moved, nil
+	return s.DeadLetters.Requeue(ctx, route, limit)
 }
 
 // PurgeRequest says what to purge.
@@ -327,7 +184,7 @@ func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResul
 		return store.PurgeResult{}, errors.New("--older-than must be positive")
 	}
 	now := s.now()
-	return s.DB.Purge(ctx, store.PurgeConfig{
+	return s.Store.Purge(ctx, store.PurgeConfig{
 		OlderThan:    now.Add(-req.OlderThan),
 		DedupeBefore: now.Add(-s.DedupeWindow),
 		Batch:        req.Batch,

@@ -40,26 +40,26 @@ const (
 // ReplayRequest selects what to replay: one event (EventID) or a filter,
 // to every route the event is bound to or to Filter.Route only.
 type ReplayRequest struct {
-	EventID uuid.UUID         `json:"event_id,omitzero"`
-	Filter  store.EventFilter `json:"filter"`
+	EventID uuid.UUID
+	Filter  store.EventFilter
 	// After continues a selection after the last event of an earlier one
 	// that stopped at Filter.Limit: that result's NextAfter.
-	After string `json:"after,omitempty"`
+	After string
 	// IncludeDelivered replays pairs already delivered too.
-	IncludeDelivered bool `json:"include_delivered,omitempty"`
+	IncludeDelivered bool
 	// DryRun reports what would be replayed and changes nothing.
-	DryRun bool `json:"dry_run,omitempty"`
+	DryRun bool
 	// ListLimit is how many pairs the result lists of each kind (replayed,
 	// skipped); the counts cover them all. Default 100.
-	ListLimit int `json:"list_limit,omitempty"`
+	ListLimit int
 
 	// MaxBatch is the most pairs per transaction; DefaultReplayBatch when 0.
-	MaxBatch int `json:"-"`
+	MaxBatch int
 	// StallTimeout ends a replay whose last batch made no progress for
 	// that long; DefaultReplayStall when 0.
-	StallTimeout time.Duration `json:"-"`
+	StallTimeout time.Duration
 	// ProgressFunc, when set, is called after each batch and while waiting.
-	ProgressFunc func(ReplayProgress) `json:"-"`
+	ProgressFunc func(ReplayProgress)
 }
 
 // ReplayItem is one (event, route) pair and what replay did with it.
@@ -157,25 +157,34 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	r.stall = cmpOr(req.StallTimeout, DefaultReplayStall)
 
 	if req.EventID != uuid.Nil {
-		ev, err := s.DB.EventShow(ctx, req.EventID)
+		ev, err := s.Store.EventShow(ctx, req.EventID)
 		if err != nil {
 			return nil, err
 		}
-		c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
-		for _, d := range ev.Deliveries {
-			c.States[d.Route] = d.State
-		}
-		r.res.Events, r.res.Scanned = 1, 1
-		r.add([]store.ReplayCandidate{c})
-		// One event: a handful of pairs, enqueued at once, not waited for.
-		err = r.flush(ctx, len(r.queue), false)
-		return r.res, err
+		return r.res, r.one(ctx, ev)
 	}
-
-	f := req.Filter
-	if r.res.Events, err = s.DB.ReplayCandidateCount(ctx, f, after); err != nil {
+	if r.res.Events, err = s.Store.ReplayCandidateCount(ctx, req.Filter, after); err != nil {
 		return nil, err
 	}
+	return r.res, r.filtered(ctx, after)
+}
+
+// one replays one event: a handful of pairs, enqueued at once, not waited
+// for.
+func (r *replayer) one(ctx context.Context, ev *store.EventDetail) error {
+	c := store.ReplayCandidate{EventID: ev.ID, Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt, Purged: ev.Purged, States: map[string]string{}}
+	for _, d := range ev.Deliveries {
+		c.States[d.Route] = d.State
+	}
+	r.res.Events, r.res.Scanned = 1, 1
+	r.add([]store.ReplayCandidate{c})
+	return r.flush(ctx, len(r.queue), false)
+}
+
+// filtered replays what the request's filter selects after the cursor
+// (r.res.Events of them), a page at a time, in paced batches.
+func (r *replayer) filtered(ctx context.Context, after store.ReplayCursor) error {
+	f := r.req.Filter
 	if f.Limit > 0 {
 		r.res.Events = min(r.res.Events, int64(f.Limit))
 	}
@@ -186,24 +195,24 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		}
 		if size == 0 {
 			// The limit stopped it: say where to go on, if anything is left.
-			more, err := s.DB.ReplayCandidatesPage(ctx, f, after, 1)
+			more, err := r.s.Store.ReplayCandidatesPage(ctx, f, after, 1)
 			if err != nil {
-				return r.res, err
+				return err
 			}
 			if len(more) > 0 {
 				r.res.NextAfter = after.String()
 			}
 			break
 		}
-		page, err := s.DB.ReplayCandidatesPage(ctx, f, after, size)
+		page, err := r.s.Store.ReplayCandidatesPage(ctx, f, after, size)
 		if err != nil {
-			return r.res, err
+			return err
 		}
 		r.res.Scanned += len(page)
 		r.add(page)
 		for len(r.queue) >= r.batch {
 			if err := r.flush(ctx, r.batch, true); err != nil {
-				return r.res, err
+				return err
 			}
 		}
 		r.progress()
@@ -215,10 +224,10 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	}
 	for len(r.queue) > 0 {
 		if err := r.flush(ctx, min(r.batch, len(r.queue)), true); err != nil {
-			return r.res, err
+			return err
 		}
 	}
-	return r.res, nil
+	return nil
 }
 
 // ErrInvalidRequest marks a request that can never succeed as given.
@@ -320,7 +329,7 @@ func (r *replayer) flush(ctx context.Context, n int, pace bool) error {
 	for i, it := range items {
 		pairs[i] = store.ReplayPair{EventID: it.EventID, Route: it.Route}
 	}
-	done, err := r.s.DB.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered)
+	done, err := r.s.Store.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered)
 	if err != nil {
 		return err
 	}
@@ -363,7 +372,7 @@ func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
 			return fmt.Errorf("replay interrupted after %d pair(s) enqueued (they stay enqueued): %w", r.res.ReplayedCount, ctx.Err())
 		case <-tick.C:
 		}
-		pending, delivered, err := r.s.DB.ReplayPairStates(ctx, batch)
+		pending, delivered, err := r.s.Store.ReplayPairStates(ctx, batch)
 		if err != nil {
 			return err
 		}

@@ -154,3 +154,130 @@ func TestRunOnceMissingOutcomesAreAnError(t *testing.T) {
 	require.Equal(t, []int64{1}, batch.confirmed)
 	require.Empty(t, batch.failed)
 }
+
+// fakeStoreErr fails every claim.
+type fakeStoreErr struct{ err error }
+
+func (s fakeStoreErr) OutboxClaim(context.Context, int) (Batch, error) { return nil, s.err }
+
+// countingBatch counts releases and can fail Complete.
+type countingBatch struct {
+	fakeBatch
+	released    int
+	completeErr error
+}
+
+func (b *countingBatch) Complete(ctx context.Context, confirmed []int64, failed []Failure) error {
+	if b.completeErr != nil {
+		return b.completeErr
+	}
+	return b.fakeBatch.Complete(ctx, confirmed, failed)
+}
+
+func (b *countingBatch) Release(context.Context) error { b.released++; return nil }
+
+// ctxPublisher records whether its context was live when called.
+type ctxPublisher struct {
+	results []Result
+	ctxErr  error
+}
+
+func (p *ctxPublisher) Publish(ctx context.Context, msgs []webhook.Message) ([]Result, error) {
+	p.ctxErr = ctx.Err()
+	return p.results, nil
+}
+
+// Every row confirmed: all deleted, nothing counted, no error.
+func TestRunOnceDeletesConfirmedRows(t *testing.T) {
+	t.Parallel()
+	batch := &fakeBatch{msgs: messages(0, 2, 0)}
+	var logs bytes.Buffer
+	r, m := newRelay(t, batch, fakePublisher{results: []Result{{Acked: true}, {Acked: true}, {Acked: true}}}, &logs)
+	n, err := r.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, []int64{1, 2, 3}, batch.confirmed)
+	require.Empty(t, batch.failed)
+	for _, reason := range []string{"nack", "returned", "unconfirmed"} {
+		require.Zero(t, testutil.ToFloat64(m.failures.WithLabelValues(reason)), reason)
+	}
+	require.Empty(t, logs.String())
+}
+
+// A confirm timeout is the broker's answer about the rows it did not
+// confirm: they count a failed attempt (unconfirmed) with a backoff, the
+// acked ones are deleted, and the batch is an error, so the relay backs
+// off.
+func TestRunOnceConfirmTimeoutCountsTheUnanswered(t *testing.T) {
+	t.Parallel()
+	batch := &fakeBatch{msgs: messages(0, 0)}
+	var logs bytes.Buffer
+	timeout := errors.New("waiting for publisher confirms: confirm timeout after 1s")
+	r, m := newRelay(t, batch, fakePublisher{results: []Result{{Acked: true}, {Failure: "unconfirmed"}}, err: timeout}, &logs)
+	_, err := r.RunOnce(context.Background())
+	require.ErrorIs(t, err, timeout)
+	require.Equal(t, []int64{1}, batch.confirmed)
+	require.Len(t, batch.failed, 1)
+	require.Equal(t, Failure{OutboxID: 2, Reason: "unconfirmed", RetryIn: batch.failed[0].RetryIn}, batch.failed[0])
+	require.Equal(t, 1.0, testutil.ToFloat64(m.failures.WithLabelValues("unconfirmed")))
+}
+
+// Nothing to publish: the empty claim is released.
+func TestRunOnceReleasesAnEmptyClaim(t *testing.T) {
+	t.Parallel()
+	batch := &countingBatch{}
+	r, err := New(Config{Store: storeOf(batch), Publisher: fakePublisher{}, BatchSize: 10, PollInterval: time.Second, PublishTimeout: time.Second})
+	require.NoError(t, err)
+	n, err := r.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, 1, batch.released)
+	require.False(t, batch.completed)
+}
+
+// A claim that fails is an error; nothing is published.
+func TestRunOnceClaimFailure(t *testing.T) {
+	t.Parallel()
+	down := errors.New("postgres down")
+	r, err := New(Config{Store: fakeStoreErr{down}, Publisher: fakePublisher{}, BatchSize: 10, PollInterval: time.Second, PublishTimeout: time.Second})
+	require.NoError(t, err)
+	_, err = r.RunOnce(context.Background())
+	require.ErrorIs(t, err, down)
+}
+
+// A Complete that fails leaves every row as it was (their messages will be
+// published again): an error, and no refusal is counted.
+func TestRunOnceCompleteFailureCountsNothing(t *testing.T) {
+	t.Parallel()
+	batch := &countingBatch{fakeBatch: fakeBatch{msgs: messages(0, 0)}, completeErr: errors.New("commit failed")}
+	m := NewMetrics(prometheus.NewRegistry())
+	r, err := New(Config{Store: storeOf(batch), Publisher: fakePublisher{results: []Result{{Acked: true}, {Failure: "nack"}}},
+		BatchSize: 10, PollInterval: time.Second, PublishTimeout: time.Second, Metrics: m})
+	require.NoError(t, err)
+	_, err = r.RunOnce(context.Background())
+	require.ErrorContains(t, err, "commit failed")
+	require.Zero(t, testutil.ToFloat64(m.failures.WithLabelValues("nack")))
+}
+
+// A batch claimed before shutdown still publishes and completes: the
+// publish does not run under the cancelled context.
+func TestRunOnceFinishesAClaimedBatchAfterShutdown(t *testing.T) {
+	t.Parallel()
+	batch := &fakeBatch{msgs: messages(0)}
+	pub := &ctxPublisher{results: []Result{{Acked: true}}}
+	r, err := New(Config{Store: fakeStore{batch}, Publisher: pub, BatchSize: 10, PollInterval: time.Second, PublishTimeout: time.Second})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.NoError(t, pub.ctxErr, "published under a live context")
+	require.Equal(t, []int64{1}, batch.confirmed)
+}
+
+// storeOfBatch claims b.
+type storeOfBatch struct{ b Batch }
+
+func (s storeOfBatch) OutboxClaim(context.Context, int) (Batch, error) { return s.b, nil }
+
+func storeOf(b Batch) Store { return storeOfBatch{b} }

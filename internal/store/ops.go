@@ -25,37 +25,34 @@ func (db *DB) boundOps(ctx context.Context) (context.Context, context.CancelFunc
 // filter. State and Route select events that have a delivery in that state
 // and/or to that route.
 type EventFilter struct {
-	Source    string    `json:"source,omitempty"`
-	EventType string    `json:"event_type,omitempty"`
-	State     string    `json:"state,omitempty"`
-	Route     string    `json:"route,omitempty"`
-	Since     time.Time `json:"since,omitzero"`
-	Until     time.Time `json:"until,omitzero"`
-	Limit     int       `json:"limit,omitempty"`
+	Source    string
+	EventType string
+	State     string
+	Route     string
+	Since     time.Time
+	Until     time.Time
+	Limit     int
 }
 
 // DeliverySummary is one route's delivery state of an event.
 type DeliverySummary struct {
-	Route         string     `json:"route"`
-	State         string     `json:"state"`
-	Attempts      int        `json:"attempts"`
-	LastStatus    *int       `json:"last_status,omitempty"`
-	LastError     *string    `json:"last_error,omitempty"`
-	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
-	// Unserved marks a route that is not in the config (set by ops, which
-	// knows it): no dispatcher delivers it.
-	Unserved bool `json:"unserved,omitempty"`
+	Route         string
+	State         string
+	Attempts      int
+	LastStatus    *int
+	LastError     *string
+	LastAttemptAt *time.Time
 }
 
 // EventSummary is an event in a listing.
 type EventSummary struct {
-	ID             uuid.UUID         `json:"id"`
-	Source         string            `json:"source"`
-	EventType      string            `json:"event_type"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	ReceivedAt     time.Time         `json:"received_at"`
-	Purged         bool              `json:"purged,omitempty"`
-	Deliveries     []DeliverySummary `json:"deliveries"`
+	ID             uuid.UUID
+	Source         string
+	EventType      string
+	IdempotencyKey string
+	ReceivedAt     time.Time
+	Purged         bool
+	Deliveries     []DeliverySummary
 }
 
 const eventFilterSQL = `
@@ -89,10 +86,12 @@ func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, err
 	rows, err := db.pool.Query(ctx, `
 		SELECT e.id, e.source, e.event_type, e.idempotency_key, e.received_at, e.purged_at IS NOT NULL,
 			COALESCE((
+				-- Keys are DeliverySummary's field names: pgx decodes the
+				-- JSON into it.
 				SELECT json_agg(json_build_object(
-					'route', d.route, 'state', d.state, 'attempts', d.attempts,
-					'last_status', d.last_status, 'last_error', d.last_error,
-					'last_attempt_at', d.last_attempt_at) ORDER BY d.route)
+					'Route', d.route, 'State', d.state, 'Attempts', d.attempts,
+					'LastStatus', d.last_status, 'LastError', d.last_error,
+					'LastAttemptAt', d.last_attempt_at) ORDER BY d.route)
 				FROM deliveries d WHERE d.event_id = e.id), '[]')
 		FROM events e
 		WHERE `+eventFilterSQL+`
@@ -122,36 +121,36 @@ func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, err
 
 // AttemptRow is one stored HTTP attempt.
 type AttemptRow struct {
-	Attempt         int         `json:"attempt"`
-	StartedAt       time.Time   `json:"started_at"`
-	DurationMS      int         `json:"duration_ms"`
-	Status          *int        `json:"status,omitempty"`
-	ResponseHeaders http.Header `json:"response_headers,omitempty"`
-	ResponseBody    string      `json:"response_body,omitempty"`
-	Error           *string     `json:"error,omitempty"`
-	Outcome         string      `json:"outcome"`
+	Attempt         int
+	StartedAt       time.Time
+	DurationMS      int
+	Status          *int
+	ResponseHeaders http.Header
+	ResponseBody    string
+	Error           *string
+	Outcome         string
 }
 
 // DeliveryDetail is one route's delivery with every attempt.
 type DeliveryDetail struct {
 	DeliverySummary
-	FirstAttemptAt *time.Time   `json:"first_attempt_at,omitempty"`
-	DeliveredAt    *time.Time   `json:"delivered_at,omitempty"`
-	AttemptRows    []AttemptRow `json:"attempts_detail"`
+	FirstAttemptAt *time.Time
+	DeliveredAt    *time.Time
+	AttemptRows    []AttemptRow
 }
 
 // EventDetail is an event, its deliveries and their attempts.
 type EventDetail struct {
-	ID             uuid.UUID        `json:"id"`
-	Source         string           `json:"source"`
-	EventType      string           `json:"event_type"`
-	IdempotencyKey string           `json:"idempotency_key"`
-	ContentType    string           `json:"content_type"`
-	ReceivedAt     time.Time        `json:"received_at"`
-	Headers        http.Header      `json:"headers"`
-	Body           string           `json:"body"`
-	Purged         bool             `json:"purged,omitempty"`
-	Deliveries     []DeliveryDetail `json:"deliveries"`
+	ID             uuid.UUID
+	Source         string
+	EventType      string
+	IdempotencyKey string
+	ContentType    string
+	ReceivedAt     time.Time
+	Headers        http.Header
+	Body           string
+	Purged         bool
+	Deliveries     []DeliveryDetail
 }
 
 // EventShow returns one event with its deliveries and attempts, or
@@ -218,17 +217,17 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 
 // PurgeResult counts what Purge removed.
 type PurgeResult struct {
-	Events     int64 `json:"events_deleted"`
-	Stripped   int64 `json:"events_stripped"`
-	Deliveries int64 `json:"deliveries_deleted"`
+	Events     int64
+	Stripped   int64
+	Deliveries int64
 	// Abandoned counts the deleted deliveries that were pending or
 	// retrying on a route no dispatcher serves.
-	Abandoned int64 `json:"deliveries_abandoned"`
-	Batches   int   `json:"batches"`
+	Abandoned int64
+	Batches   int
 	// KeptUndelivered counts events old enough to purge that were kept
 	// because something of them is undelivered: in the outbox, in flight on
 	// a served route, or dead (without IncludeDead).
-	KeptUndelivered int64 `json:"events_kept_undelivered"`
+	KeptUndelivered int64
 }
 
 // PurgeConfig says what Purge removes.

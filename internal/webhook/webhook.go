@@ -1,5 +1,7 @@
-// Package webhook holds hookrelay's core types: an accepted Event and the
-// Message the outbox publishes for it. It imports nothing internal.
+// Package webhook holds hookrelay's core types: an accepted Event, the
+// Message the outbox publishes for it, the RouteMessage a dispatcher
+// consumes, the Attempts it makes and the DeadLetter it parks. It imports
+// nothing internal; internal/amqp owns how they look on the wire.
 package webhook
 
 import (
@@ -54,25 +56,6 @@ type Message struct {
 	OutboxAttempts int
 }
 
-// AMQP header names carried by every published event. Dispatchers read them
-// back; operators see them in the management UI.
-const (
-	HeaderEventID   = "x-hookrelay-event-id"
-	HeaderSource    = "x-hookrelay-source"
-	HeaderEventType = "x-hookrelay-event-type"
-)
-
-// More AMQP headers: the position of a delivery in its attempt series, and
-// when the series began. They travel with retries and dead letters.
-const (
-	HeaderAttempt        = "x-hookrelay-attempt"
-	HeaderFirstAttemptAt = "x-hookrelay-first-attempt-at"
-	// HeaderGen is the generation of a pair's copy (deliveries.gen): only
-	// the copy whose generation matches Postgres is delivered. Absent on
-	// an event's first copy, which is generation 0.
-	HeaderGen = "x-hookrelay-gen"
-)
-
 // DeliveryState is where the delivery of one event to one route stands.
 type DeliveryState string
 
@@ -107,4 +90,60 @@ type Attempt struct {
 	// RetryIn is, for a retrying outcome, how long until the retry copy
 	// is due back (its tier's delay).
 	RetryIn time.Duration
+}
+
+// RouteMessage is a message of a route queue as the dispatcher reads it:
+// which event, which copy of its (event, route) pair, and where that copy
+// stands in its attempt series. internal/amqp decodes it from the wire.
+type RouteMessage struct {
+	EventID     uuid.UUID
+	Source      string
+	EventType   string
+	ContentType string
+	Body        []byte
+	// Gen is the generation of this copy (0 for an event's first copy):
+	// only the copy whose generation Postgres holds is delivered.
+	Gen int64
+	// Attempt is this copy's attempt in its series, from 1.
+	Attempt int
+	// FirstAttemptAt is when the series began; zero before its first
+	// attempt.
+	FirstAttemptAt time.Time
+	// MovedBack is set on a dead letter that an operator moved back to the
+	// route queue: it starts a new series if the pair is still dead at its
+	// generation.
+	MovedBack bool
+	// Malformed, when not nil, says why the message cannot be delivered
+	// (it names no valid event id): it goes to the dead-letter queue as
+	// it is. Only ContentType, Body, Attempt and Wire are set then.
+	Malformed error
+	// Wire is what the message carried that the dispatcher does not read.
+	Wire Wire
+}
+
+// Wire is what a consumed message carried besides its RouteMessage fields,
+// kept so that its dead letter carries it on unchanged. Only internal/amqp
+// reads it.
+type Wire struct {
+	// MessageID and Type are the AMQP message-id and type properties.
+	MessageID string
+	Type      string
+	// Headers are the message's x-hookrelay-* headers as they arrived.
+	Headers map[string]any
+}
+
+// DeadLetter says why a message is parked in its route's dead-letter queue,
+// as an operator reads it in the message's headers.
+type DeadLetter struct {
+	Route string
+	// Reason is max_attempts, no_retry_status (410 or one of the route's
+	// no_retry_statuses), malformed or event_missing (the event was purged).
+	Reason string
+	// Attempts is the number of the last attempt of the series.
+	Attempts int
+	// LastStatus is the last attempt's HTTP status, 0 when none arrived.
+	LastStatus     int
+	LastError      string
+	FirstAttemptAt time.Time
+	LastAttemptAt  time.Time
 }

@@ -1,0 +1,299 @@
+package deliver_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeStore is deliver.Store over one pair: its state and generation when
+// locked, and what happened to it.
+type fakeStore struct {
+	mu    sync.Mutex
+	state webhook.DeliveryState
+	gen   int64
+	// lockErrs fail the next DeliveryLock calls, one each.
+	lockErrs []error
+	// lockFails fails every DeliveryLock call with it, when set.
+	lockFails error
+	// recordErr fails the lock's Record: the attempt is recorded through
+	// AttemptRecord instead, which says the pair moved on when movedOn.
+	recordErr error
+	movedOn   bool
+	// locked is signalled on every DeliveryLock call.
+	locked chan struct{}
+
+	locks, released, restarts int
+	recorded                  []*webhook.Attempt
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{state: webhook.StatePending, locked: make(chan struct{}, 64)}
+}
+
+func (s *fakeStore) DeliveryLock(context.Context, uuid.UUID, string) (deliver.Lock, error) {
+	s.locked <- struct{}{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.locks++
+	if s.lockFails != nil {
+		return nil, s.lockFails
+	}
+	if len(s.lockErrs) > 0 {
+		err := s.lockErrs[0]
+		s.lockErrs = s.lockErrs[1:]
+		return nil, err
+	}
+	return &fakeLock{s: s}, nil
+}
+
+// record stores a and moves the pair on as Postgres does: a retry starts
+// a new generation.
+func (s *fakeStore) record(a *webhook.Attempt) int64 {
+	s.recorded = append(s.recorded, a)
+	s.state = a.Outcome
+	if a.Outcome == webhook.StateRetrying {
+		s.gen++
+	}
+	return s.gen
+}
+
+func (s *fakeStore) AttemptRecord(_ context.Context, a *webhook.Attempt) (int64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.movedOn {
+		s.recorded = append(s.recorded, a)
+		return s.gen + 1, false, nil
+	}
+	return s.record(a), true, nil
+}
+
+// snapshot returns what happened to the pair.
+func (s *fakeStore) snapshot() (locks, released, restarts int, recorded []*webhook.Attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.locks, s.released, s.restarts, append([]*webhook.Attempt(nil), s.recorded...)
+}
+
+type fakeLock struct{ s *fakeStore }
+
+func (l *fakeLock) State() webhook.DeliveryState {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.s.state
+}
+
+func (l *fakeLock) Gen() int64 {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.s.gen
+}
+
+func (l *fakeLock) Restart(context.Context) (int64, error) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	l.s.restarts++
+	l.s.state = webhook.StatePending
+	l.s.gen++
+	return l.s.gen, nil
+}
+
+func (l *fakeLock) Record(_ context.Context, a *webhook.Attempt) (int64, error) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.s.recordErr != nil {
+		return 0, l.s.recordErr
+	}
+	return l.s.record(a), nil
+}
+
+func (l *fakeLock) Release(context.Context) error {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	l.s.released++
+	return nil
+}
+
+// retry is a confirmed Retry.
+type retry struct {
+	route string
+	delay time.Duration
+	next  webhook.RouteMessage
+}
+
+// dead is a confirmed DeadLetter.
+type dead struct {
+	msg webhook.RouteMessage
+	why webhook.DeadLetter
+}
+
+// fakePublisher confirms every publish, except while blocked: then a
+// publish fails, and Blocked returns a channel that Unblock closes.
+type fakePublisher struct {
+	mu       sync.Mutex
+	lifted   chan struct{} // nil when not blocked
+	retries  []retry
+	dead     []dead
+	attempts chan struct{} // signalled on every publish
+}
+
+func newFakePublisher() *fakePublisher {
+	return &fakePublisher{attempts: make(chan struct{}, 64)}
+}
+
+func (p *fakePublisher) Retry(_ context.Context, route string, delay time.Duration, next webhook.RouteMessage) error {
+	return p.publish(func() { p.retries = append(p.retries, retry{route, delay, next}) })
+}
+
+func (p *fakePublisher) DeadLetter(_ context.Context, m webhook.RouteMessage, why webhook.DeadLetter) error {
+	return p.publish(func() { p.dead = append(p.dead, dead{m, why}) })
+}
+
+func (p *fakePublisher) publish(confirmed func()) error {
+	p.attempts <- struct{}{}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lifted != nil {
+		return errors.New("blocked")
+	}
+	confirmed()
+	return nil
+}
+
+func (p *fakePublisher) Blocked() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lifted == nil {
+		return nil
+	}
+	return p.lifted
+}
+
+func (p *fakePublisher) Block() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lifted = make(chan struct{})
+}
+
+func (p *fakePublisher) Unblock() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.lifted)
+	p.lifted = nil
+}
+
+// published returns the confirmed retries and dead letters.
+func (p *fakePublisher) published() ([]retry, []dead) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]retry(nil), p.retries...), append([]dead(nil), p.dead...)
+}
+
+// post is a request the destination received.
+type post struct {
+	header http.Header
+	body   string
+}
+
+type bundle struct {
+	handler *deliver.Handler
+	store   *fakeStore
+	pub     *fakePublisher
+	reg     *prometheus.Registry
+	posts   chan post
+}
+
+// tiers are the test handler's retry tiers.
+var tiers = []deliver.Tier{{Name: "1s", Delay: time.Second}, {Name: "2s", Delay: 2 * time.Second}, {Name: "10s", Delay: 10 * time.Second}}
+
+// setup returns a handler of route billing (5 attempts, 422 not retried)
+// whose destination answers with respond; each POST is sent on posts.
+func setup(t *testing.T, holdFor time.Duration, respond func(w http.ResponseWriter, r *http.Request)) *bundle {
+	t.Helper()
+	b := &bundle{store: newFakeStore(), pub: newFakePublisher(), reg: prometheus.NewRegistry(), posts: make(chan post, 16)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body lets the server notice a client that hangs up.
+		body, _ := io.ReadAll(r.Body)
+		b.posts <- post{header: r.Header.Clone(), body: string(body)}
+		respond(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	h, err := deliver.New(deliver.Config{
+		Routes: []deliver.Route{{
+			Name: "billing", URL: srv.URL, Timeout: 30 * time.Second, MaxAttempts: 5, NoRetry: map[int]bool{422: true},
+			SigningKeys: [][]byte{[]byte("key")},
+		}},
+		Tiers:          tiers,
+		Store:          b.store,
+		Publisher:      b.pub,
+		Metrics:        deliver.NewMetrics(b.reg, []string{"billing"}),
+		Logger:         zerolog.New(zerolog.NewTestWriter(t)),
+		PublishHoldFor: holdFor,
+		StoreRetryFor:  time.Minute,
+	})
+	require.NoError(t, err)
+	b.handler = h
+	return b
+}
+
+// outcomes returns hookrelay_deliveries_total by outcome, for billing.
+func (b *bundle) outcomes(t *testing.T) map[string]float64 {
+	t.Helper()
+	families, err := b.reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "hookrelay_deliveries_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if v := m.GetCounter().GetValue(); v > 0 {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" {
+						out[l.GetValue()] = v
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// message is the first copy of a new event.
+func message() webhook.RouteMessage {
+	return webhook.RouteMessage{EventID: uuid.New(), Source: "acme", EventType: "invoice.paid", Attempt: 1, Body: []byte(`{}`)}
+}
+
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func status(code int) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
+}
+
+func requireNothingPublished(t *testing.T, p *fakePublisher) {
+	t.Helper()
+	retries, dead := p.published()
+	require.Empty(t, retries, "no retry")
+	require.Empty(t, dead, "no dead letter")
+}

@@ -1,0 +1,291 @@
+package ops_test
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
+)
+
+// fakeEvent is a stored event and the state of each of its pairs.
+type fakeEvent struct {
+	id         uuid.UUID
+	source     string
+	eventType  string
+	receivedAt time.Time
+	purged     bool
+	states     map[string]string // route -> state
+}
+
+// fakeStore is ops.Store over events in memory, with Postgres' rules for
+// what a replay may enqueue. A "dispatcher" drains enqueued pairs to
+// delivered when drain is set.
+type fakeStore struct {
+	mu     sync.Mutex
+	events []*fakeEvent
+	// drain delivers every pending pair when the replay looks at them.
+	drain bool
+	// err fails every call when set.
+	err error
+	// changed are pairs that ReplayEnqueue finds changed meanwhile.
+	changed map[store.ReplayPair]bool
+
+	enqueues  [][]store.ReplayPair
+	counts    int
+	purged    []store.PurgeConfig
+	listLimit int
+}
+
+func (s *fakeStore) add(source, eventType string, states map[string]string) *fakeEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if states == nil {
+		states = map[string]string{}
+	}
+	ev := &fakeEvent{
+		id: uuid.Must(uuid.NewV7()), source: source, eventType: eventType, states: states,
+		receivedAt: time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC).Add(time.Duration(len(s.events)) * time.Second),
+	}
+	s.events = append(s.events, ev)
+	return ev
+}
+
+func (s *fakeStore) state(id uuid.UUID, route string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range s.events {
+		if ev.id == id {
+			return ev.states[route]
+		}
+	}
+	return "no such event"
+}
+
+func (s *fakeStore) calls() (enqueues [][]store.ReplayPair) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.enqueues)
+}
+
+// matches is the SQL filter of internal/store (times aside).
+func matches(ev *fakeEvent, f store.EventFilter) bool {
+	if (f.Source != "" && ev.source != f.Source) || (f.EventType != "" && ev.eventType != f.EventType) {
+		return false
+	}
+	if f.State == "" && f.Route == "" {
+		return true
+	}
+	for route, state := range ev.states {
+		if (f.State == "" || state == f.State) && (f.Route == "" || route == f.Route) {
+			return true
+		}
+	}
+	return false
+}
+
+func after(ev *fakeEvent, c store.ReplayCursor) bool {
+	if c.ReceivedAt.IsZero() {
+		return true
+	}
+	if n := ev.receivedAt.Compare(c.ReceivedAt); n != 0 {
+		return n > 0
+	}
+	return strings.Compare(ev.id.String(), c.ID.String()) > 0
+}
+
+func (s *fakeStore) EventShow(_ context.Context, id uuid.UUID) (*store.EventDetail, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	for _, ev := range s.events {
+		if ev.id != id {
+			continue
+		}
+		d := &store.EventDetail{ID: ev.id, Source: ev.source, EventType: ev.eventType, ReceivedAt: ev.receivedAt, Purged: ev.purged, Deliveries: []store.DeliveryDetail{}}
+		for _, route := range slices.Sorted(maps.Keys(ev.states)) {
+			d.Deliveries = append(d.Deliveries, store.DeliveryDetail{
+				DeliverySummary: store.DeliverySummary{Route: route, State: ev.states[route]}, AttemptRows: []store.AttemptRow{},
+			})
+		}
+		return d, nil
+	}
+	return nil, store.ErrNotFound
+}
+
+func (s *fakeStore) EventList(_ context.Context, f store.EventFilter) ([]store.EventSummary, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	s.listLimit = f.Limit
+	out := []store.EventSummary{}
+	for i := len(s.events) - 1; i >= 0 && len(out) < f.Limit; i-- {
+		ev := s.events[i]
+		if !matches(ev, f) {
+			continue
+		}
+		sum := store.EventSummary{ID: ev.id, Source: ev.source, EventType: ev.eventType, ReceivedAt: ev.receivedAt, Purged: ev.purged, Deliveries: []store.DeliverySummary{}}
+		for _, route := range slices.Sorted(maps.Keys(ev.states)) {
+			sum.Deliveries = append(sum.Deliveries, store.DeliverySummary{Route: route, State: ev.states[route]})
+		}
+		out = append(out, sum)
+	}
+	return out, nil
+}
+
+func (s *fakeStore) EventCountByFilter(_ context.Context, f store.EventFilter) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counts++
+	var n int64
+	for _, ev := range s.events {
+		if matches(ev, f) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *fakeStore) candidates(f store.EventFilter, c store.ReplayCursor) []*fakeEvent {
+	var out []*fakeEvent
+	for _, ev := range s.events {
+		if matches(ev, f) && after(ev, c) {
+			out = append(out, ev)
+		}
+	}
+	slices.SortFunc(out, func(a, b *fakeEvent) int {
+		return cmp.Or(a.receivedAt.Compare(b.receivedAt), strings.Compare(a.id.String(), b.id.String()))
+	})
+	return out
+}
+
+func (s *fakeStore) ReplayCandidateCount(_ context.Context, f store.EventFilter, c store.ReplayCursor) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0, s.err
+	}
+	return int64(len(s.candidates(f, c))), nil
+}
+
+func (s *fakeStore) ReplayCandidatesPage(_ context.Context, f store.EventFilter, c store.ReplayCursor, limit int) ([]store.ReplayCandidate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.ReplayCandidate
+	for _, ev := range s.candidates(f, c) {
+		if len(out) == limit {
+			break
+		}
+		out = append(out, store.ReplayCandidate{
+			EventID: ev.id, Source: ev.source, EventType: ev.eventType, ReceivedAt: ev.receivedAt, Purged: ev.purged,
+			States: maps.Clone(ev.states),
+		})
+	}
+	return out, nil
+}
+
+// ReplayEnqueue applies store.ReplayEnqueue's rules: a purged event is
+// left alone, and only a dead pair, one never attempted, or (asked for) a
+// delivered one goes back to pending.
+func (s *fakeStore) ReplayEnqueue(_ context.Context, pairs []store.ReplayPair, includeDelivered bool) ([]store.ReplayPair, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.enqueues = append(s.enqueues, slices.Clone(pairs))
+	var done []store.ReplayPair
+	for _, p := range pairs {
+		for _, ev := range s.events {
+			if ev.id != p.EventID || ev.purged || s.changed[p] {
+				continue
+			}
+			switch st := ev.states[p.Route]; {
+			case st == "", st == "dead", st == "delivered" && includeDelivered:
+				ev.states[p.Route] = "pending"
+				done = append(done, p)
+			}
+		}
+	}
+	return done, nil
+}
+
+func (s *fakeStore) ReplayPairStates(_ context.Context, pairs []store.ReplayPair) (pending, delivered int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range pairs {
+		for _, ev := range s.events {
+			if ev.id != p.EventID {
+				continue
+			}
+			if s.drain && ev.states[p.Route] == "pending" {
+				ev.states[p.Route] = "delivered"
+			}
+			switch ev.states[p.Route] {
+			case "pending":
+				pending++
+			case "delivered":
+				delivered++
+			}
+		}
+	}
+	return pending, delivered, nil
+}
+
+func (s *fakeStore) Purge(_ context.Context, cfg store.PurgeConfig) (store.PurgeResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.purged = append(s.purged, cfg)
+	return store.PurgeResult{Events: 1}, nil
+}
+
+// fakeDeadLetters is ops.DeadLetters that remembers what it was asked.
+type fakeDeadLetters struct {
+	mu    sync.Mutex
+	asked []string
+}
+
+func (d *fakeDeadLetters) List(_ context.Context, route string, limit int) (*ops.DeadLetterList, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked = append(d.asked, "list "+route)
+	return &ops.DeadLetterList{Queue: "q." + route, Total: 7, Shown: 1, Items: []ops.DeadLetter{{Reason: "max_attempts"}}}, nil
+}
+
+func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked = append(d.asked, "requeue "+route)
+	return 3, nil
+}
+
+// newService serves routes billing (acme.invoice.*) and crm
+// (acme.customer.*) over a fake store and fake dead letters.
+func newService(t *testing.T) (*ops.Service, *fakeStore, *fakeDeadLetters) {
+	t.Helper()
+	st, dl := &fakeStore{}, &fakeDeadLetters{}
+	return &ops.Service{
+		Store:       st,
+		DeadLetters: dl,
+		RoutesFunc: func(key string) []string {
+			switch {
+			case strings.HasPrefix(key, "acme.invoice."):
+				return []string{"billing"}
+			case strings.HasPrefix(key, "acme.customer."):
+				return []string{"crm"}
+			}
+			return nil
+		},
+		Routes:       []string{"billing", "crm"},
+		DedupeWindow: 30 * 24 * time.Hour,
+		NowFunc:      func() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) },
+	}, st, dl
+}

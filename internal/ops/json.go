@@ -1,0 +1,176 @@
+package ops
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/store"
+)
+
+// The shapes the admin API answers with and the CLI prints with --json.
+// Scripts parse them: a field's name, type and place do not change.
+
+// EventList is part of the events a filter selects: Shown of Total.
+type EventList struct {
+	Total int64          `json:"total"`
+	Shown int            `json:"shown"`
+	Items []EventSummary `json:"items"`
+}
+
+// EventSummary is an event in a listing.
+type EventSummary struct {
+	ID             uuid.UUID         `json:"id"`
+	Source         string            `json:"source"`
+	EventType      string            `json:"event_type"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	ReceivedAt     time.Time         `json:"received_at"`
+	Purged         bool              `json:"purged,omitempty"`
+	Deliveries     []DeliverySummary `json:"deliveries"`
+}
+
+// DeliverySummary is one route's delivery state of an event.
+type DeliverySummary struct {
+	Route         string     `json:"route"`
+	State         string     `json:"state"`
+	Attempts      int        `json:"attempts"`
+	LastStatus    *int       `json:"last_status,omitempty"`
+	LastError     *string    `json:"last_error,omitempty"`
+	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+	// Unserved marks a route that is not in the config: no dispatcher
+	// delivers it.
+	Unserved bool `json:"unserved,omitempty"`
+}
+
+// EventDetail is an event, its deliveries and their attempts.
+type EventDetail struct {
+	ID             uuid.UUID        `json:"id"`
+	Source         string           `json:"source"`
+	EventType      string           `json:"event_type"`
+	IdempotencyKey string           `json:"idempotency_key"`
+	ContentType    string           `json:"content_type"`
+	ReceivedAt     time.Time        `json:"received_at"`
+	Headers        http.Header      `json:"headers"`
+	Body           string           `json:"body"`
+	Purged         bool             `json:"purged,omitempty"`
+	Deliveries     []DeliveryDetail `json:"deliveries"`
+}
+
+// DeliveryDetail is one route's delivery with every attempt.
+type DeliveryDetail struct {
+	DeliverySummary
+	FirstAttemptAt *time.Time   `json:"first_attempt_at,omitempty"`
+	DeliveredAt    *time.Time   `json:"delivered_at,omitempty"`
+	AttemptRows    []AttemptRow `json:"attempts_detail"`
+}
+
+// AttemptRow is one HTTP attempt.
+type AttemptRow struct {
+	Attempt         int         `json:"attempt"`
+	StartedAt       time.Time   `json:"started_at"`
+	DurationMS      int         `json:"duration_ms"`
+	Status          *int        `json:"status,omitempty"`
+	ResponseHeaders http.Header `json:"response_headers,omitempty"`
+	ResponseBody    string      `json:"response_body,omitempty"`
+	Error           *string     `json:"error,omitempty"`
+	Outcome         string      `json:"outcome"`
+}
+
+// DeadLetterList is part of a dead-letter queue: Shown of its Total
+// messages.
+type DeadLetterList struct {
+	Queue string       `json:"queue"`
+	Total int          `json:"total"`
+	Shown int          `json:"shown"`
+	Items []DeadLetter `json:"items"`
+}
+
+// DeadLetter is a message in a route's dead-letter queue, as its headers
+// describe it.
+type DeadLetter struct {
+	EventID        string `json:"event_id"`
+	Source         string `json:"source"`
+	EventType      string `json:"event_type"`
+	Attempts       int64  `json:"attempts"`
+	LastStatus     int64  `json:"last_status"`
+	LastError      string `json:"last_error"`
+	FirstAttemptAt string `json:"first_attempt_at"`
+	LastAttemptAt  string `json:"last_attempt_at"`
+	// Reason is max_attempts, no_retry_status, malformed or event_missing
+	// (the dispatcher's), or delivery_limit (RabbitMQ parked it).
+	Reason string `json:"reason"`
+}
+
+// FilterBody is an event filter in a request body (POST /api/replay): the
+// fields of store.EventFilter, times in RFC 3339.
+type FilterBody struct {
+	Source    string    `json:"source,omitempty"`
+	EventType string    `json:"event_type,omitempty"`
+	State     string    `json:"state,omitempty"`
+	Route     string    `json:"route,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	Until     time.Time `json:"until,omitzero"`
+	Limit     int       `json:"limit,omitempty"`
+}
+
+// ReplayBody is the body of POST /api/replay: a ReplayRequest without the
+// CLI's pacing knobs.
+type ReplayBody struct {
+	EventID          uuid.UUID  `json:"event_id,omitzero"`
+	Filter           FilterBody `json:"filter"`
+	After            string     `json:"after,omitempty"`
+	IncludeDelivered bool       `json:"include_delivered,omitempty"`
+	DryRun           bool       `json:"dry_run,omitempty"`
+	ListLimit        int        `json:"list_limit,omitempty"`
+}
+
+// Request is the ReplayRequest b asks for.
+func (b ReplayBody) Request() ReplayRequest {
+	return ReplayRequest{
+		EventID: b.EventID, Filter: store.EventFilter(b.Filter), After: b.After,
+		IncludeDelivered: b.IncludeDelivered, DryRun: b.DryRun, ListLimit: b.ListLimit,
+	}
+}
+
+func deliverySummary(d store.DeliverySummary, served bool) DeliverySummary {
+	return DeliverySummary{
+		Route: d.Route, State: d.State, Attempts: d.Attempts,
+		LastStatus: d.LastStatus, LastError: d.LastError, LastAttemptAt: d.LastAttemptAt, Unserved: !served,
+	}
+}
+
+func eventSummary(e store.EventSummary, served func(route string) bool) EventSummary {
+	return EventSummary{
+		ID: e.ID, Source: e.Source, EventType: e.EventType, IdempotencyKey: e.IdempotencyKey,
+		ReceivedAt: e.ReceivedAt, Purged: e.Purged,
+		Deliveries: convert(e.Deliveries, func(d store.DeliverySummary) DeliverySummary {
+			return deliverySummary(d, served(d.Route))
+		}),
+	}
+}
+
+func eventDetail(e *store.EventDetail, served func(route string) bool) *EventDetail {
+	return &EventDetail{
+		ID: e.ID, Source: e.Source, EventType: e.EventType, IdempotencyKey: e.IdempotencyKey, ContentType: e.ContentType,
+		ReceivedAt: e.ReceivedAt, Headers: e.Headers, Body: e.Body, Purged: e.Purged,
+		Deliveries: convert(e.Deliveries, func(d store.DeliveryDetail) DeliveryDetail {
+			return DeliveryDetail{
+				DeliverySummary: deliverySummary(d.DeliverySummary, served(d.Route)),
+				FirstAttemptAt:  d.FirstAttemptAt, DeliveredAt: d.DeliveredAt,
+				AttemptRows: convert(d.AttemptRows, func(a store.AttemptRow) AttemptRow { return AttemptRow(a) }),
+			}
+		}),
+	}
+}
+
+// convert maps a slice, nil to nil (JSON null) and empty to empty ([]).
+func convert[From, To any](in []From, f func(From) To) []To {
+	if in == nil {
+		return nil
+	}
+	out := make([]To, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package ops_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/stretchr/testify/require"
+)
+
+// The admin API and the CLI's --json print these shapes; scripts parse
+// them. The expected bytes were taken from the release before the JSON
+// types moved out of internal/store: any change here breaks a user.
+func TestJSONShapesAreStable(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 27, 14, 0, 0, 123000000, time.UTC)
+	id := uuid.MustParse("0193a3c0-0000-7000-8000-000000000001")
+	st, le := 503, "HTTP 503"
+	for _, tc := range []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"event list", ops.EventList{Total: 3, Shown: 2, Items: []ops.EventSummary{
+			{ID: id, Source: "acme", EventType: "invoice.paid", IdempotencyKey: "evt_1", ReceivedAt: at, Deliveries: []ops.DeliverySummary{
+				{Route: "billing", State: "retrying", Attempts: 2, LastStatus: &st, LastError: &le, LastAttemptAt: &at},
+				{Route: "old", State: "pending", Unserved: true},
+			}},
+			{ID: id, Source: "acme", EventType: "x", IdempotencyKey: "k", ReceivedAt: at, Purged: true, Deliveries: []ops.DeliverySummary{}},
+		}}, `{"total":3,"shown":2,"items":[{"id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"invoice.paid","idempotency_key":"evt_1","received_at":"2026-11-27T14:00:00.123Z","deliveries":[{"route":"billing","state":"retrying","attempts":2,"last_status":503,"last_error":"HTTP 503","last_attempt_at":"2026-11-27T14:00:00.123Z"},{"route":"old","state":"pending","attempts":0,"unserved":true}]},{"id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"x","idempotency_key":"k","received_at":"2026-11-27T14:00:00.123Z","purged":true,"deliveries":[]}]}`},
+		{"event", ops.EventDetail{ID: id, Source: "acme", EventType: "invoice.paid", IdempotencyKey: "evt_1", ContentType: "application/json",
+			ReceivedAt: at, Headers: http.Header{"X-A": {"1"}}, Body: `{"a":1}`, Deliveries: []ops.DeliveryDetail{
+				{DeliverySummary: ops.DeliverySummary{Route: "billing", State: "delivered", Attempts: 2, LastStatus: &st, LastAttemptAt: &at},
+					FirstAttemptAt: &at, DeliveredAt: &at, AttemptRows: []ops.AttemptRow{
+						{Attempt: 1, StartedAt: at, DurationMS: 42, Status: &st, ResponseHeaders: http.Header{"Retry-After": {"1"}}, ResponseBody: "busy", Error: &le, Outcome: "retrying"},
+						{Attempt: 2, StartedAt: at, DurationMS: 7, Outcome: "delivered"},
+					}},
+				{DeliverySummary: ops.DeliverySummary{Route: "old", State: "pending", Unserved: true}, AttemptRows: []ops.AttemptRow{}},
+			}}, `{"id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"invoice.paid","idempotency_key":"evt_1","content_type":"application/json","received_at":"2026-11-27T14:00:00.123Z","headers":{"X-A":["1"]},"body":"{\"a\":1}","deliveries":[{"route":"billing","state":"delivered","attempts":2,"last_status":503,"last_attempt_at":"2026-11-27T14:00:00.123Z","first_attempt_at":"2026-11-27T14:00:00.123Z","delivered_at":"2026-11-27T14:00:00.123Z","attempts_detail":[{"attempt":1,"started_at":"2026-11-27T14:00:00.123Z","duration_ms":42,"status":503,"response_headers":{"Retry-After":["1"]},"response_body":"busy","error":"HTTP 503","outcome":"retrying"},{"attempt":2,"started_at":"2026-11-27T14:00:00.123Z","duration_ms":7,"outcome":"delivered"}]},{"route":"old","state":"pending","attempts":0,"unserved":true,"attempts_detail":[]}]}`},
+		{"purged event", ops.EventDetail{ID: id, Purged: true, Deliveries: []ops.DeliveryDetail{}},
+			`{"id":"0193a3c0-0000-7000-8000-000000000001","source":"","event_type":"","idempotency_key":"","content_type":"","received_at":"0001-01-01T00:00:00Z","headers":null,"body":"","purged":true,"deliveries":[]}`},
+		{"dead letters", ops.DeadLetterList{Queue: "hr.route.billing.dead", Total: 2, Shown: 1, Items: []ops.DeadLetter{
+			{EventID: id.String(), Source: "acme", EventType: "invoice.paid", Attempts: 4, LastStatus: 500, LastError: "HTTP 500",
+				FirstAttemptAt: "2026-11-27T14:00:00Z", LastAttemptAt: "2026-11-27T14:05:00Z", Reason: "max_attempts"},
+		}}, `{"queue":"hr.route.billing.dead","total":2,"shown":1,"items":[{"event_id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"invoice.paid","attempts":4,"last_status":500,"last_error":"HTTP 500","first_attempt_at":"2026-11-27T14:00:00Z","last_attempt_at":"2026-11-27T14:05:00Z","reason":"max_attempts"}]}`},
+		{"no dead letters", ops.DeadLetterList{Queue: "q", Items: []ops.DeadLetter{}}, `{"queue":"q","total":0,"shown":0,"items":[]}`},
+		{"replay result", ops.ReplayResult{DryRun: true, Events: 3, Scanned: 2, ReplayedCount: 1, SkippedCount: 1, NextAfter: "n",
+			Replayed: []ops.ReplayItem{{EventID: id, Source: "acme", EventType: "t", ReceivedAt: at, Route: "billing", State: "dead"}},
+			Skipped:  []ops.ReplayItem{{EventID: id, Source: "acme", EventType: "t", ReceivedAt: at, Route: "crm", Skipped: "why"}},
+		}, `{"dry_run":true,"events":3,"scanned":2,"replayed_count":1,"skipped_count":1,"replayed":[{"event_id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"t","received_at":"2026-11-27T14:00:00.123Z","route":"billing","state":"dead"}],"skipped":[{"event_id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"t","received_at":"2026-11-27T14:00:00.123Z","route":"crm","state":"","skipped":"why"}],"delivered":0,"next_after":"n"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := json.Marshal(tc.v)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, string(got))
+		})
+	}
+}
+
+// POST /api/replay's body: the same keys as before the request type lost
+// its JSON tags.
+func TestReplayBodyDecodes(t *testing.T) {
+	t.Parallel()
+	body := `{"event_id":"0193a3c0-0000-7000-8000-000000000001","filter":{"source":"acme","event_type":"t","state":"dead",` +
+		`"route":"billing","since":"2026-11-27T14:00:00Z","until":"2026-11-28T14:00:00.5Z","limit":10},` +
+		`"after":"c","include_delivered":true,"dry_run":true,"list_limit":5}`
+	var b ops.ReplayBody
+	require.NoError(t, json.Unmarshal([]byte(body), &b))
+	require.Equal(t, ops.ReplayRequest{
+		EventID: uuid.MustParse("0193a3c0-0000-7000-8000-000000000001"),
+		Filter: store.EventFilter{Source: "acme", EventType: "t", State: "dead", Route: "billing",
+			Since: time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC), Until: time.Date(2026, 11, 28, 14, 0, 0, 500000000, time.UTC), Limit: 10},
+		After: "c", IncludeDelivered: true, DryRun: true, ListLimit: 5,
+	}, b.Request())
+
+	raw, err := json.Marshal(ops.ReplayBody{Filter: ops.FilterBody{Route: "billing"}, DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, `{"filter":{"route":"billing"},"dry_run":true}`, string(raw))
+}

@@ -1,0 +1,104 @@
+package ops_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/stretchr/testify/require"
+)
+
+// A listing says how many match when it stops at its limit (and only then
+// asks for the count); a route not in the config is marked unserved.
+func TestEventList(t *testing.T) {
+	t.Parallel()
+	svc, st, _ := newService(t)
+	for range 3 {
+		st.add("acme", "invoice.paid", map[string]string{"billing": "delivered", "legacy": "pending"})
+	}
+	list, err := svc.EventList(context.Background(), store.EventFilter{})
+	require.NoError(t, err)
+	require.Equal(t, ops.DefaultListLimit, st.listLimit, "the default limit")
+	require.EqualValues(t, 3, list.Total)
+	require.Equal(t, 3, list.Shown)
+	require.Zero(t, st.counts, "a page that is not full needs no count")
+	require.False(t, list.Items[0].Deliveries[0].Unserved, "billing is served")
+	require.True(t, list.Items[0].Deliveries[1].Unserved, "legacy is not")
+
+	list, err = svc.EventList(context.Background(), store.EventFilter{Limit: 2})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, list.Total, "how many match in all")
+	require.Equal(t, 2, list.Shown)
+	require.Len(t, list.Items, 2)
+}
+
+// An event as the admin API and `events show --json` print it: store rows
+// turned into ops' JSON shape, unserved routes marked.
+func TestEventShow(t *testing.T) {
+	t.Parallel()
+	svc, st, _ := newService(t)
+	ev := st.add("acme", "invoice.paid", map[string]string{"billing": "dead", "legacy": "pending"})
+	got, err := svc.EventShow(context.Background(), ev.id)
+	require.NoError(t, err)
+	raw, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id":"`+ev.id.String()+`","source":"acme","event_type":"invoice.paid","idempotency_key":"","content_type":"",
+		"received_at":"2026-11-27T14:00:00Z","headers":null,"body":"","deliveries":[
+		{"route":"billing","state":"dead","attempts":0,"attempts_detail":[]},
+		{"route":"legacy","state":"pending","attempts":0,"unserved":true,"attempts_detail":[]}]}`, string(raw))
+
+	missing := ev.id
+	missing[15]++
+	_, err = svc.EventShow(context.Background(), missing)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// Dead letters need one configured route; the rest is RabbitMQ's.
+func TestDeadLettersNeedAConfiguredRoute(t *testing.T) {
+	t.Parallel()
+	svc, _, dl := newService(t)
+	ctx := context.Background()
+	_, err := svc.DeadList(ctx, "", 10)
+	require.ErrorContains(t, err, "a route is required (--route)")
+	_, err = svc.DeadRequeue(ctx, "legacy", 0)
+	require.ErrorIs(t, err, ops.ErrUnknownRoute)
+	require.Empty(t, dl.asked, "nothing asked of RabbitMQ")
+
+	list, err := svc.DeadList(ctx, "billing", 10)
+	require.NoError(t, err)
+	require.Equal(t, "q.billing", list.Queue)
+	n, err := svc.DeadRequeue(ctx, "crm", 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, []string{"list billing", "requeue crm"}, dl.asked)
+}
+
+// Purge takes an age, keeps dedupe keys for the window, and names the
+// served routes (never nil, which would mean all).
+func TestPurgeArguments(t *testing.T) {
+	t.Parallel()
+	svc, st, _ := newService(t)
+	ctx := context.Background()
+	for _, age := range []time.Duration{0, -time.Hour} {
+		_, err := svc.Purge(ctx, ops.PurgeRequest{OlderThan: age})
+		require.ErrorContains(t, err, "--older-than must be positive")
+	}
+	require.Empty(t, st.purged)
+
+	_, err := svc.Purge(ctx, ops.PurgeRequest{OlderThan: 7 * 24 * time.Hour, Batch: 50, IncludeDead: true})
+	require.NoError(t, err)
+	now := svc.NowFunc()
+	require.Equal(t, []store.PurgeConfig{{
+		OlderThan: now.Add(-7 * 24 * time.Hour), DedupeBefore: now.Add(-30 * 24 * time.Hour), Batch: 50, IncludeDead: true,
+		ServedRoutes: []string{"billing", "crm"},
+	}}, st.purged)
+
+	svc.Routes = nil
+	_, err = svc.Purge(ctx, ops.PurgeRequest{OlderThan: time.Hour})
+	require.NoError(t, err)
+	require.NotNil(t, st.purged[1].ServedRoutes, "no route served is not every route served")
+	require.Empty(t, st.purged[1].ServedRoutes)
+}
