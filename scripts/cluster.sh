@@ -219,7 +219,7 @@ launch_node() {
 
 node_fail() {
 	local n=$1 why=$2
-	die "node $n ($(node_name "$n")) $why; log: $(node_log "$n") (and $(node_dir "$n")/stdout.log); 'scripts/cluster.sh down' cleans up"
+	die "node $n ($(node_name "$n")) $why; log: $(node_log "$n") (and $(node_dir "$n")/stdout.log, ctl.log); 'scripts/cluster.sh down' cleans up"
 }
 
 mgmt_get() { curl -sf -m 5 -u "$USER_PASS" "$(mgmt_url "$1")$2"; }
@@ -335,19 +335,22 @@ cmd_up() {
 	if ((NODES > 1)); then
 		# stop_app in parallel; join one at a time (each join changes the cluster's
 		# membership, so they are not run concurrently); start_app in parallel.
+		# rabbitmqctl's own output (including harmless [error] lines about
+		# connection tracking tables while a node restarts its app) goes to the
+		# node's ctl.log, named when a step fails.
 		local pids=()
 		for ((n = 2; n <= NODES; n++)); do
-			ctl "$n" stop_app >/dev/null & pids+=($!)
+			ctl "$n" stop_app >>"$(node_dir "$n")/ctl.log" 2>&1 & pids+=($!)
 		done
 		for ((n = 2; n <= NODES; n++)); do
 			wait "${pids[n - 2]}" || node_fail "$n" "could not stop_app"
 		done
 		for ((n = 2; n <= NODES; n++)); do
-			ctl "$n" join_cluster "$(node_name 1)" >/dev/null || node_fail "$n" "could not join_cluster $(node_name 1)"
+			ctl "$n" join_cluster "$(node_name 1)" >>"$(node_dir "$n")/ctl.log" 2>&1 || node_fail "$n" "could not join_cluster $(node_name 1)"
 		done
 		pids=()
 		for ((n = 2; n <= NODES; n++)); do
-			ctl "$n" start_app >/dev/null & pids+=($!)
+			ctl "$n" start_app >>"$(node_dir "$n")/ctl.log" 2>&1 & pids+=($!)
 		done
 		for ((n = 2; n <= NODES; n++)); do
 			wait "${pids[n - 2]}" || node_fail "$n" "could not start_app after joining"
