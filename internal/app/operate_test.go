@@ -140,7 +140,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 5*time.Second)
 
 	crmDown.Store(false)
-	moved, err := svc.DeadRequeue(ctx, "crm", 0)
+	moved, err := svc.DeadRequeue(ctx, "crm", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3, moved)
 	for _, id := range crmEvents {
@@ -153,7 +153,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 
 	// billing's dead letters were already replayed: requeueing them empties
 	// the queue and the dispatcher skips the delivered pairs.
-	moved, err = svc.DeadRequeue(ctx, "billing", 0)
+	moved, err = svc.DeadRequeue(ctx, "billing", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 4, moved)
 	h.waitQueuesEmpty(15 * time.Second)

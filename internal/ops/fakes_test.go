@@ -41,6 +41,7 @@ type fakeStore struct {
 	enqueues  [][]store.ReplayPair
 	counts    int
 	purged    []store.PurgeConfig
+	counted   []store.PurgeConfig
 	listLimit int
 }
 
@@ -247,6 +248,13 @@ func (s *fakeStore) Purge(_ context.Context, cfg store.PurgeConfig) (store.Purge
 	return store.PurgeResult{Events: 1}, nil
 }
 
+func (s *fakeStore) PurgeCount(_ context.Context, cfg store.PurgeConfig) (store.PurgeResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counted = append(s.counted, cfg)
+	return store.PurgeResult{Events: 2}, nil
+}
+
 // fakeDeadLetters is ops.DeadLetters that remembers what it was asked.
 type fakeDeadLetters struct {
 	mu    sync.Mutex
@@ -260,10 +268,13 @@ func (d *fakeDeadLetters) List(_ context.Context, route string, limit int) (*ops
 	return &ops.DeadLetterList{Queue: "q." + route, Total: 7, Shown: 1, Items: []ops.DeadLetter{{Reason: "max_attempts"}}}, nil
 }
 
-func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int) (int, error) {
+func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.asked = append(d.asked, "requeue "+route)
+	if progress != nil {
+		progress(3, 3)
+	}
 	return 3, nil
 }
 
