@@ -73,7 +73,7 @@ func TestHelpTouchesNothing(t *testing.T) {
 
 	// The commands an operator must find, at least; the completion lists
 	// any added later, and each is checked the same way.
-	want := []string{"migrate", "topology export", "topology apply", "events list", "events show", "replay",
+	want := []string{"migrate", "topology export", "topology apply", "events list", "events show", "replay", "retry",
 		"dead list", "dead requeue", "purge", "routes", "bench", "completion bash", "help"}
 	var listed []string
 	for _, c := range commands(t, s, nil) {
@@ -99,7 +99,7 @@ func TestHelpTouchesNothing(t *testing.T) {
 			untouched(what)
 		}
 	}
-	for _, c := range []string{"events list", "replay", "dead list", "purge"} {
+	for _, c := range []string{"events list", "replay", "dead list", "purge", "retry"} {
 		res := s.run("hookrelay", append(strings.Fields(c), "--help")...)
 		require.Contains(t, res.stdout, "Examples:", c)
 		require.Contains(t, res.stdout, "(default ", "%s --help shows its defaults", c)
@@ -123,7 +123,7 @@ func TestHelpVersionCompletion(t *testing.T) {
 	for _, args := range [][]string{nil, {"--help"}, {"help"}} {
 		res := s.run("hookrelay", args...)
 		require.Equal(t, 0, res.code, "hookrelay %v: %s", args, res)
-		for _, c := range []string{"events", "replay", "dead", "purge", "migrate", "topology", "completion"} {
+		for _, c := range []string{"events", "replay", "retry", "dead", "purge", "migrate", "topology", "completion"} {
 			require.Contains(t, res.stdout, "  "+c+" ", "hookrelay %v lists %s", args, c)
 		}
 	}
@@ -182,6 +182,7 @@ func TestOperatorCommandsInANewShell(t *testing.T) {
 		{"routes"},
 		{"events", "list"},
 		{"replay", "--source", "demo", "--dry-run"},
+		{"retry", "--route", "billing", "--state", "retrying", "--dry-run"},
 		{"dead", "list", "--route", "billing"},
 		{"purge", "--older-than", "30d", "--dry-run"},
 	} {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
@@ -71,12 +72,16 @@ func printEvents(w io.Writer, list *ops.EventList) error {
 
 func printEvent(w io.Writer, ev *ops.EventDetail) error {
 	fmt.Fprintf(w, "event      %s\nsource     %s\ntype       %s\nkey        %s\nreceived   %s\nbody       %s\n",
-		ev.ID, ev.Source, ev.EventType, ev.IdempotencyKey, ev.ReceivedAt.UTC().Format(time.RFC3339Nano), snippet(ev.Body, 200))
+		ev.ID, ev.Source, ev.EventType, ev.IdempotencyKey, ev.ReceivedAt.UTC().Format(time.RFC3339), snippet(ev.Body, 200))
 	if ev.Purged {
 		fmt.Fprintln(w, "           (purged: body and headers no longer stored)")
 	}
 	for _, d := range ev.Deliveries {
-		fmt.Fprintf(w, "\nroute %s: %s after %d attempt(s)\n", d.Route, d.State, d.Attempts)
+		fmt.Fprintf(w, "\nroute %s: %s after %d attempt(s)%s\n", d.Route, d.State, d.Attempts, seriesNote(d))
+		if d.NextAttemptAt != nil {
+			fmt.Fprintf(w, "  next attempt %d of series %d due %s (%s); hookrelay retry --event %s --route %s to attempt it now\n",
+				d.NextAttempt, d.Series, d.NextAttemptAt.UTC().Format(time.RFC3339), fromNow(*d.NextAttemptAt), ev.ID, d.Route)
+		}
 		if d.Unserved && d.State != string(webhook.StateDelivered) {
 			more := ""
 			if d.State == string(webhook.StatePending) || d.State == string(webhook.StateRetrying) {
@@ -85,7 +90,7 @@ func printEvent(w io.Writer, ev *ops.EventDetail) error {
 			fmt.Fprintf(w, "  %s%s\n", ops.UnservedReason(d.Route), more)
 		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  #\tSTARTED\tDURATION\tSTATUS\tOUTCOME\tERROR\tRESPONSE")
+		fmt.Fprintln(tw, "  SERIES\t#\tSTARTED\tDURATION\tSTATUS\tOUTCOME\tERROR\tRESPONSE")
 		for _, a := range d.AttemptRows {
 			status := "-"
 			if a.Status != nil {
@@ -95,7 +100,7 @@ func printEvent(w io.Writer, ev *ops.EventDetail) error {
 			if a.Error != nil {
 				errText = *a.Error
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%dms\t%s\t%s\t%s\t%s\n", a.Attempt, a.StartedAt.UTC().Format(time.RFC3339), a.DurationMS, status, a.Outcome, errText, snippet(a.ResponseBody, 80))
+			fmt.Fprintf(tw, "  %d\t%d\t%s\t%dms\t%s\t%s\t%s\t%s\n", a.Series, a.Attempt, a.StartedAt.UTC().Format(time.RFC3339), a.DurationMS, status, a.Outcome, errText, snippet(a.ResponseBody, 80))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -135,6 +140,35 @@ func printReplay(w io.Writer, res *ops.ReplayResult, list int) error {
 		_, err = fmt.Fprintf(w, "--limit stopped the selection and more events match: add --after %s to go on\n", res.NextAfter)
 	}
 	return err
+}
+
+// seriesNote says, for a delivery with attempts, how many series they
+// span and where the last one stands: "; the last was attempt 1 of series
+// 2".
+func seriesNote(d ops.DeliveryDetail) string {
+	if len(d.AttemptRows) == 0 {
+		return ""
+	}
+	series := map[int]bool{}
+	for _, a := range d.AttemptRows {
+		series[a.Series] = true
+	}
+	in := ""
+	if len(series) > 1 {
+		in = fmt.Sprintf(" in %d series", len(series))
+	}
+	last := d.AttemptRows[len(d.AttemptRows)-1]
+	return fmt.Sprintf("%s; the last was attempt %d of series %d", in, last.Attempt, last.Series)
+}
+
+// fromNow says how far t is from now, to the second: "in 2h59m59s", or
+// "overdue by 3s".
+func fromNow(t time.Time) string {
+	d := time.Until(t).Round(time.Second)
+	if d < 0 {
+		return "overdue by " + config.FormatDuration(-d)
+	}
+	return "in " + config.FormatDuration(d)
 }
 
 // toSeconds writes an RFC 3339 time (as dead letters carry it, to the

@@ -95,7 +95,7 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 	fl.BoolVar(&includeDelivered, "include-delivered", false, "replay pairs already delivered too")
 	fl.BoolVar(&dryRun, "dry-run", false, "list what would be replayed; change nothing")
 	fl.IntVar(&batch, "batch", ops.DefaultReplayBatch, "most pairs per transaction")
-	fl.StringVar(&stall, "stall-timeout", ops.DefaultReplayStall.String(), "give up when a batch makes no progress for this long")
+	fl.StringVar(&stall, "stall-timeout", config.FormatDuration(ops.DefaultReplayStall), "give up when a batch makes no progress for this long")
 	fl.IntVar(&list, "list", ops.DefaultListLimit, "most pairs to list of each kind (replayed, skipped); the counts cover all")
 	fl.StringVar(&after, "after", "", "go on after where a replay stopped at --limit (the cursor it printed)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")

@@ -115,7 +115,7 @@ func (s *fakeStore) EventShow(_ context.Context, id uuid.UUID) (*store.EventDeta
 		d := &store.EventDetail{ID: ev.id, Source: ev.source, EventType: ev.eventType, ReceivedAt: ev.receivedAt, Purged: ev.purged, Deliveries: []store.DeliveryDetail{}}
 		for _, route := range slices.Sorted(maps.Keys(ev.states)) {
 			d.Deliveries = append(d.Deliveries, store.DeliveryDetail{
-				DeliverySummary: store.DeliverySummary{Route: route, State: ev.states[route]}, AttemptRows: []store.AttemptRow{},
+				DeliverySummary: store.DeliverySummary{Route: route, State: ev.states[route]}, Series: 1, AttemptRows: []store.AttemptRow{},
 			})
 		}
 		return d, nil
@@ -246,6 +246,18 @@ func (s *fakeStore) Purge(_ context.Context, cfg store.PurgeConfig) (store.Purge
 	defer s.mu.Unlock()
 	s.purged = append(s.purged, cfg)
 	return store.PurgeResult{Events: 1}, nil
+}
+
+func (s *fakeStore) DeliveryRetryNow(context.Context, store.RetrySelection, int64, int) ([]store.RetriedPair, error) {
+	return nil, s.err
+}
+
+func (s *fakeStore) DeliveryRetryCount(context.Context, store.RetrySelection) (int64, error) {
+	return 0, s.err
+}
+
+func (s *fakeStore) DeliveryRetryWaiting(context.Context, []store.RetriedPair) (int, error) {
+	return 0, s.err
 }
 
 func (s *fakeStore) PurgeCount(_ context.Context, cfg store.PurgeConfig) (store.PurgeResult, error) {

@@ -41,6 +41,7 @@ type Store interface {
 	Purge(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
 	// PurgeCount counts what Purge would remove, changing nothing.
 	PurgeCount(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
+	RetryStore
 }
 
 // DeadLetters reads and moves the messages of the routes' dead-letter

@@ -47,8 +47,8 @@ func TestEventShow(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"id":"`+ev.id.String()+`","source":"acme","event_type":"invoice.paid","idempotency_key":"","content_type":"",
 		"received_at":"2026-11-27T14:00:00Z","headers":null,"body":"","deliveries":[
-		{"route":"billing","state":"dead","attempts":0,"attempts_detail":[]},
-		{"route":"legacy","state":"pending","attempts":0,"unserved":true,"attempts_detail":[]}]}`, string(raw))
+		{"route":"billing","state":"dead","attempts":0,"series":1,"attempts_detail":[]},
+		{"route":"legacy","state":"pending","attempts":0,"unserved":true,"series":1,"attempts_detail":[]}]}`, string(raw))
 
 	missing := ev.id
 	missing[15]++

@@ -121,7 +121,10 @@ func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, err
 
 // AttemptRow is one stored HTTP attempt.
 type AttemptRow struct {
+	// Attempt is its number within its series (a replay or a requeued
+	// dead letter starts a new series at 1).
 	Attempt         int
+	Series          int
 	StartedAt       time.Time
 	DurationMS      int
 	Status          *int
@@ -136,7 +139,12 @@ type DeliveryDetail struct {
 	DeliverySummary
 	FirstAttemptAt *time.Time
 	DeliveredAt    *time.Time
-	AttemptRows    []AttemptRow
+	// Series is the pair's current attempt series.
+	Series int
+	// DueAt is when the pair's current copy is due at a dispatcher: for a
+	// retrying pair, when its retry tier gives it back.
+	DueAt       time.Time
+	AttemptRows []AttemptRow
 }
 
 // EventDetail is an event, its deliveries and their attempts.
@@ -172,7 +180,8 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	}
 	ev.Body = string(body)
 	rows, err := db.pool.Query(ctx, `
-		SELECT d.id, d.route, d.state, d.attempts, d.last_status, d.last_error, d.last_attempt_at, d.first_attempt_at, d.delivered_at
+		SELECT d.id, d.route, d.state, d.attempts, d.last_status, d.last_error, d.last_attempt_at, d.first_attempt_at, d.delivered_at,
+			d.series, d.due_at
 		FROM deliveries d WHERE d.event_id = $1 ORDER BY d.route`, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading deliveries: %w", err)
@@ -181,7 +190,8 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	ev.Deliveries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeliveryDetail, error) {
 		var d DeliveryDetail
 		var did int64
-		err := row.Scan(&did, &d.Route, &d.State, &d.Attempts, &d.LastStatus, &d.LastError, &d.LastAttemptAt, &d.FirstAttemptAt, &d.DeliveredAt)
+		err := row.Scan(&did, &d.Route, &d.State, &d.Attempts, &d.LastStatus, &d.LastError, &d.LastAttemptAt, &d.FirstAttemptAt, &d.DeliveredAt,
+			&d.Series, &d.DueAt)
 		ids[did] = len(ids)
 		d.AttemptRows = []AttemptRow{}
 		return d, err
@@ -190,7 +200,7 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 		return nil, fmt.Errorf("reading deliveries: %w", err)
 	}
 	rows, err = db.pool.Query(ctx, `
-		SELECT a.delivery_id, a.attempt, a.started_at, a.duration_ms, a.status, a.response_headers, a.response_body, a.error, a.outcome
+		SELECT a.delivery_id, a.attempt, a.series, a.started_at, a.duration_ms, a.status, a.response_headers, a.response_body, a.error, a.outcome
 		FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
 		WHERE d.event_id = $1 ORDER BY a.started_at, a.id`, id)
 	if err != nil {
@@ -201,7 +211,7 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 		var a AttemptRow
 		var did int64
 		var respBody []byte
-		if err := rows.Scan(&did, &a.Attempt, &a.StartedAt, &a.DurationMS, &a.Status, &a.ResponseHeaders, &respBody, &a.Error, &a.Outcome); err != nil {
+		if err := rows.Scan(&did, &a.Attempt, &a.Series, &a.StartedAt, &a.DurationMS, &a.Status, &a.ResponseHeaders, &respBody, &a.Error, &a.Outcome); err != nil {
 			return nil, fmt.Errorf("reading attempt: %w", err)
 		}
 		a.ResponseBody = string(respBody)
