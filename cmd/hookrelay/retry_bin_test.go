@@ -67,14 +67,17 @@ type relay struct {
 	webhooks, dispatchURL string
 }
 
-func startRelay(t *testing.T, dest *destination, extra string) *relay {
+func startRelay(t *testing.T, dest *destination, env map[string]string) *relay {
 	t.Helper()
 	daemons := newShell(t)
 	dbURL := storetest.NewDatabase(t)
 	amqptest.Dial(t)
-	path := daemons.writeConfig("config.yaml", repoConfig(t, dbURL, amqptest.Prefix(t))+extra)
+	path := daemons.writeConfig("config.yaml", repoConfig(t, dbURL, amqptest.Prefix(t)))
 	deleteTopologyOf(t, path)
 	for k, v := range secretsEnv {
+		daemons.env[k] = v
+	}
+	for k, v := range env {
 		daemons.env[k] = v
 	}
 	daemons.env["BILLING_URL"] = dest.srv.URL + "/hooks"
@@ -155,7 +158,7 @@ func (r *relay) metric(t *testing.T, series string) float64 {
 func TestRetryNowSupersedesTheTierCopyAndReplayStartsASeries(t *testing.T) {
 	t.Parallel()
 	dest := newDestination(t)
-	r := startRelay(t, dest, "")
+	r := startRelay(t, dest, nil)
 	id := r.send(t, "evt_retry_now")
 
 	// Attempt 1 fails; its copy waits in the 10s tier.
@@ -220,7 +223,7 @@ func TestRetryNowSupersedesTheTierCopyAndReplayStartsASeries(t *testing.T) {
 func TestRetryRouteRetryingPairs(t *testing.T) {
 	t.Parallel()
 	dest := newDestination(t)
-	r := startRelay(t, dest, "")
+	r := startRelay(t, dest, nil)
 	var ids []string
 	for i := range 3 {
 		ids = append(ids, r.send(t, fmt.Sprint("evt_route_", i)))
