@@ -49,7 +49,7 @@ func (p *progress) update(done, total int64, detail string) {
 		)
 	}
 	p.bar.ChangeMax64(max(total, 1))
-	p.bar.Describe(p.name + ": " + p.unit + ", " + detail)
+	p.bar.Describe(p.name + " (" + p.unit + "): " + detail)
 	_ = p.bar.Set64(done) // writes to a terminal; nothing to do if it fails
 }
 
