@@ -114,7 +114,7 @@ func printReplay(w io.Writer, res *ops.ReplayResult, list int) error {
 	if res.DryRun {
 		verb = "would replay"
 	}
-	if list > 0 {
+	if list > 0 && len(res.Replayed)+len(res.Skipped) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "EVENT\tRECEIVED\tROUTE\tWAS\tRESULT")
 		for _, it := range res.Replayed {
