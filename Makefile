@@ -13,7 +13,7 @@ services: ## start Postgres and RabbitMQ (installing them if absent)
 
 .PHONY: build
 build: ## build the binaries into bin/
-	go build -o bin/ ./cmd/...
+	go build -buildvcs=auto -o bin/ ./cmd/...
 
 .PHONY: run
 run: ## services up, migrate, run receiver and dispatcher with $(CONFIG)
@@ -49,7 +49,7 @@ migrate: build ## apply migrations to the configured database
 
 .PHONY: topology
 topology: build ## regenerate topology/definitions.json from config.yaml
-	HOOKRELAY_DEMO_SECRET=unused BILLING_SIGNING_SECRET=whsec_ZGVtby1zaWduaW5nLXNlY3JldC0xMjM0NTY3ODkw bin/hookrelay --config config.yaml topology export
+	bin/hookrelay --config config.yaml topology export --out topology/definitions.json
 
 .PHONY: verify
 verify: ## fail when formatting, vet or generated files are off

@@ -23,7 +23,7 @@ if [[ -z "${BILLING_SIGNING_SECRET:-}" ]]; then
 	echo "run: BILLING_SIGNING_SECRET unset, using a demo value" >&2
 fi
 
-go build -o bin/ ./cmd/...
+go build -buildvcs=auto -o bin/ ./cmd/...
 bin/hookrelay --config "$CONFIG" migrate
 
 pids=()

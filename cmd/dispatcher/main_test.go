@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,21 +24,28 @@ func TestRunBeforeStart(t *testing.T) {
 		args   []string
 		env    func(string) (string, bool)
 		code   int
+		stdout string
 		stderr string
 	}{
-		{"help prints the usage", []string{"--help"}, noEnv, 0, "-config string"},
-		{"an unknown flag", []string{"--frobnicate"}, noEnv, 2, "flag provided but not defined: -frobnicate"},
-		{"a missing config file", []string{"--config", filepath.Join(t.TempDir(), "none.yaml")}, noEnv, 2, "dispatcher: reading config"},
-		{"an invalid config names the key", []string{"--config", bad}, noEnv, 2, "database.url: must be a postgres:// URL"},
-		{"HOOKRELAY_CONFIG names the file", nil, func(k string) (string, bool) { return bad, k == "HOOKRELAY_CONFIG" }, 2, "database.url"},
+		{"help prints the usage", []string{"--help"}, noEnv, 0, "--config string", ""},
+		{"--version prints the version", []string{"--version"}, noEnv, 0, "dispatcher ", ""},
+		{"an unknown flag", []string{"--frobnicate"}, noEnv, 2, "", "unknown flag: --frobnicate"},
+		{"an argument", []string{"now"}, noEnv, 2, "", "takes no arguments"},
+		{"a missing config file", []string{"--config", filepath.Join(t.TempDir(), "none.yaml")}, noEnv, 2, "", "dispatcher: no config file"},
+		{"an invalid config names the key", []string{"--config", bad}, noEnv, 2, "", "database.url: must be a postgres:// URL"},
+		{"HOOKRELAY_CONFIG names the file", nil, func(k string) (string, bool) { return bad, k == "HOOKRELAY_CONFIG" }, 2, "", "database.url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
 			err := run(context.Background(), tc.args, tc.env, &stdout, &stderr)
-			require.Equal(t, tc.code, exitCode(err), "%v", err)
+			require.Equal(t, tc.code, setup.ExitCode(err), "%v", err)
 			require.Contains(t, stderr.String(), tc.stderr)
-			require.Empty(t, stdout.String())
+			if tc.stdout == "" {
+				require.Empty(t, stdout.String())
+			} else {
+				require.Contains(t, stdout.String(), tc.stdout)
+			}
 		})
 	}
 }

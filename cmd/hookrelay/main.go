@@ -1,183 +1,128 @@
-// Command hookrelay is the operator CLI; `hookrelay` alone prints the
-// commands.
+// Command hookrelay is the operator CLI: migrations, the RabbitMQ
+// topology, events and their attempts, replays, retries, dead letters,
+// purges and the benchmark. `hookrelay help` lists the commands, and
+// `hookrelay help COMMAND` (or COMMAND --help) explains one; help never
+// touches the database or the broker.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
-	"github.com/hookrelay/hookrelay/internal/amqp"
-	"github.com/hookrelay/hookrelay/internal/bench"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
-	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
-
-const usage = `usage: hookrelay [--config PATH] <command> [flags]
-
-commands:
-  migrate                      apply the embedded database migrations (safe to run concurrently)
-  topology export [--out F]    write the RabbitMQ definitions file (default topology/definitions.json)
-  topology apply               declare exchanges, queues, bindings and policies on the broker
-  events list [filters]        events with each route's delivery state, newest first
-  events show ID               one event, its deliveries and every attempt
-  replay --event ID | filters  deliver again through the outbox [--route R] [--include-delivered] [--dry-run]
-                               paced in batches [--batch N] [--stall-timeout 2m] [--list N] [--after CURSOR]
-  dead list --route R          read the dead-letter queue without consuming it [--limit N]
-  dead requeue --route R       move dead letters back with a fresh attempt count [--limit N]
-  purge --older-than AGE       delete old delivered events, keeping dedupe keys [--batch N] [--include-dead]
-  bench [flags]                benchmark the relay against bare references on a throwaway database (--help)
-
-filters: --source S --event-type T --state pending|retrying|delivered|dead --route R
-         --since T --until T (RFC 3339, or an age: 2h, 3d) --limit N
-output:  a table; --json for scripts
-`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
-	os.Exit(report(err, os.Stderr))
+	os.Exit(setup.ExitCode(err))
 }
 
-// report tells the operator what went wrong and returns the exit status:
-// 0 after success, 2 for a bad command line (with the usage), 1 for a
-// command that failed.
-func report(err error, stderr io.Writer) int {
-	var bad flagError
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &bad):
-		return 2 // the flag package has printed it, and the usage
-	}
-	fmt.Fprintln(stderr, "hookrelay:", err)
-	if errors.As(err, &ue) {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	return 1
-}
-
-// usageError is a command line that names no command, an unknown one, or
-// bad flags of one.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-// flagError is a global flag that cannot be parsed (or --help): the flag
-// package has printed why, and the usage.
-type flagError struct{ error }
-
-// run runs one command line: the global --config flag, then a command.
-// The command's output goes to stdout, progress of a long command to
-// stderr; lookupEnv overrides the config file as HOOKRELAY_* variables do.
+// run runs one command line. A command's output goes to stdout, its
+// progress and errors to stderr; lookupEnv gives HOOKRELAY_CONFIG and the
+// HOOKRELAY_* overrides. It reports a failure on stderr and returns it for
+// the exit status (setup.ExitCode).
 func run(ctx context.Context, args []string, lookupEnv config.LookupEnvFunc, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("hookrelay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	configPath := fs.String("config", "", "config file (default $HOOKRELAY_CONFIG or config.yaml)")
-	if err := fs.Parse(args); err != nil {
-		return flagError{err}
-	}
-	args = fs.Args()
-	if len(args) == 0 {
-		return usageError{"no command given"}
-	}
-	switch args[0] {
-	case "bench":
-		// It needs no config: it makes its own database and prefix.
-		return bench.Main(ctx, args[1:], stdout, stderr)
-	case bench.ChildArg:
-		// A helper process the benchmark started as this executable.
-		return bench.Main(ctx, args, stdout, stderr)
-	}
-	cfg, err := config.Load(config.Path(*configPath, lookupEnv), lookupEnv)
-	if err != nil {
-		return err
-	}
-	switch args[0] {
-	case "events", "replay", "dead", "purge":
-		return operate(ctx, cfg, args, stdout, stderr)
-	case "migrate":
-		v, err := store.Migrate(ctx, cfg.Database.URL)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "database schema at version %d\n", v)
-		return nil
-	case "topology":
-		if len(args) < 2 {
-			return usageError{"topology needs export or apply"}
-		}
-		switch args[1] {
-		case "export":
-			return topologyExport(cfg, args[2:], stdout)
-		case "apply":
-			return topologyApply(ctx, cfg, stdout)
-		}
-		return usageError{fmt.Sprintf("unknown topology command %q", args[1])}
-	}
-	return usageError{fmt.Sprintf("unknown command %q", args[0])}
+	c := &cli{lookupEnv: lookupEnv, out: stdout, errOut: stderr, in: os.Stdin}
+	c.inTerminal = isTerminal(os.Stdin)
+	c.errTerminal = isTerminal(stderr)
+	err := setup.Execute(ctx, c.root(), args, stdout, stderr)
+	setup.Report(err, "hookrelay", stderr)
+	return err
 }
 
-// topologyExport writes the definitions file for cfg.
-func topologyExport(cfg *config.Config, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("topology export", flag.ContinueOnError)
-	file := fs.String("out", filepath.Join("topology", "definitions.json"), "file to write, - for stdout")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	defs, err := setup.Topology(cfg).Definitions()
-	if err != nil {
-		return err
-	}
-	if *file == "-" {
-		_, err = out.Write(defs)
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(*file), 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", filepath.Dir(*file), err)
-	}
-	if err := os.WriteFile(*file, defs, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", *file, err)
-	}
-	fmt.Fprintf(out, "wrote %s\n", *file)
-	return nil
+// showHelp is what a command that only groups others does: print its help.
+func showHelp(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+
+// isTerminal reports whether w is a terminal (a person watching).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// topologyApply declares cfg's topology on the broker and applies its
-// policies.
-func topologyApply(ctx context.Context, cfg *config.Config, out io.Writer) error {
-	topo := setup.Topology(cfg)
-	dialer, err := setup.Dialer(cfg, nil, zerolog.Nop())
+// cli is one command line's state: where the config comes from and where
+// output goes.
+type cli struct {
+	configPath string
+	lookupEnv  config.LookupEnvFunc
+	out        io.Writer
+	errOut     io.Writer
+	in         io.Reader
+	// inTerminal: a person can answer a question; errTerminal: progress
+	// is drawn as a bar.
+	inTerminal, errTerminal bool
+}
+
+// config finds and loads the config as the operator commands need it
+// (config.LoadOperator: the senders' secrets are not read).
+func (c *cli) config() (*config.Config, error) {
+	path, err := config.Find(c.configPath, c.lookupEnv)
 	if err != nil {
-		return err
+		return nil, &setup.ConfigError{Err: err}
 	}
-	conn, err := dialer.Dial("hookrelay-cli")
+	cfg, err := config.LoadOperator(path, c.lookupEnv)
 	if err != nil {
-		return err
+		return nil, &setup.ConfigError{Err: err}
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
+	return cfg, nil
+}
+
+// openDB opens the database of cfg and checks that its schema is current.
+func openDB(ctx context.Context, cfg *config.Config) (*store.DB, error) {
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-cli", QueryTimeout: cfg.Database.QueryTimeout})
 	if err != nil {
-		return fmt.Errorf("opening channel: %w", err)
+		return nil, err
 	}
-	if err := topo.Declare(ch); err != nil {
-		return err
+	if err := db.RequireSchema(ctx); err != nil {
+		db.Close()
+		return nil, err
 	}
-	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
-		return err
+	return db, nil
+}
+
+func (c *cli) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "hookrelay",
+		Short: "Operate a hookrelay: migrations, topology, events, replays, retries, dead letters, purges",
+		Long: `hookrelay is the operator CLI of the hookrelay webhook relay.
+
+Every command but bench reads the config file: --config PATH, else
+$HOOKRELAY_CONFIG, else ./config.yaml; HOOKRELAY_* variables override its
+keys. The operator commands read only the settings they use: the database,
+RabbitMQ, and the routes' names and bindings. The senders' secrets and the
+routes' signing secrets may be unset.
+
+Listings print a table (--json for scripts) and say how many they show of
+how many there are. Nothing is printed as done before it is done, and
+--help never touches the database or the broker.`,
+		Example: `  hookrelay events list --state dead --since 3h
+  hookrelay help replay`,
+		Args: setup.NoArgs,
+		RunE: showHelp,
 	}
-	fmt.Fprintf(out, "declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))
-	return nil
+	root.PersistentFlags().StringVar(&c.configPath, "config", "", setup.ConfigFlagUsage)
+	setup.SetVersion(root)
+	root.AddGroup(
+		&cobra.Group{ID: "events", Title: "Events and deliveries:"},
+		&cobra.Group{ID: "setup", Title: "Set-up:"},
+	)
+	for _, cmd := range []*cobra.Command{c.eventsCmd(), c.replayCmd(), c.retryCmd(), c.deadCmd(), c.purgeCmd(), c.routesCmd()} {
+		cmd.GroupID = "events"
+		root.AddCommand(cmd)
+	}
+	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), benchCmd(), benchChildCmd()} {
+		cmd.GroupID = "setup"
+		root.AddCommand(cmd)
+	}
+	root.SetHelpCommandGroupID("setup")
+	root.SetCompletionCommandGroupID("setup")
+	return root
 }

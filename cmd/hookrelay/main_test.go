@@ -15,13 +15,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
 
-// cli runs the CLI against a config for dbURL and returns its output.
-func cli(t *testing.T, dbURL string, args ...string) (string, error) {
+// cliRun runs the CLI against a config for dbURL and returns its output.
+func cliRun(t *testing.T, dbURL string, args ...string) (string, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	cfg := fmt.Sprintf(`
@@ -55,7 +56,7 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 		require.NoError(t, recordErr(db.AttemptRecord(ctx, a)))
 	}
 
-	out, err := cli(t, dbURL, "events", "show", id.String())
+	out, err := cliRun(t, dbURL, "events", "show", id.String())
 	require.NoError(t, err)
 	t.Log("\n" + out)
 	require.Contains(t, out, "route billing: delivered after 3 attempt(s)")
@@ -63,7 +64,7 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 
-	out, err = cli(t, dbURL, "events", "show", "--json", id.String())
+	out, err = cliRun(t, dbURL, "events", "show", "--json", id.String())
 	require.NoError(t, err)
 	var ev ops.EventDetail
 	require.NoError(t, json.Unmarshal([]byte(out), &ev), out)
@@ -76,12 +77,12 @@ func TestEventsShowPrintsEveryAttempt(t *testing.T) {
 	require.Nil(t, rows[1].Status)
 	require.Equal(t, "delivered", rows[2].Outcome)
 
-	out, err = cli(t, dbURL, "events", "list", "--state", "delivered", "--json")
+	out, err = cliRun(t, dbURL, "events", "list", "--state", "delivered", "--json")
 	require.NoError(t, err)
 	var list struct{ Items []ops.EventSummary }
 	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
 	require.Len(t, list.Items, 1)
-	out, err = cli(t, dbURL, "events", "list", "--source", "acme")
+	out, err = cliRun(t, dbURL, "events", "list", "--source", "acme")
 	require.NoError(t, err)
 	require.Contains(t, out, "billing:delivered(3)")
 	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "1 event(s)"))
@@ -99,8 +100,8 @@ func TestCLIRejectsBadUsage(t *testing.T) {
 		{"purge", "--older-than", "30"},
 		{"frobnicate"},
 	} {
-		_, err := cli(t, dbURL, args...)
-		var ue usageError
+		_, err := cliRun(t, dbURL, args...)
+		var ue *setup.UsageError
 		require.ErrorAs(t, err, &ue, "%v", args)
 	}
 }

@@ -74,7 +74,7 @@ func TestUnservedRoutePairs(t *testing.T) {
 	require.ErrorContains(t, err, `route "legacy" is not in the config`)
 
 	// Purge abandons the old one; the young one is kept.
-	out, _, err = runCLI(t, path, "purge", "--older-than", "7d")
+	out, _, err = runCLI(t, path, "purge", "--older-than", "7d", "--yes")
 	require.NoError(t, err)
 	t.Log("\n" + out)
 	require.Contains(t, out, "abandoned: 1 pending or retrying deliveries to routes not in the config")

@@ -82,8 +82,9 @@ func (dl *DeadLetters) List(ctx context.Context, route string, limit int) (*Dead
 // published as a dead letter moved back (a fresh attempt series; see
 // movedBackMessage) and confirmed before the original is acked, so a crash
 // can duplicate a message, never lose one. It returns how many it moved,
-// also on error.
-func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int) (int, error) {
+// also on error. progress, when set, is called after each message with
+// the count moved and the count it means to move.
+func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
 	conn, ch, err := dl.channel()
 	if err != nil {
 		return 0, err
@@ -122,6 +123,9 @@ func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int) (in
 			return moved, fmt.Errorf("acking the dead letter: %w", err)
 		}
 		moved++
+		if progress != nil {
+			progress(moved, limit)
+		}
 	}
 	return moved, nil
 }

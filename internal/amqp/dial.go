@@ -194,14 +194,14 @@ func (d *Dialer) Dial(name string) (*Conn, error) {
 	d.mu.Lock()
 	start := d.next
 	d.mu.Unlock()
-	var errs []string
+	var errs []error
 	n := len(d.cfg.URLs)
 	for i := range n {
 		idx := (start + i) % n
 		raw := d.cfg.URLs[idx]
 		conn, err := d.dialOne(raw, name)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", Node(raw), err))
+			errs = append(errs, fmt.Errorf("%s: %w", Node(raw), err))
 			continue
 		}
 		d.mu.Lock()
@@ -224,8 +224,36 @@ func (d *Dialer) Dial(name string) (*Conn, error) {
 	d.mu.Lock()
 	d.next = (start + 1) % n
 	d.mu.Unlock()
-	return nil, fmt.Errorf("connecting to rabbitmq: %s", strings.Join(errs, "; "))
+	return nil, &DialError{Nodes: errs}
 }
+
+// ErrRefused is a connection the broker refused: its credentials, vhost
+// or permissions. Trying again cannot help until the config changes.
+// errors.Is(err, ErrRefused) holds for Dial's error when a node refused.
+var ErrRefused = errors.New("rabbitmq refused the connection")
+
+// DialError is Dial's failure: why each node could not be reached.
+type DialError struct {
+	// Nodes are "host:port: why", one per node tried.
+	Nodes []error
+}
+
+func (e *DialError) Error() string {
+	msgs := make([]string, len(e.Nodes))
+	for i, err := range e.Nodes {
+		msgs[i] = err.Error()
+	}
+	return "connecting to rabbitmq: " + strings.Join(msgs, "; ")
+}
+
+// Unwrap gives each node's error, so errors.Is finds ErrRefused.
+func (e *DialError) Unwrap() []error { return e.Nodes }
+
+// refusal is a node's refusal: errors.Is(r, ErrRefused).
+type refusal struct{ msg string }
+
+func (r refusal) Error() string        { return r.msg }
+func (r refusal) Is(target error) bool { return target == ErrRefused }
 
 func (d *Dialer) dialOne(raw, name string) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
@@ -255,17 +283,17 @@ func (d *Dialer) dialOne(raw, name string) (*amqp.Connection, error) {
 func describeDialError(err error) error {
 	switch {
 	case errors.Is(err, amqp.ErrVhost):
-		return errors.New("vhost refused (check the vhost in amqp.url/urls and the user's permissions on it)")
+		return refusal{"vhost refused (check the vhost in amqp.url/urls and the user's permissions on it)"}
 	case errors.Is(err, amqp.ErrCredentials):
-		return errors.New("credentials refused (check the user and password in amqp.url/urls)")
+		return refusal{"credentials refused (check the user and password in amqp.url/urls)"}
 	}
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
 		switch ae.Code {
 		case amqp.AccessRefused:
-			return fmt.Errorf("credentials refused (check the user and password in amqp.url/urls): %s", ae.Reason)
+			return refusal{"credentials refused (check the user and password in amqp.url/urls): " + ae.Reason}
 		case amqp.NotAllowed:
-			return fmt.Errorf("vhost not allowed (check the vhost in amqp.url/urls and the user's permissions on it): %s", ae.Reason)
+			return refusal{"vhost not allowed (check the vhost in amqp.url/urls and the user's permissions on it): " + ae.Reason}
 		}
 		return errors.New(ae.Reason)
 	}

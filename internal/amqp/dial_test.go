@@ -63,6 +63,7 @@ func TestDialerReportsEveryNode(t *testing.T) {
 		require.Contains(t, err.Error(), hamqp.Node(u))
 	}
 	require.NotContains(t, err.Error(), "guest:guest", "no credentials in errors")
+	require.NotErrorIs(t, err, hamqp.ErrRefused, "an unreachable node is worth trying again")
 }
 
 func TestDialerNamesRefusedCredentials(t *testing.T) {
@@ -77,6 +78,7 @@ func TestDialerNamesRefusedCredentials(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "credentials refused")
 	require.NotContains(t, err.Error(), "wrong-password")
+	require.ErrorIs(t, err, hamqp.ErrRefused, "a refusal is not worth trying again")
 }
 
 func TestNode(t *testing.T) {

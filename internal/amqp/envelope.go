@@ -19,7 +19,8 @@ import (
 //
 //   - the event, as the outbox publishes it: to the topic exchange, or to
 //     one route's queue with the pair's generation (a replay, a reconciled
-//     resend);
+//     resend) and, for a retrying pair's next attempt brought forward, its
+//     attempt number;
 //   - a retry copy, published by the dispatcher to a retry tier, which
 //     carries the attempt number and when the series began;
 //   - a dead letter, published by the dispatcher to a route's dead-letter
@@ -82,6 +83,10 @@ func eventMessage(events string, names Names, m webhook.Message, corr string) (e
 	if m.Route != "" {
 		exchange, key = "", names.RouteQueue(m.Route)
 		headers[HeaderGen] = m.Gen
+		if m.Attempt > 1 {
+			// A retrying pair's next attempt, brought forward.
+			headers[HeaderAttempt] = int32(m.Attempt)
+		}
 	}
 	return exchange, key, amqp.Publishing{
 		DeliveryMode:  amqp.Persistent,

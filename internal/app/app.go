@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/extract"
@@ -95,11 +96,20 @@ func hostname() string {
 	return h
 }
 
-// openDB opens the pool for a process and refuses a schema that is behind.
+// openDB opens the pool for a process, checks that Postgres answers (an
+// error naming database.url otherwise) and refuses a schema that is
+// behind.
 func openDB(ctx context.Context, cfg *config.Config, maxConns int32, name string) (*store.DB, error) {
 	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: maxConns, ApplicationName: name, QueryTimeout: cfg.Database.QueryTimeout})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = db.Ping(pctx)
+	cancel()
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("database.url: %w", err)
 	}
 	if err := db.RequireSchema(ctx); err != nil {
 		db.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,15 +61,23 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}
 	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
 
+	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
+	if err != nil {
+		return err
+	}
+	// RabbitMQ first: the management API below would blame a bad user or
+	// password on itself (401).
+	if err := checkRabbitMQ(ctx, dialer, connectionName(cfg, "hookrelay-dispatcher-check"), 0, logger); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
+		return err
+	}
 	topo := setup.Topology(cfg)
 	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 		return err
 	}
 	routes, err := deliverRoutes(cfg)
-	if err != nil {
-		return err
-	}
-	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
 	if err != nil {
 		return err
 	}
@@ -88,13 +97,14 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		}
 	}()
 	routeNames := setup.RouteNames(cfg)
+	metrics := deliver.NewMetrics(reg, routeNames)
 	handler, err := deliver.New(deliver.Config{
 		Routes:    routes,
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
 		Publisher: amqp.NewDispatchPublisher(publisher, setup.Names(cfg)),
 		Client:    opts.Client,
-		Metrics:   deliver.NewMetrics(reg, routeNames),
+		Metrics:   metrics,
 		Logger:    logger,
 	})
 	if err != nil {
@@ -125,7 +135,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		}},
 	)
 
-	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler}).run(ctx)
+	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler, metrics: metrics}).run(ctx)
 }
 
 // dispatcher is a dispatcher's parts, built before any of them runs.
@@ -136,6 +146,7 @@ type dispatcher struct {
 	mux        *http.ServeMux
 	consumers  *amqp.Consumers
 	reconciler *deliver.Reconciler
+	metrics    *deliver.Metrics
 }
 
 // run runs every part until ctx is done or one fails, which stops the
@@ -151,7 +162,14 @@ func (d *dispatcher) run(ctx context.Context) error {
 	})
 	g.Go(func() error { return d.consumers.Run(gctx) })
 	g.Go(func() error { return d.reconciler.Run(gctx) })
-	d.logger.Info().Str("listen", d.ln.Addr().String()).Int("routes", len(cfg.Routes)).Msg("dispatcher started")
+	g.Go(func() error { return d.summarize(gctx) })
+	names := setup.Names(cfg)
+	var serving []string
+	for _, r := range cfg.Routes {
+		serving = append(serving, fmt.Sprintf("%s to %s (queue %s, %d consumer(s))", r.Name, destination(r.URL), names.RouteQueue(r.Name), r.Concurrency))
+	}
+	d.logger.Info().Str("listen", d.ln.Addr().String()).Strs("routes", routeLines(cfg)).
+		Msg("ready: delivering " + strings.Join(serving, "; "))
 	// shutdown_timeout bounds the HTTP shutdown and the in-flight
 	// deliveries (Consumers aborts what is left, then waits a short
 	// grace); past it and stopGrace, stop waiting.
@@ -160,6 +178,48 @@ func (d *dispatcher) run(ctx context.Context) error {
 	}
 	d.logger.Info().Msg("dispatcher stopped")
 	return nil
+}
+
+// summarize logs, every dispatcher.summary_interval, a line per route
+// with what its messages came to since the last line (delivered,
+// retrying, dead, superseded, duplicates), so deliveries are visible at
+// info; a route with nothing to report stays quiet. It returns nil when
+// ctx is done.
+func (d *dispatcher) summarize(ctx context.Context) error {
+	interval := d.cfg.Dispatcher.SummaryInterval
+	if interval <= 0 {
+		interval = time.Minute // a config built by hand, not loaded: the default
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := map[string]map[string]float64{}
+	for _, r := range d.cfg.Routes {
+		last[r.Name] = d.metrics.Outcomes(r.Name)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for _, r := range d.cfg.Routes {
+			now := d.metrics.Outcomes(r.Name)
+			delta := map[string]int64{}
+			var any bool
+			for outcome, n := range now {
+				delta[outcome] = int64(n - last[r.Name][outcome])
+				any = any || delta[outcome] != 0
+			}
+			last[r.Name] = now
+			if !any {
+				continue
+			}
+			d.logger.Info().Str("route", r.Name).
+				Int64("delivered", delta["delivered"]).Int64("retrying", delta["retry_scheduled"]).Int64("dead", delta["dead"]).
+				Int64("superseded", delta["superseded"]).Int64("duplicates", delta["skipped_duplicate"]).
+				Dur("interval", interval).Msg("route summary")
+		}
+	}
 }
 
 // deliverRoutes are cfg's routes as deliver takes them.

@@ -140,7 +140,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 5*time.Second)
 
 	crmDown.Store(false)
-	moved, err := svc.DeadRequeue(ctx, "crm", 0)
+	moved, err := svc.DeadRequeue(ctx, "crm", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3, moved)
 	for _, id := range crmEvents {
@@ -153,7 +153,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 
 	// billing's dead letters were already replayed: requeueing them empties
 	// the queue and the dispatcher skips the delivered pairs.
-	moved, err = svc.DeadRequeue(ctx, "billing", 0)
+	moved, err = svc.DeadRequeue(ctx, "billing", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 4, moved)
 	h.waitQueuesEmpty(15 * time.Second)
@@ -197,6 +197,20 @@ func TestMovedDeadLetterStartsFreshSeries(t *testing.T) {
 	last := dest.snapshot()[len(dest.snapshot())-1]
 	require.Equal(t, "1", last.attempt, "a fresh series starts at attempt 1")
 	require.Equal(t, r.ID, last.eventID)
+
+	// events show numbers the attempts within their series (issue 12,
+	// item 7): 1 and 2 of series 1, then 1 of series 2.
+	var ev *store.EventDetail
+	require.Eventually(t, func() bool {
+		ev, err = h.db.EventShow(context.Background(), uuid.MustParse(r.ID))
+		return err == nil && ev.Deliveries[0].State == "delivered"
+	}, 10*time.Second, 20*time.Millisecond)
+	var series []string
+	for _, a := range ev.Deliveries[0].AttemptRows {
+		series = append(series, fmt.Sprintf("%d.%d", a.Series, a.Attempt))
+	}
+	require.Equal(t, []string{"1.1", "1.2", "2.1"}, series)
+	require.Equal(t, 2, ev.Deliveries[0].Series)
 }
 
 func TestAdminAPI(t *testing.T) {
@@ -269,6 +283,49 @@ func TestAdminAPI(t *testing.T) {
 
 	status, _ = adminReplay(t, adminLn.Addr().String(), adminToken, ops.ReplayRequest{})
 	require.Equal(t, http.StatusBadRequest, status, "an empty filter would replay everything")
+
+	// Retry-now (issue 12, item 7): a pending pair is skipped, saying why;
+	// a retrying one gets its next attempt through the outbox.
+	post := func(path string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, base+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		_, err = buf.ReadFrom(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, buf.String()
+	}
+	status, body = post("/api/events/" + id + "/retry")
+	require.Equal(t, http.StatusOK, status, body)
+	var rr ops.RetryResult
+	require.NoError(t, json.Unmarshal([]byte(body), &rr))
+	require.Equal(t, 0, rr.RetriedCount)
+	require.Equal(t, "pending: its attempt is queued already", rr.Skipped[0].Skipped)
+	_, err = h.db.Pool().Exec(context.Background(), `DELETE FROM outbox`)
+	require.NoError(t, err)
+	_, _, err = h.db.AttemptRecord(context.Background(), &webhook.Attempt{
+		EventID: uuid.MustParse(id), Route: "billing", Number: 1, StartedAt: time.Now(), Status: 503, Error: "HTTP 503",
+		Outcome: webhook.StateRetrying, RetryIn: time.Hour,
+	})
+	require.NoError(t, err)
+	status, body = post("/api/retry?route=billing&state=retrying&dry_run=true")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"retried_count":1`)
+	status, body = post("/api/retry?route=billing")
+	require.Equal(t, http.StatusBadRequest, status, body)
+	status, body = post("/api/events/" + id + "/retry?route=billing")
+	require.Equal(t, http.StatusOK, status, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &rr))
+	require.Equal(t, 1, rr.RetriedCount, body)
+	require.Equal(t, 2, rr.Retried[0].Attempt, "the next attempt of series 1")
+	var attempt int
+	var route string
+	require.NoError(t, h.db.Pool().QueryRow(context.Background(), `SELECT route, attempt FROM outbox`).Scan(&route, &attempt))
+	require.Equal(t, "billing", route)
+	require.Equal(t, 2, attempt)
 }
 
 // adminReplay sends r to POST /api/replay.

@@ -59,7 +59,7 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	require.EqualValues(t, 1, res.Events, "--include-dead purges the dead one: %+v", res)
 
 	down.Store(false)
-	moved, err := svc.DeadRequeue(ctx, "billing", 0)
+	moved, err := svc.DeadRequeue(ctx, "billing", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 2, moved)
 	require.Eventually(t, func() bool {

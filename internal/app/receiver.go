@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
@@ -37,6 +38,11 @@ type ReceiverOptions struct {
 	// the API is off when that is empty too.
 	AdminListener net.Listener
 }
+
+// receiverBrokerWait is how long a starting receiver waits for a broker
+// that does not answer before it starts anyway (ingest needs only
+// Postgres; the outbox keeps the events).
+const receiverBrokerWait = 10 * time.Second
 
 // receiverStopLimit bounds how long the receiver waits for its goroutines
 // once told to stop: HTTP shutdowns take up to shutdown_timeout, a batch in
@@ -97,6 +103,20 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if err != nil {
 		return err
 	}
+	// Ingest needs only Postgres: a broker that does not answer at start
+	// is tried for a while, then the receiver starts anyway and events
+	// wait in the outbox. A refusal is a config error: stop.
+	rabbitmq := "ok"
+	if err := checkRabbitMQ(ctx, dialer, connectionName(cfg, "hookrelay-receiver-check"), receiverBrokerWait, logger); err != nil {
+		if errors.Is(err, amqp.ErrRefused) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
+		rabbitmq = "unreachable"
+		logger.Error().Err(err).Msg("rabbitmq still does not answer; starting anyway: webhooks are stored in Postgres and published once it does")
+	}
 	publisher := amqp.NewPublisher(amqp.PublisherConfig{
 		Dialer:         dialer,
 		Topology:       setup.Topology(cfg),
@@ -120,7 +140,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
 	)
 	handler.Register(mux)
-	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), sources: len(sources)}
+	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), sources: len(sources), rabbitmq: rabbitmq}
 	if !opts.DisablePublisher {
 		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
 			return err
@@ -140,6 +160,8 @@ type receiver struct {
 	db      *store.DB
 	mux     *http.ServeMux
 	sources int
+	// rabbitmq is what the start-up check found: ok or unreachable.
+	rabbitmq string
 	// relay drains the outbox, woken on wake; nil when disabled.
 	relay *outbox.Relay
 	wake  chan struct{}
@@ -173,7 +195,17 @@ func (rc *receiver) run(ctx context.Context) error {
 		})
 		logger.Info().Str("listen", rc.adminLn.Addr().String()).Msg("admin API started")
 	}
-	logger.Info().Str("listen", rc.ln.Addr().String()).Int("sources", rc.sources).Msg("receiver started")
+	base := baseURL(rc.ln)
+	var hooks []string
+	for _, s := range cfg.Sources {
+		hooks = append(hooks, base+"/webhooks/"+s.Name)
+	}
+	ready := "ready: POST " + strings.Join(hooks, ", ")
+	if len(hooks) == 0 {
+		ready = "ready: no sources configured, so no webhook is accepted"
+	}
+	logger.Info().Str("listen", rc.ln.Addr().String()).Strs("webhooks", hooks).Strs("routes", routeLines(cfg)).
+		Str("rabbitmq", rc.rabbitmq).Msg(ready)
 	if err := wait(gctx, g, receiverStopLimit(cfg)); err != nil {
 		return fmt.Errorf("receiver: %w", err)
 	}

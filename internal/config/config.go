@@ -171,6 +171,11 @@ type Dispatcher struct {
 	// for this long. Default 2m, so a scraper polling every minute keeps
 	// one connection.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
+	// SummaryInterval is how often the dispatcher logs, at info, a line
+	// per route with what its messages came to since the last one
+	// (delivered, retrying, dead, superseded); a route with nothing to
+	// report logs nothing. Default 1m, at least 1s.
+	SummaryInterval time.Duration `mapstructure:"summary_interval" validate:"gte=1s"`
 }
 
 // Outbox configures the publisher that drains the outbox into RabbitMQ.
@@ -378,6 +383,7 @@ func setDefaults(set func(key string, value any)) {
 	set("dispatcher.read_timeout", "10s")
 	set("dispatcher.write_timeout", "30s")
 	set("dispatcher.idle_timeout", "2m")
+	set("dispatcher.summary_interval", "1m")
 	set("admin.read_timeout", "10s")
 	set("admin.write_timeout", "10m")
 	set("admin.idle_timeout", "60s")

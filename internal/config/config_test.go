@@ -238,11 +238,86 @@ func TestLoadExpandsDefaults(t *testing.T) {
 	require.Equal(t, "http://dest:9000/h", cfg.Routes[0].URL, "set: the value")
 }
 
-func TestPath(t *testing.T) {
+// Issue 12, item 3: --config, then HOOKRELAY_CONFIG, then ./config.yaml;
+// the first given is used, and when it is missing the error names every
+// place.
+func TestFind(t *testing.T) {
+	dir := t.TempDir()
+	exists := filepath.Join(dir, "a.yaml")
+	require.NoError(t, os.WriteFile(exists, nil, 0o600))
+	missing := filepath.Join(dir, "missing.yaml")
+	env := envMap(map[string]string{"HOOKRELAY_CONFIG": exists})
+
+	p, err := Find(exists, envMap(nil))
+	require.NoError(t, err)
+	require.Equal(t, exists, p)
+	p, err = Find("", env)
+	require.NoError(t, err)
+	require.Equal(t, exists, p)
+
+	_, err = Find(missing, env)
+	var nf *NotFoundError
+	require.ErrorAs(t, err, &nf)
+	require.Contains(t, err.Error(), "--config "+missing+": "+missing+" does not exist", "a missing --config never falls back")
+	_, err = Find("", envMap(map[string]string{"HOOKRELAY_CONFIG": missing}))
+	require.ErrorContains(t, err, "--config: not given")
+	require.ErrorContains(t, err, "HOOKRELAY_CONFIG="+missing+": "+missing+" does not exist")
+
+	t.Chdir(dir)
+	_, err = Find("", envMap(nil))
+	require.ErrorAs(t, err, &nf)
+	require.Equal(t, []string{"--config: not given", "HOOKRELAY_CONFIG: not set", "./config.yaml: " + filepath.Join(dir, "config.yaml") + " does not exist"}, nf.Looked)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.yaml"), nil, 0o600))
+	p, err = Find("", envMap(nil))
+	require.NoError(t, err)
+	require.Equal(t, DefaultPath, p)
+}
+
+// Issue 12, item 3: the operator commands' config leaves out the senders'
+// secrets and the routes' delivery settings, so an unset ${VAR} there does
+// not stop them; everything else is still checked.
+func TestLoadOperatorLeavesOutTheDaemonsSecrets(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "a.yaml", Path("a.yaml", envMap(map[string]string{"HOOKRELAY_CONFIG": "b.yaml"})))
-	require.Equal(t, "b.yaml", Path("", envMap(map[string]string{"HOOKRELAY_CONFIG": "b.yaml"})))
-	require.Equal(t, DefaultPath, Path("", envMap(nil)))
+	yaml := strings.NewReplacer(
+		`"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`, `"${BILLING_SIGNING_SECRET}"`,
+		`url: "http://127.0.0.1:9000/hooks"`, `url: "${BILLING_URL}"`,
+	).Replace(validYAML) + "admin: {listen: \"127.0.0.1:8082\", token: \"${ADMIN_TOKEN}\"}\n"
+	path := writeConfig(t, yaml)
+	_, err := Load(path, envMap(nil))
+	for _, v := range []string{"ACME_SECRET", "BILLING_SIGNING_SECRET", "BILLING_URL", "ADMIN_TOKEN"} {
+		require.ErrorContains(t, err, "environment variable "+v+" is not set", "the daemons need every one")
+	}
+	cfg, err := LoadOperator(path, envMap(nil))
+	require.NoError(t, err)
+	require.Nil(t, cfg.Sources)
+	require.Equal(t, "billing", cfg.Routes[0].Name)
+	require.Equal(t, []string{"acme.invoice.*", "acme.#"}, cfg.Routes[0].Bindings)
+	require.Empty(t, cfg.Routes[0].SigningSecret)
+	require.Equal(t, 3, cfg.Routes[0].MaxAttempts)
+
+	// What the operator commands use is still required and checked.
+	bad := strings.Replace(yaml, `postgres://postgres@127.0.0.1:5432/hookrelay?sslmode=disable`, `${DATABASE_URL}`, 1)
+	bad = strings.Replace(bad, `["acme.invoice.*", "acme.#"]`, `["acme.inv*"]`, 1)
+	_, err = LoadOperator(writeConfig(t, bad), envMap(nil))
+	require.ErrorContains(t, err, "database.url: environment variable DATABASE_URL is not set")
+	_, err = LoadOperator(writeConfig(t, bad), envMap(map[string]string{"DATABASE_URL": "postgres://h/db"}))
+	require.ErrorContains(t, err, `routes[0].bindings[0]: "acme.inv*" is not a valid topic pattern`)
+}
+
+// Issue 12, item 6: durations print the way they were written.
+func TestFormatDuration(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"30d": "30d", "720h": "30d", "36h": "36h", "90m": "1h30m", "2m": "2m", "1h": "1h",
+		"1h0m30s": "1h0m30s", "1.5s": "1.5s", "10ms": "10ms", "0s": "0s",
+	} {
+		d, err := ParseDuration(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, FormatDuration(d), in)
+		back, err := ParseDuration(FormatDuration(d))
+		require.NoError(t, err)
+		require.Equal(t, d, back, "FormatDuration(%s) reads back", in)
+	}
 }
 
 // The shipped config.yaml must stay loadable.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -19,7 +20,8 @@ import (
 // database.url is HOOKRELAY_DATABASE_URL.
 const EnvPrefix = "HOOKRELAY_"
 
-// DefaultPath is used when neither --config nor HOOKRELAY_CONFIG is given.
+// DefaultPath is used when neither --config nor HOOKRELAY_CONFIG is given
+// (see Find).
 const DefaultPath = "config.yaml"
 
 // LookupEnvFunc reads one environment variable; os.LookupEnv in production,
@@ -37,23 +39,76 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("invalid config %s:\n  %s", e.Path, strings.Join(e.Problems, "\n  "))
 }
 
-// Path returns the config path to use: the flag value if set, else
-// HOOKRELAY_CONFIG, else DefaultPath.
-func Path(flagValue string, lookup LookupEnvFunc) string {
+// NotFoundError is a config file that does not exist where it was looked
+// for. Its message names every place, in the order they count: --config,
+// then HOOKRELAY_CONFIG, then ./config.yaml.
+type NotFoundError struct {
+	// Looked lists each place and what was found there.
+	Looked []string
+}
+
+func (e *NotFoundError) Error() string {
+	return "no config file; looked at, in order:\n  " + strings.Join(e.Looked, "\n  ") +
+		"\n(give --config PATH, or set HOOKRELAY_CONFIG)"
+}
+
+// Find returns the config file to read: the --config flag's value when
+// given, else HOOKRELAY_CONFIG when set, else ./config.yaml. The first that
+// is given is the one used (a --config that does not exist never falls back
+// to another file); when it does not exist the *NotFoundError names every
+// place and why it was or was not used.
+func Find(flagValue string, lookup LookupEnvFunc) (string, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	var looked []string
+	check := func(path, where string) (string, error) {
+		_, err := os.Stat(path)
+		switch {
+		case err == nil:
+			return path, nil
+		case errors.Is(err, os.ErrNotExist):
+			abs, aerr := filepath.Abs(path)
+			if aerr != nil {
+				abs = path
+			}
+			looked = append(looked, where+": "+abs+" does not exist")
+		default:
+			looked = append(looked, where+": "+err.Error())
+		}
+		return "", &NotFoundError{Looked: looked}
+	}
 	if flagValue != "" {
-		return flagValue
+		return check(flagValue, "--config "+flagValue)
 	}
+	looked = append(looked, "--config: not given")
 	if p, ok := lookup("HOOKRELAY_CONFIG"); ok && p != "" {
-		return p
+		return check(p, "HOOKRELAY_CONFIG="+p)
 	}
-	return DefaultPath
+	looked = append(looked, "HOOKRELAY_CONFIG: not set")
+	return check(DefaultPath, "./"+DefaultPath)
 }
 
 // Load reads the YAML file at path, applies defaults and HOOKRELAY_*
 // overrides from lookup, expands ${VAR} references in string values, and
 // validates the result. A nil lookup means os.LookupEnv. The returned error
-// is an *Error when the content is invalid.
+// is an *Error when the content is invalid. The receiver and the
+// dispatcher load this way: every setting, every secret.
 func Load(path string, lookup LookupEnvFunc) (*Config, error) {
+	return load(path, lookup, false)
+}
+
+// LoadOperator loads the config as the operator commands need it: the
+// database, RabbitMQ, retry, retention and dispatcher settings and each
+// route's name, bindings and attempts, all validated as Load does. What
+// only the daemons use is left out, so an unset ${VAR} there does not stop
+// an operator: the sources (Sources is nil), each route's url,
+// signing_secret(s) and headers (empty), and admin.token (empty).
+func LoadOperator(path string, lookup LookupEnvFunc) (*Config, error) {
+	return load(path, lookup, true)
+}
+
+func load(path string, lookup LookupEnvFunc, operator bool) (*Config, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
@@ -93,16 +148,31 @@ func Load(path string, lookup LookupEnvFunc) (*Config, error) {
 		}
 	}
 
+	if operator {
+		leaveOutDaemonSettings(&cfg)
+	}
 	problems := expandEnv(reflect.ValueOf(&cfg).Elem(), "", lookup)
 	if len(problems) == 0 {
 		// With a variable unset, validation would only repeat it as "is
 		// required" under other words.
-		problems = validate(&cfg)
+		problems = validate(&cfg, operator)
 	}
 	if len(problems) > 0 {
 		return nil, &Error{Path: path, Problems: problems}
 	}
 	return &cfg, nil
+}
+
+// leaveOutDaemonSettings empties what only the receiver and the dispatcher
+// read (see LoadOperator): the senders' secrets and the routes' delivery
+// settings, which may hold secrets of their own.
+func leaveOutDaemonSettings(cfg *Config) {
+	cfg.Sources = nil
+	cfg.Admin.Token = ""
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		r.URL, r.SigningSecret, r.SigningSecrets, r.Headers = "", "", nil, nil
+	}
 }
 
 func envName(key string) string {
@@ -202,6 +272,24 @@ func ParseDuration(s string) (time.Duration, error) {
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	return time.ParseDuration(s)
+}
+
+// FormatDuration writes d the way ParseDuration reads it and a person
+// would write it: whole days as "30d", otherwise Go's form without its
+// zero units ("36h", "90m" as "1h30m", "2m", "1.5s").
+func FormatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d > 0 && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // commaListHook reads a list from one comma-separated string, as an

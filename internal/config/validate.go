@@ -94,19 +94,28 @@ func WhsecError(s string) error {
 	return nil
 }
 
-func validate(cfg *Config) []string {
+// validate lists cfg's problems. For an operator's config (LoadOperator),
+// the route settings it left out are not required.
+func validate(cfg *Config, operator bool) []string {
 	var problems []string
 	err := newValidator().Struct(cfg)
 	var verrs validator.ValidationErrors
 	if errors.As(err, &verrs) {
 		for _, fe := range verrs {
-			problems = append(problems, fieldKey(fe)+": "+fieldProblem(fe))
+			key := fieldKey(fe)
+			if operator && leftOut.MatchString(key) {
+				continue
+			}
+			problems = append(problems, key+": "+fieldProblem(fe))
 		}
 	} else if err != nil {
 		problems = append(problems, err.Error())
 	}
-	return append(problems, crossCheck(cfg)...)
+	return append(problems, crossCheck(cfg, operator)...)
 }
+
+// leftOut matches the keys LoadOperator empties.
+var leftOut = regexp.MustCompile(`^routes\[\d+\]\.(url|signing_secrets?|headers)\b`)
 
 // fieldKey turns "Config.routes[1].bindings[0]" into "routes[1].bindings[0]".
 func fieldKey(fe validator.FieldError) string {
@@ -166,7 +175,7 @@ func fieldProblem(fe validator.FieldError) string {
 }
 
 // crossCheck holds the rules that involve more than one field.
-func crossCheck(cfg *Config) []string {
+func crossCheck(cfg *Config, operator bool) []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
@@ -216,7 +225,7 @@ func crossCheck(cfg *Config) []string {
 		add("amqp.tls: cert_file and key_file go together")
 	}
 
-	if cfg.Admin.Listen != "" && len(cfg.Admin.Token) < 16 {
+	if cfg.Admin.Listen != "" && len(cfg.Admin.Token) < 16 && !operator {
 		add("admin.token: required, at least 16 characters, when admin.listen is set")
 	}
 
@@ -229,7 +238,7 @@ func crossCheck(cfg *Config) []string {
 			add("routes[%d].name: %q is already used by routes[%d]", i, r.Name, j)
 		}
 		seen[r.Name] = i
-		if r.SigningSecret == "" && len(r.SigningSecrets) == 0 {
+		if r.SigningSecret == "" && len(r.SigningSecrets) == 0 && !operator {
 			add("routes[%d]: set signing_secret or signing_secrets (deliveries are always signed)", i)
 		}
 		problems = append(problems, checkRouteHeaders(fmt.Sprintf("routes[%d].headers", i), r.Headers)...)

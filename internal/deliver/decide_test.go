@@ -197,6 +197,7 @@ func TestHandleDeliversOnlyTheCurrentCopy(t *testing.T) {
 		{name: "already delivered: acked, no POST", state: webhook.StateDelivered, outcome: "skipped_duplicate"},
 		{name: "a delivered pair's moved-back dead letter: no POST", state: webhook.StateDelivered, movedBack: true, outcome: "skipped_duplicate"},
 		{name: "a stale generation is superseded", state: webhook.StateRetrying, pairGen: 2, msgGen: 1, outcome: "superseded"},
+		{name: "a tier's copy after a retry-now delivered the pair is superseded", state: webhook.StateDelivered, pairGen: 2, msgGen: 1, outcome: "superseded"},
 		{name: "the first copy after a replay is superseded", state: webhook.StatePending, pairGen: 1, msgGen: 0, outcome: "superseded"},
 		{name: "a generation Postgres never held is dropped", state: webhook.StatePending, pairGen: 1, msgGen: 2, outcome: "superseded"},
 		{name: "a moved-back dead letter of an older series is superseded", state: webhook.StateDead, pairGen: 3, msgGen: 2, movedBack: true, outcome: "superseded"},

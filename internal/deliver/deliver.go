@@ -264,12 +264,10 @@ func (d *delivery) current(ctx context.Context, lock Lock) (done bool, err error
 		}
 	}
 	state, gen := lock.State(), lock.Gen()
+	// A stale copy is superseded whatever the pair's state: a retry tier's
+	// copy coming back after `hookrelay retry` delivered the pair counts
+	// as superseded, not as a duplicate of the delivered one.
 	switch {
-	case state == webhook.StateDelivered:
-		release()
-		d.cfg.Metrics.outcome(d.route.Name, "skipped_duplicate")
-		d.log.Debug().Msg("already delivered; skipping")
-		return true, nil
 	case d.msg.MovedBack && state == webhook.StateDead && d.msg.Gen == gen:
 		ng, err := lock.Restart(ctx)
 		if err != nil {
@@ -282,6 +280,11 @@ func (d *delivery) current(ctx context.Context, lock Lock) (done bool, err error
 		release()
 		d.cfg.Metrics.outcome(d.route.Name, "superseded")
 		d.log.Info().Int64("gen", d.msg.Gen).Int64("current_gen", gen).Msg("stale copy of the pair; dropped without a POST")
+		return true, nil
+	case state == webhook.StateDelivered:
+		release()
+		d.cfg.Metrics.outcome(d.route.Name, "skipped_duplicate")
+		d.log.Debug().Msg("already delivered; skipping")
 		return true, nil
 	case state == webhook.StateDead:
 		// This copy was dead-lettered in Postgres, but its dead letter was

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the dispatcher's delivery metrics.
@@ -42,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 	}
 	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight)
 	for _, r := range routes {
-		for _, o := range []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate", "superseded"} {
+		for _, o := range outcomes {
 			m.deliveries.WithLabelValues(r, o)
 		}
 		m.inFlight.WithLabelValues(r)
@@ -52,6 +53,23 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 
 func (m *Metrics) outcome(route, outcome string) {
 	m.deliveries.WithLabelValues(route, outcome).Inc()
+}
+
+// outcomes are the values of hookrelay_deliveries_total's outcome label.
+var outcomes = []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate", "superseded"}
+
+// Outcomes returns how many of route's messages came to each outcome
+// since the process started (hookrelay_deliveries_total), for the
+// dispatcher's summary line.
+func (m *Metrics) Outcomes(route string) map[string]float64 {
+	out := make(map[string]float64, len(outcomes))
+	for _, o := range outcomes {
+		var pb dto.Metric
+		if err := m.deliveries.WithLabelValues(route, o).Write(&pb); err == nil {
+			out[o] = pb.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 // RouteStat is Postgres's view of one route's pairs.

@@ -41,6 +41,7 @@ type fakeStore struct {
 	enqueues  [][]store.ReplayPair
 	counts    int
 	purged    []store.PurgeConfig
+	counted   []store.PurgeConfig
 	listLimit int
 }
 
@@ -114,7 +115,7 @@ func (s *fakeStore) EventShow(_ context.Context, id uuid.UUID) (*store.EventDeta
 		d := &store.EventDetail{ID: ev.id, Source: ev.source, EventType: ev.eventType, ReceivedAt: ev.receivedAt, Purged: ev.purged, Deliveries: []store.DeliveryDetail{}}
 		for _, route := range slices.Sorted(maps.Keys(ev.states)) {
 			d.Deliveries = append(d.Deliveries, store.DeliveryDetail{
-				DeliverySummary: store.DeliverySummary{Route: route, State: ev.states[route]}, AttemptRows: []store.AttemptRow{},
+				DeliverySummary: store.DeliverySummary{Route: route, State: ev.states[route]}, Series: 1, AttemptRows: []store.AttemptRow{},
 			})
 		}
 		return d, nil
@@ -247,6 +248,25 @@ func (s *fakeStore) Purge(_ context.Context, cfg store.PurgeConfig) (store.Purge
 	return store.PurgeResult{Events: 1}, nil
 }
 
+func (s *fakeStore) DeliveryRetryNow(context.Context, store.RetrySelection, int64, int) ([]store.RetriedPair, error) {
+	return nil, s.err
+}
+
+func (s *fakeStore) DeliveryRetryCount(context.Context, store.RetrySelection) (int64, error) {
+	return 0, s.err
+}
+
+func (s *fakeStore) DeliveryRetryWaiting(context.Context, []store.RetriedPair) (int, error) {
+	return 0, s.err
+}
+
+func (s *fakeStore) PurgeCount(_ context.Context, cfg store.PurgeConfig) (store.PurgeResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counted = append(s.counted, cfg)
+	return store.PurgeResult{Events: 2}, nil
+}
+
 // fakeDeadLetters is ops.DeadLetters that remembers what it was asked.
 type fakeDeadLetters struct {
 	mu    sync.Mutex
@@ -260,10 +280,13 @@ func (d *fakeDeadLetters) List(_ context.Context, route string, limit int) (*ops
 	return &ops.DeadLetterList{Queue: "q." + route, Total: 7, Shown: 1, Items: []ops.DeadLetter{{Reason: "max_attempts"}}}, nil
 }
 
-func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int) (int, error) {
+func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.asked = append(d.asked, "requeue "+route)
+	if progress != nil {
+		progress(3, 3)
+	}
 	return 3, nil
 }
 

@@ -28,9 +28,11 @@ import (
 //	GET  /api/events/{id}
 //	POST /api/events/{id}/replay   ?route=&include_delivered=true&dry_run=true
 //	POST /api/replay               {"filter": {...}, "after": "", "include_delivered": false, "dry_run": false}
+//	POST /api/events/{id}/retry    ?route=&dry_run=true
+//	POST /api/retry                ?route=R&state=retrying&dry_run=true
 //
 // POST /api/replay replays at most MaxAPIReplayEvents events per request
-// (see there).
+// (see there), and POST /api/retry retries at most as many pairs.
 func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
@@ -103,6 +105,34 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 		}
 		replay(w, r, s, logger, req)
 	})
+	mux.HandleFunc("POST /api/events/{id}/retry", func(w http.ResponseWriter, r *http.Request) {
+		id, err := uuid.Parse(r.PathValue("id"))
+		if err != nil {
+			httpserver.WriteError(w, http.StatusBadRequest, "invalid event id")
+			return
+		}
+		q := r.URL.Query()
+		retry(w, r, s, logger, RetryRequest{EventID: id, Route: q.Get("route"), DryRun: q.Get("dry_run") == "true"})
+	})
+	mux.HandleFunc("POST /api/retry", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		req := RetryRequest{Route: q.Get("route"), State: q.Get("state"), DryRun: q.Get("dry_run") == "true"}
+		if !req.DryRun && req.Route != "" {
+			n, err := s.Store.DeliveryRetryCount(r.Context(), store.RetrySelection{Route: req.Route})
+			if err != nil {
+				logger.Error().Err(err).Msg("counting retrying pairs")
+				httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
+				return
+			}
+			if n > MaxAPIReplayEvents {
+				httpserver.WriteError(w, http.StatusUnprocessableEntity, fmt.Sprintf(
+					"route %s has %d retrying pairs; the admin API retries at most %d per request: run `hookrelay retry --route %s --state retrying`, which paces any number",
+					req.Route, n, MaxAPIReplayEvents, req.Route))
+				return
+			}
+		}
+		retry(w, r, s, logger, req)
+	})
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -170,6 +200,23 @@ func replay(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.L
 	case err != nil:
 		logger.Error().Err(err).Msg("replaying")
 		httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
+	default:
+		httpserver.WriteJSON(w, http.StatusOK, res)
+	}
+}
+
+func retry(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Logger, req RetryRequest) {
+	res, err := s.Retry(r.Context(), req)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		httpserver.WriteError(w, http.StatusNotFound, "no such event")
+	case errors.Is(err, ErrUnknownRoute), errors.Is(err, ErrInvalidRequest):
+		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		logger.Info().Err(err).Msg("retry request ended by the caller")
+	case err != nil:
+		logger.Error().Err(err).Msg("retrying")
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "retry failed: "+err.Error())
 	default:
 		httpserver.WriteJSON(w, http.StatusOK, res)
 	}

@@ -59,14 +59,24 @@ type EventDetail struct {
 // DeliveryDetail is one route's delivery with every attempt.
 type DeliveryDetail struct {
 	DeliverySummary
-	FirstAttemptAt *time.Time   `json:"first_attempt_at,omitempty"`
-	DeliveredAt    *time.Time   `json:"delivered_at,omitempty"`
-	AttemptRows    []AttemptRow `json:"attempts_detail"`
+	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
+	DeliveredAt    *time.Time `json:"delivered_at,omitempty"`
+	// Series is the pair's current attempt series: 1, and one more for
+	// each replay or requeued dead letter.
+	Series int `json:"series"`
+	// NextAttempt and NextAttemptAt say, for a retrying pair, which
+	// attempt of the series comes next and when its retry tier gives it
+	// back (`hookrelay retry` brings it forward).
+	NextAttempt   int          `json:"next_attempt,omitempty"`
+	NextAttemptAt *time.Time   `json:"next_attempt_at,omitempty"`
+	AttemptRows   []AttemptRow `json:"attempts_detail"`
 }
 
 // AttemptRow is one HTTP attempt.
 type AttemptRow struct {
+	// Attempt is its number within its series.
 	Attempt         int         `json:"attempt"`
+	Series          int         `json:"series"`
 	StartedAt       time.Time   `json:"started_at"`
 	DurationMS      int         `json:"duration_ms"`
 	Status          *int        `json:"status,omitempty"`
@@ -154,11 +164,22 @@ func eventDetail(e *store.EventDetail, served func(route string) bool) *EventDet
 		ID: e.ID, Source: e.Source, EventType: e.EventType, IdempotencyKey: e.IdempotencyKey, ContentType: e.ContentType,
 		ReceivedAt: e.ReceivedAt, Headers: e.Headers, Body: e.Body, Purged: e.Purged,
 		Deliveries: convert(e.Deliveries, func(d store.DeliveryDetail) DeliveryDetail {
-			return DeliveryDetail{
+			dd := DeliveryDetail{
 				DeliverySummary: deliverySummary(d.DeliverySummary, served(d.Route)),
-				FirstAttemptAt:  d.FirstAttemptAt, DeliveredAt: d.DeliveredAt,
+				FirstAttemptAt:  d.FirstAttemptAt, DeliveredAt: d.DeliveredAt, Series: d.Series,
 				AttemptRows: convert(d.AttemptRows, func(a store.AttemptRow) AttemptRow { return AttemptRow(a) }),
 			}
+			if d.State == "retrying" {
+				dd.NextAttempt = 1
+				for _, a := range d.AttemptRows {
+					if a.Series == d.Series {
+						dd.NextAttempt = max(dd.NextAttempt, a.Attempt+1)
+					}
+				}
+				due := d.DueAt
+				dd.NextAttemptAt = &due
+			}
+			return dd
 		}),
 	}
 }

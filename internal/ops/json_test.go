@@ -14,7 +14,9 @@ import (
 
 // The admin API and the CLI's --json print these shapes; scripts parse
 // them. The expected bytes were taken from the release before the JSON
-// types moved out of internal/store: any change here breaks a user.
+// types moved out of internal/store: any change here breaks a user. Fields
+// are only ever added (series, next_attempt and next_attempt_at came with
+// attempt series, issue 12).
 func TestJSONShapesAreStable(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 27, 14, 0, 0, 123000000, time.UTC)
@@ -35,12 +37,12 @@ func TestJSONShapesAreStable(t *testing.T) {
 		{"event", ops.EventDetail{ID: id, Source: "acme", EventType: "invoice.paid", IdempotencyKey: "evt_1", ContentType: "application/json",
 			ReceivedAt: at, Headers: http.Header{"X-A": {"1"}}, Body: `{"a":1}`, Deliveries: []ops.DeliveryDetail{
 				{DeliverySummary: ops.DeliverySummary{Route: "billing", State: "delivered", Attempts: 2, LastStatus: &st, LastAttemptAt: &at},
-					FirstAttemptAt: &at, DeliveredAt: &at, AttemptRows: []ops.AttemptRow{
-						{Attempt: 1, StartedAt: at, DurationMS: 42, Status: &st, ResponseHeaders: http.Header{"Retry-After": {"1"}}, ResponseBody: "busy", Error: &le, Outcome: "retrying"},
-						{Attempt: 2, StartedAt: at, DurationMS: 7, Outcome: "delivered"},
+					FirstAttemptAt: &at, DeliveredAt: &at, Series: 2, AttemptRows: []ops.AttemptRow{
+						{Attempt: 1, Series: 1, StartedAt: at, DurationMS: 42, Status: &st, ResponseHeaders: http.Header{"Retry-After": {"1"}}, ResponseBody: "busy", Error: &le, Outcome: "retrying"},
+						{Attempt: 1, Series: 2, StartedAt: at, DurationMS: 7, Outcome: "delivered"},
 					}},
-				{DeliverySummary: ops.DeliverySummary{Route: "old", State: "pending", Unserved: true}, AttemptRows: []ops.AttemptRow{}},
-			}}, `{"id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"invoice.paid","idempotency_key":"evt_1","content_type":"application/json","received_at":"2026-11-27T14:00:00.123Z","headers":{"X-A":["1"]},"body":"{\"a\":1}","deliveries":[{"route":"billing","state":"delivered","attempts":2,"last_status":503,"last_attempt_at":"2026-11-27T14:00:00.123Z","first_attempt_at":"2026-11-27T14:00:00.123Z","delivered_at":"2026-11-27T14:00:00.123Z","attempts_detail":[{"attempt":1,"started_at":"2026-11-27T14:00:00.123Z","duration_ms":42,"status":503,"response_headers":{"Retry-After":["1"]},"response_body":"busy","error":"HTTP 503","outcome":"retrying"},{"attempt":2,"started_at":"2026-11-27T14:00:00.123Z","duration_ms":7,"outcome":"delivered"}]},{"route":"old","state":"pending","attempts":0,"unserved":true,"attempts_detail":[]}]}`},
+				{DeliverySummary: ops.DeliverySummary{Route: "old", State: "retrying", Unserved: true}, Series: 1, NextAttempt: 1, NextAttemptAt: &at, AttemptRows: []ops.AttemptRow{}},
+			}}, `{"id":"0193a3c0-0000-7000-8000-000000000001","source":"acme","event_type":"invoice.paid","idempotency_key":"evt_1","content_type":"application/json","received_at":"2026-11-27T14:00:00.123Z","headers":{"X-A":["1"]},"body":"{\"a\":1}","deliveries":[{"route":"billing","state":"delivered","attempts":2,"last_status":503,"last_attempt_at":"2026-11-27T14:00:00.123Z","first_attempt_at":"2026-11-27T14:00:00.123Z","delivered_at":"2026-11-27T14:00:00.123Z","series":2,"attempts_detail":[{"attempt":1,"series":1,"started_at":"2026-11-27T14:00:00.123Z","duration_ms":42,"status":503,"response_headers":{"Retry-After":["1"]},"response_body":"busy","error":"HTTP 503","outcome":"retrying"},{"attempt":1,"series":2,"started_at":"2026-11-27T14:00:00.123Z","duration_ms":7,"outcome":"delivered"}]},{"route":"old","state":"retrying","attempts":0,"unserved":true,"series":1,"next_attempt":1,"next_attempt_at":"2026-11-27T14:00:00.123Z","attempts_detail":[]}]}`},
 		{"purged event", ops.EventDetail{ID: id, Purged: true, Deliveries: []ops.DeliveryDetail{}},
 			`{"id":"0193a3c0-0000-7000-8000-000000000001","source":"","event_type":"","idempotency_key":"","content_type":"","received_at":"0001-01-01T00:00:00Z","headers":null,"body":"","purged":true,"deliveries":[]}`},
 		{"dead letters", ops.DeadLetterList{Queue: "hr.route.billing.dead", Total: 2, Shown: 1, Items: []ops.DeadLetter{

@@ -39,6 +39,9 @@ type Store interface {
 	ReplayPairStates(ctx context.Context, pairs []store.ReplayPair) (pending, delivered int, err error)
 	// Purge removes what cfg says.
 	Purge(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
+	// PurgeCount counts what Purge would remove, changing nothing.
+	PurgeCount(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
+	RetryStore
 }
 
 // DeadLetters reads and moves the messages of the routes' dead-letter
@@ -50,8 +53,10 @@ type DeadLetters interface {
 	List(ctx context.Context, route string, limit int) (*DeadLetterList, error)
 	// Requeue moves up to limit messages (0: all there are now) back to
 	// route's queue, each as a fresh attempt series, confirmed before the
-	// dead letter is acked, and returns how many it moved.
-	Requeue(ctx context.Context, route string, limit int) (int, error)
+	// dead letter is acked, and returns how many it moved. progress, when
+	// set, is called after each message with the count moved and the
+	// count it means to move.
+	Requeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error)
 }
 
 // Service carries what the operations need.
@@ -157,11 +162,12 @@ func (s *Service) DeadList(ctx context.Context, route string, limit int) (*DeadL
 // route's dead-letter queue back to its route queue, one at a time: each
 // copy is published with a fresh attempt count and confirmed before the
 // original is acked, so a crash can duplicate a message, never lose one.
-func (s *Service) DeadRequeue(ctx context.Context, route string, limit int) (int, error) {
+// progress, when set, is called after each message (moved, of total).
+func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
 	if err := s.requireRoute(route); err != nil {
 		return 0, err
 	}
-	return s.DeadLetters.Requeue(ctx, route, limit)
+	return s.DeadLetters.Requeue(ctx, route, limit, progress)
 }
 
 // PurgeRequest says what to purge.
@@ -173,22 +179,33 @@ type PurgeRequest struct {
 	// IncludeDead purges events with dead pairs too (their dead letters
 	// then park as event_missing on requeue).
 	IncludeDead bool
+	// DryRun counts what the purge would remove and changes nothing.
+	DryRun bool
+	// ProgressFunc, when set, is called after each batch with the counts
+	// so far.
+	ProgressFunc func(store.PurgeResult)
 }
 
 // Purge deletes what is older than req.OlderThan (see store.Purge),
 // keeping dedupe keys for the retention window and every event with
 // something undelivered. Pairs pending or retrying on a route that is not
-// in the config are abandoned: no dispatcher will ever deliver them.
+// in the config are abandoned: no dispatcher will ever deliver them. A
+// dry run counts the same selection and changes nothing.
 func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResult, error) {
 	if req.OlderThan <= 0 {
 		return store.PurgeResult{}, errors.New("--older-than must be positive")
 	}
 	now := s.now()
-	return s.Store.Purge(ctx, store.PurgeConfig{
+	cfg := store.PurgeConfig{
 		OlderThan:    now.Add(-req.OlderThan),
 		DedupeBefore: now.Add(-s.DedupeWindow),
 		Batch:        req.Batch,
 		IncludeDead:  req.IncludeDead,
 		ServedRoutes: append([]string{}, s.Routes...), // never nil: nil would mean every route is served
-	})
+		ProgressFunc: req.ProgressFunc,
+	}
+	if req.DryRun {
+		return s.Store.PurgeCount(ctx, cfg)
+	}
+	return s.Store.Purge(ctx, cfg)
 }

@@ -47,8 +47,8 @@ func TestEventShow(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"id":"`+ev.id.String()+`","source":"acme","event_type":"invoice.paid","idempotency_key":"","content_type":"",
 		"received_at":"2026-11-27T14:00:00Z","headers":null,"body":"","deliveries":[
-		{"route":"billing","state":"dead","attempts":0,"attempts_detail":[]},
-		{"route":"legacy","state":"pending","attempts":0,"unserved":true,"attempts_detail":[]}]}`, string(raw))
+		{"route":"billing","state":"dead","attempts":0,"series":1,"attempts_detail":[]},
+		{"route":"legacy","state":"pending","attempts":0,"unserved":true,"series":1,"attempts_detail":[]}]}`, string(raw))
 
 	missing := ev.id
 	missing[15]++
@@ -63,14 +63,14 @@ func TestDeadLettersNeedAConfiguredRoute(t *testing.T) {
 	ctx := context.Background()
 	_, err := svc.DeadList(ctx, "", 10)
 	require.ErrorContains(t, err, "a route is required (--route)")
-	_, err = svc.DeadRequeue(ctx, "legacy", 0)
+	_, err = svc.DeadRequeue(ctx, "legacy", 0, nil)
 	require.ErrorIs(t, err, ops.ErrUnknownRoute)
 	require.Empty(t, dl.asked, "nothing asked of RabbitMQ")
 
 	list, err := svc.DeadList(ctx, "billing", 10)
 	require.NoError(t, err)
 	require.Equal(t, "q.billing", list.Queue)
-	n, err := svc.DeadRequeue(ctx, "crm", 0)
+	n, err := svc.DeadRequeue(ctx, "crm", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	require.Equal(t, []string{"list billing", "requeue crm"}, dl.asked)

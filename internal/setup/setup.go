@@ -1,14 +1,12 @@
 // Package setup builds, from a validated config, what hookrelay's three
-// binaries share: the start-up of a daemon (its command line, config and
-// logger), the RabbitMQ topology and dialer, the routes a routing key
+// binaries share: their command lines (cobra; see Daemon and Execute), the
+// start-up of a daemon (its config and logger), the RabbitMQ topology and dialer, the routes a routing key
 // reaches, and the operator service. It runs nothing itself: the daemons'
 // wiring is internal/app, which the operator CLI does not need.
 package setup
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -19,48 +17,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/rs/zerolog"
 )
-
-// UsageError is a command line that cannot be parsed; the flag package
-// has already said so, with the usage. A binary exits with status 2.
-type UsageError struct{ Err error }
-
-func (e *UsageError) Error() string { return e.Err.Error() }
-func (e *UsageError) Unwrap() error { return e.Err }
-
-// ConfigError is a config that cannot be loaded or is invalid; its
-// message names each key and its problem. A binary exits with status 2.
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// Daemon is the start-up the receiver and the dispatcher share. It parses
-// args, which take one flag, --config PATH (default $HOOKRELAY_CONFIG or
-// config.yaml); --help prints the usage to stderr and returns
-// flag.ErrHelp, and changes nothing. It then loads and validates the
-// config (the environment from lookupEnv overrides the file) and builds the
-// logger, which writes to stderr. A bad flag is a *UsageError, a bad config
-// a *ConfigError.
-func Daemon(name string, args []string, lookupEnv config.LookupEnvFunc, stderr io.Writer) (*config.Config, zerolog.Logger, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "config file (default $HOOKRELAY_CONFIG or config.yaml)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, zerolog.Nop(), err
-		}
-		return nil, zerolog.Nop(), &UsageError{err}
-	}
-	cfg, err := config.Load(config.Path(*configPath, lookupEnv), lookupEnv)
-	if err != nil {
-		return nil, zerolog.Nop(), &ConfigError{err}
-	}
-	logger, err := NewLogger(cfg.Log, stderr)
-	if err != nil {
-		return nil, zerolog.Nop(), &ConfigError{err}
-	}
-	return cfg, logger, nil
-}
 
 // NewLogger returns the process logger described by cfg, writing to w.
 func NewLogger(cfg config.Log, w io.Writer) (zerolog.Logger, error) {

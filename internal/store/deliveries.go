@@ -79,14 +79,15 @@ func (l *DeliveryLock) State() webhook.DeliveryState { return l.state }
 func (l *DeliveryLock) Gen() int64 { return l.gen }
 
 // Restart starts a new attempt series for a dead pair whose dead letter an
-// operator moved back to the route queue: the pair is pending again, under
-// a new generation (any other copy of the dead letter is then stale). It
-// returns the new generation; the lock is still held.
+// operator moved back to the route queue: the pair is pending again, in
+// its next series, under a new generation (any other copy of the dead
+// letter is then stale). It returns the new generation; the lock is still
+// held.
 func (l *DeliveryLock) Restart(ctx context.Context) (int64, error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
 	err := l.tx.QueryRow(ctx, `
-		UPDATE deliveries SET state = 'pending', gen = gen + 1, due_at = now(), updated_at = now()
+		UPDATE deliveries SET state = 'pending', gen = gen + 1, series = series + 1, due_at = now(), updated_at = now()
 		WHERE id = $1 RETURNING gen`, l.id).Scan(&l.gen)
 	if err != nil {
 		l.db.rollback(ctx, l.tx)
@@ -158,10 +159,11 @@ func recordAttempt(ctx context.Context, tx pgx.Tx, deliveryID int64, a *webhook.
 	if headers == nil && status != nil {
 		headers = http.Header{}
 	}
+	// The attempt belongs to the pair's current series.
 	_, err := tx.Exec(ctx, `
 		INSERT INTO delivery_attempts
-			(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, (SELECT series FROM deliveries WHERE id = $1))`,
 		deliveryID, a.Number, a.StartedAt, a.Duration.Milliseconds(), status, headers, a.ResponseBody, errText, string(a.Outcome))
 	if err != nil {
 		return 0, false, fmt.Errorf("inserting attempt: %w", err)

@@ -121,7 +121,10 @@ func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, err
 
 // AttemptRow is one stored HTTP attempt.
 type AttemptRow struct {
+	// Attempt is its number within its series (a replay or a requeued
+	// dead letter starts a new series at 1).
 	Attempt         int
+	Series          int
 	StartedAt       time.Time
 	DurationMS      int
 	Status          *int
@@ -136,7 +139,12 @@ type DeliveryDetail struct {
 	DeliverySummary
 	FirstAttemptAt *time.Time
 	DeliveredAt    *time.Time
-	AttemptRows    []AttemptRow
+	// Series is the pair's current attempt series.
+	Series int
+	// DueAt is when the pair's current copy is due at a dispatcher: for a
+	// retrying pair, when its retry tier gives it back.
+	DueAt       time.Time
+	AttemptRows []AttemptRow
 }
 
 // EventDetail is an event, its deliveries and their attempts.
@@ -172,7 +180,8 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	}
 	ev.Body = string(body)
 	rows, err := db.pool.Query(ctx, `
-		SELECT d.id, d.route, d.state, d.attempts, d.last_status, d.last_error, d.last_attempt_at, d.first_attempt_at, d.delivered_at
+		SELECT d.id, d.route, d.state, d.attempts, d.last_status, d.last_error, d.last_attempt_at, d.first_attempt_at, d.delivered_at,
+			d.series, d.due_at
 		FROM deliveries d WHERE d.event_id = $1 ORDER BY d.route`, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading deliveries: %w", err)
@@ -181,7 +190,8 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	ev.Deliveries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeliveryDetail, error) {
 		var d DeliveryDetail
 		var did int64
-		err := row.Scan(&did, &d.Route, &d.State, &d.Attempts, &d.LastStatus, &d.LastError, &d.LastAttemptAt, &d.FirstAttemptAt, &d.DeliveredAt)
+		err := row.Scan(&did, &d.Route, &d.State, &d.Attempts, &d.LastStatus, &d.LastError, &d.LastAttemptAt, &d.FirstAttemptAt, &d.DeliveredAt,
+			&d.Series, &d.DueAt)
 		ids[did] = len(ids)
 		d.AttemptRows = []AttemptRow{}
 		return d, err
@@ -190,7 +200,7 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 		return nil, fmt.Errorf("reading deliveries: %w", err)
 	}
 	rows, err = db.pool.Query(ctx, `
-		SELECT a.delivery_id, a.attempt, a.started_at, a.duration_ms, a.status, a.response_headers, a.response_body, a.error, a.outcome
+		SELECT a.delivery_id, a.attempt, a.series, a.started_at, a.duration_ms, a.status, a.response_headers, a.response_body, a.error, a.outcome
 		FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
 		WHERE d.event_id = $1 ORDER BY a.started_at, a.id`, id)
 	if err != nil {
@@ -201,7 +211,7 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 		var a AttemptRow
 		var did int64
 		var respBody []byte
-		if err := rows.Scan(&did, &a.Attempt, &a.StartedAt, &a.DurationMS, &a.Status, &a.ResponseHeaders, &respBody, &a.Error, &a.Outcome); err != nil {
+		if err := rows.Scan(&did, &a.Attempt, &a.Series, &a.StartedAt, &a.DurationMS, &a.Status, &a.ResponseHeaders, &respBody, &a.Error, &a.Outcome); err != nil {
 			return nil, fmt.Errorf("reading attempt: %w", err)
 		}
 		a.ResponseBody = string(respBody)
@@ -247,6 +257,18 @@ type PurgeConfig struct {
 	// retrying on any other route never clears on its own: it is abandoned
 	// and purged with its event. nil means every route is served.
 	ServedRoutes []string
+	// ProgressFunc, when set, is called after each batch with the counts
+	// so far.
+	ProgressFunc func(PurgeResult)
+}
+
+// deleteBefore is when an event is old enough to lose its dedupe key too:
+// the earlier of OlderThan and DedupeBefore.
+func (cfg PurgeConfig) deleteBefore() time.Time {
+	if cfg.DedupeBefore.Before(cfg.OlderThan) {
+		return cfg.DedupeBefore
+	}
+	return cfg.OlderThan
 }
 
 // purgeableSQL holds when nothing of event e must be kept: no outbox row
@@ -277,10 +299,7 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1000
 	}
-	deleteBefore := cfg.OlderThan
-	if cfg.DedupeBefore.Before(deleteBefore) {
-		deleteBefore = cfg.DedupeBefore
-	}
+	deleteBefore := cfg.deleteBefore()
 	for {
 		var selected int
 		bctx, cancel := db.boundOps(ctx)
@@ -288,7 +307,7 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			ctx := bctx
 			rows, err := tx.Query(ctx, `
 				SELECT e.id FROM events e
-				WHERE e.received_at < $3 AND (e.purged_at IS NULL OR e.received_at < $4) AND `+purgeableSQL+`
+				WHERE `+purgeSelectSQL+`
 				ORDER BY e.received_at
 				LIMIT $5
 				FOR UPDATE SKIP LOCKED`, cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan, deleteBefore, cfg.Batch)
@@ -341,19 +360,102 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			return res, err
 		}
 		res.Batches++
+		if cfg.ProgressFunc != nil {
+			cfg.ProgressFunc(res)
+		}
 		if selected < cfg.Batch {
 			break
 		}
 	}
-	cctx, cancel := db.boundOps(ctx)
+	var err error
+	res.KeptUndelivered, err = db.purgeKept(ctx, cfg)
+	return res, err
+}
+
+// purgeSelectSQL selects the events a purge takes: old enough ($3), not
+// stripped yet unless old enough to delete ($4), with nothing to keep.
+const purgeSelectSQL = `e.received_at < $3 AND (e.purged_at IS NULL OR e.received_at < $4) AND ` + purgeableSQL
+
+// purgeKept counts the events old enough to purge that are kept because
+// something of them is undelivered.
+func (db *DB) purgeKept(ctx context.Context, cfg PurgeConfig) (int64, error) {
+	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
-	err := db.pool.QueryRow(cctx, `
+	var n int64
+	err := db.pool.QueryRow(ctx, `
 		SELECT count(*) FROM events e
 		WHERE e.received_at < $3 AND e.purged_at IS NULL AND NOT (`+purgeableSQL+`)`,
 		cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan,
-	).Scan(&res.KeptUndelivered)
+	).Scan(&n)
 	if err != nil {
-		return res, fmt.Errorf("counting events kept: %w", err)
+		return 0, fmt.Errorf("counting events kept: %w", err)
 	}
-	return res, nil
+	return n, nil
+}
+
+// PurgeCount counts what Purge would do with cfg now, changing nothing:
+// the same selection, counted instead of deleted (a purge's dry run).
+// Batches is how many transactions the purge would take. Only a change
+// between the two (a new delivery, an event aging past the cut-off) makes
+// the purge's counts differ.
+func (db *DB) PurgeCount(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1000
+	}
+	var res PurgeResult
+	bctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	var selected int64
+	err := db.pool.QueryRow(bctx, `
+		WITH c AS (SELECT e.id, e.received_at FROM events e WHERE `+purgeSelectSQL+`)
+		SELECT
+			(SELECT count(*) FROM c),
+			(SELECT count(*) FROM c WHERE c.received_at < $4),
+			(SELECT count(*) FROM deliveries d JOIN c ON c.id = d.event_id),
+			(SELECT count(*) FROM deliveries d JOIN c ON c.id = d.event_id WHERE d.state IN ('pending', 'retrying'))`,
+		cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan, cfg.deleteBefore(),
+	).Scan(&selected, &res.Events, &res.Deliveries, &res.Abandoned)
+	if err != nil {
+		return res, fmt.Errorf("counting what to purge: %w", err)
+	}
+	// Every selected event is deleted or, younger than the dedupe cut-off
+	// (and so not stripped yet), stripped.
+	res.Stripped = selected - res.Events
+	// A batch that takes fewer than Batch events is the last.
+	res.Batches = int(selected/int64(cfg.Batch)) + 1
+	res.KeptUndelivered, err = db.purgeKept(ctx, cfg)
+	return res, err
+}
+
+// RouteCounts counts one route's deliveries that are not delivered.
+type RouteCounts struct {
+	Pending, Retrying, Dead int64
+}
+
+// DeliveryCountByRoute counts, per route, the deliveries pending,
+// retrying and dead (the `hookrelay routes` listing). Routes with none
+// are absent.
+func (db *DB) DeliveryCountByRoute(ctx context.Context) (map[string]RouteCounts, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `
+		SELECT route,
+		       count(*) FILTER (WHERE state = 'pending'),
+		       count(*) FILTER (WHERE state = 'retrying'),
+		       count(*) FILTER (WHERE state = 'dead')
+		FROM deliveries WHERE state <> 'delivered' GROUP BY route`)
+	if err != nil {
+		return nil, fmt.Errorf("counting deliveries by route: %w", err)
+	}
+	out := map[string]RouteCounts{}
+	var route string
+	var n RouteCounts
+	_, err = pgx.ForEachRow(rows, []any{&route, &n.Pending, &n.Retrying, &n.Dead}, func() error {
+		out[route] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting deliveries by route: %w", err)
+	}
+	return out, nil
 }

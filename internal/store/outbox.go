@@ -43,7 +43,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		return nil, fmt.Errorf("beginning outbox claim: %w", err)
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0),
+		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0), COALESCE(o.attempt, 1),
 		       e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
 		FROM outbox o
 		JOIN events e ON e.id = o.event_id
@@ -57,7 +57,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 	}
 	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
 		var m webhook.Message
-		err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen,
+		err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen, &m.Attempt,
 			&m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt)
 		return m, err
 	})

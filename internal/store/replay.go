@@ -118,7 +118,8 @@ type ReplayPair struct {
 
 // ReplayEnqueue resets each pair to pending and puts it in the outbox,
 // addressed to its route's queue, in one transaction: a crash leaves all of
-// them queued or none. Each becomes a new attempt series; the destination
+// them queued or none. Each starts a new attempt series (deliveries.series)
+// at attempt 1; the destination
 // sees the same webhook-id. Everything is checked again here, not taken
 // from when the caller looked: an event purged meanwhile (no body left to
 // send) is skipped, and only a dead pair (or a delivered one, with
@@ -160,7 +161,9 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 				ON CONFLICT (event_id, route) DO UPDATE SET
 					state = 'pending', delivered_at = NULL, created_at = now(), updated_at = now(),
 					-- A new copy: any older one still in a queue is stale.
-					gen = deliveries.gen + 1, due_at = now()
+					gen = deliveries.gen + 1, due_at = now(),
+					-- A new attempt series, starting at attempt 1.
+					series = deliveries.series + 1
 				WHERE deliveries.state = 'dead' OR ($3 AND deliveries.state = 'delivered')
 				RETURNING event_id, route, gen
 			)

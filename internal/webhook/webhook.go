@@ -44,7 +44,11 @@ type Message struct {
 	// replay) instead of through the topic exchange.
 	Route string
 	// Gen is the pair's generation for a message addressed to one route.
-	Gen         int64
+	Gen int64
+	// Attempt is the attempt in its series that the message is for: 1,
+	// or, for a retrying pair's next attempt brought forward (hookrelay
+	// retry), that attempt's number.
+	Attempt     int
 	Source      string
 	EventType   string
 	ContentType string

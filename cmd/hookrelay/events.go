@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// withOps runs fn with the operator service over the database (schema
+// checked) and the broker's dead-letter queues (dialled only when a
+// command uses them).
+func (c *cli) withOps(ctx context.Context, fn func(cfg *config.Config, svc *ops.Service) error) error {
+	cfg, err := c.config()
+	if err != nil {
+		return err
+	}
+	db, err := openDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	dialer, err := setup.Dialer(cfg, nil, nopLogger)
+	if err != nil {
+		return err
+	}
+	return fn(cfg, setup.Ops(cfg, db, dialer))
+}
+
+func (c *cli) eventsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "List events and show one with every attempt",
+		Long: `Events are what the senders posted; each has a delivery per route it is bound
+to: pending, retrying, delivered or dead.`,
+		Args: setup.NoArgs,
+		RunE: showHelp,
+	}
+	cmd.AddCommand(c.eventsListCmd(), c.eventsShowCmd())
+	return cmd
+}
+
+// filter is the event filter flags of events list and replay.
+type filter struct {
+	source, eventType, state, route, since, until string
+	limit                                         int
+}
+
+func (f *filter) flags(fs *pflag.FlagSet, limit int, limitUsage string) {
+	fs.StringVar(&f.source, "source", "", "only events of this source")
+	fs.StringVar(&f.eventType, "event-type", "", "only events of this type")
+	fs.StringVar(&f.state, "state", "", "only events with a delivery in this state: pending, retrying, delivered or dead")
+	fs.StringVar(&f.route, "route", "", "only events with a delivery to this route")
+	fs.StringVar(&f.since, "since", "", "only events received at or after this time: RFC 3339, or an age (2h, 3d)")
+	fs.StringVar(&f.until, "until", "", "only events received before this time: RFC 3339, or an age (2h, 3d)")
+	fs.IntVar(&f.limit, "limit", limit, limitUsage)
+}
+
+// filter is the store filter the flags give, checked as the admin API
+// checks its query.
+func (f *filter) filter(cmd *cobra.Command) (store.EventFilter, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"source": f.source, "event_type": f.eventType, "state": f.state,
+		"route": f.route, "since": f.since, "until": f.until} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if f.limit < 0 {
+		return store.EventFilter{}, setup.Usagef(cmd, "--limit: must be positive")
+	}
+	if f.limit > 0 {
+		v.Set("limit", strconv.Itoa(f.limit))
+	}
+	sf, err := ops.FilterFromQuery(v)
+	if err != nil {
+		return sf, setup.Usagef(cmd, "--%s", strings.Replace(err.Error(), "_", "-", 1))
+	}
+	return sf, nil
+}
+
+func (c *cli) eventsListCmd() *cobra.Command {
+	var f filter
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List events with each route's delivery state, newest first",
+		Long: `List the events the filters select, newest first, with each route's delivery
+state and attempt count. It shows --limit of them and, when more match, ends
+with "100 of 112 shown (--limit N for more)".`,
+		Example: `  hookrelay events list --route billing --state dead --since 3h
+  hookrelay events list --source stripe --event-type invoice.paid --since 2026-11-27T14:00:00Z --json`,
+		Args: setup.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sf, err := f.filter(cmd)
+			if err != nil {
+				return err
+			}
+			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+				list, err := svc.EventList(cmd.Context(), sf)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.out, list)
+				}
+				return printEvents(c.out, list)
+			})
+		},
+	}
+	f.flags(cmd.Flags(), ops.DefaultListLimit, "most events to show")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"total", "shown", "items"}`)
+	return cmd
+}
+
+func (c *cli) eventsShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show EVENT-ID",
+		Short: "Show one event, its deliveries and every attempt",
+		Long: `Show one event, each route's delivery and every attempt: when it started, how
+long it took, the HTTP status, the error, the first KiB of the response.
+Attempts are numbered within their series: a replay or a requeued dead
+letter starts a new series. A retrying delivery says when its next attempt
+is due.`,
+		Example: `  hookrelay events show 01a229c8-bab8-7a6b-bf48-19685687e687 --json`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return errors.New("events show needs one event id")
+			}
+			if _, err := uuid.Parse(args[0]); err != nil {
+				return fmt.Errorf("invalid event id %q", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := uuid.MustParse(args[0])
+			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+				ev, err := svc.EventShow(cmd.Context(), id)
+				if errors.Is(err, store.ErrNotFound) {
+					return fmt.Errorf("no event %s", id)
+				}
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.out, ev)
+				}
+				return printEvent(c.out, ev)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (response headers included)")
+	return cmd
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/bench"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/setup"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+// nopLogger: the CLI's connections log nothing; their errors are returned.
+var nopLogger = zerolog.Nop()
+
+func (c *cli) migrateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the embedded database migrations",
+		Long: `Apply every embedded migration the database at database.url lacks. Safe to run
+from several places at once (an advisory lock serialises them) and to run
+again. The receiver and the dispatcher refuse a database whose schema is
+behind, naming this command.`,
+		Example: `  hookrelay migrate --config /etc/hookrelay/config.yaml`,
+		Args:    setup.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			v, err := store.Migrate(cmd.Context(), cfg.Database.URL)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.out, "database schema at version %d\n", v)
+			return err
+		},
+	}
+}
+
+func (c *cli) topologyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "topology",
+		Short: "Export or declare the RabbitMQ topology (exchanges, queues, bindings, policies)",
+		Args:  setup.NoArgs,
+		RunE:  showHelp,
+	}
+	var out string
+	export := &cobra.Command{
+		Use:   "export",
+		Short: "Print the RabbitMQ definitions file for the config",
+		Long: `Print the RabbitMQ definitions (exchanges, queues, bindings, policies) of the
+config as JSON, which the management UI imports (Overview → Import
+definitions). It writes to standard output, or to --out FILE. 'make
+topology' writes topology/definitions.json, the file committed for the
+default config.`,
+		Example: `  hookrelay topology export > definitions.json
+  hookrelay topology export --out /tmp/definitions.json`,
+		Args: setup.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			defs, err := setup.Topology(cfg).Definitions()
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				_, err = c.out.Write(defs)
+				return err
+			}
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return fmt.Errorf("creating %s: %w", filepath.Dir(out), err)
+			}
+			if err := os.WriteFile(out, defs, 0o644); err != nil {
+				return fmt.Errorf("writing %s: %w", out, err)
+			}
+			_, err = fmt.Fprintf(c.errOut, "wrote %s\n", out)
+			return err
+		},
+	}
+	export.Flags().StringVar(&out, "out", "", "write to this file instead of standard output")
+	apply := &cobra.Command{
+		Use:   "apply",
+		Short: "Declare the topology on the broker and apply its policies",
+		Long: `Declare the config's exchanges, queues and bindings on the broker and apply its
+policies through the management API, without starting anything. The
+binaries declare the same at start. Declaring only adds: a binding or route
+removed from the config stays until you remove it in the management UI.`,
+		Example: `  hookrelay topology apply`,
+		Args:    setup.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			return topologyApply(cmd.Context(), cfg, c)
+		},
+	}
+	cmd.AddCommand(export, apply)
+	return cmd
+}
+
+// topologyApply declares cfg's topology on the broker and applies its
+// policies.
+func topologyApply(ctx context.Context, cfg *config.Config, c *cli) error {
+	topo := setup.Topology(cfg)
+	dialer, err := setup.Dialer(cfg, nil, nopLogger)
+	if err != nil {
+		return err
+	}
+	conn, err := dialer.Dial("hookrelay-cli")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("opening channel: %w", err)
+	}
+	if err := topo.Declare(ch); err != nil {
+		return err
+	}
+	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.out, "declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))
+	return err
+}
+
+func (c *cli) routesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "routes",
+		Short: "List the routes, their queues and bindings, and what waits on each",
+		Long: `List the configured routes with their queue, bindings and how many of their
+deliveries are pending, retrying and dead in Postgres; then any route that
+has deliveries in Postgres but is not in the config (no dispatcher delivers
+it).`,
+		Example: `  hookrelay routes`,
+		Args:    setup.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			db, err := openDB(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			counts, err := db.DeliveryCountByRoute(cmd.Context())
+			if err != nil {
+				return err
+			}
+			names := setup.Names(cfg)
+			tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD")
+			configured := map[string]bool{}
+			for _, r := range cfg.Routes {
+				configured[r.Name] = true
+				n := counts[r.Name]
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", r.Name, names.RouteQueue(r.Name), strings.Join(r.Bindings, " "), n.Pending, n.Retrying, n.Dead)
+			}
+			var others []string
+			for route := range counts {
+				if !configured[route] {
+					others = append(others, route)
+				}
+			}
+			slices.Sort(others)
+			for _, route := range others {
+				n := counts[route]
+				fmt.Fprintf(tw, "%s\t(not configured)\t-\t%d\t%d\t%d\n", route, n.Pending, n.Retrying, n.Dead)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.out, "%d route(s) configured, %d more with deliveries in the database only\n", len(cfg.Routes), len(others))
+			return err
+		},
+	}
+}
+
+// benchCmd is `hookrelay bench`: it parses its own flags (see its --help)
+// and needs no config: it makes its own database and prefix.
+func benchCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "Benchmark the relay against its bare references on a throwaway database",
+		Long: `Run the relay's benchmark: ingest and delivery against bare references, on
+a database and a RabbitMQ prefix of its own, removed afterwards. It needs no
+config. 'hookrelay bench --help' lists its own flags.`,
+		Example:            `  hookrelay bench --quick`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			args = withoutConfigFlag(args)
+			stderr := cmd.ErrOrStderr()
+			if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+				stderr = cmd.OutOrStdout() // help goes to stdout, as every command's does
+			}
+			return bench.Main(cmd.Context(), args, cmd.OutOrStdout(), stderr)
+		},
+	}
+}
+
+// withoutConfigFlag drops the global --config from args: with its own flag
+// parsing, bench sees it, and it needs no config.
+func withoutConfigFlag(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--config" || args[i] == "-config":
+			i++ // and its value
+		case strings.HasPrefix(args[i], "--config=") || strings.HasPrefix(args[i], "-config="):
+		default:
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
+
+// benchChildCmd is a helper process the benchmark starts as this
+// executable.
+func benchChildCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                bench.ChildArg,
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.Main(cmd.Context(), append([]string{bench.ChildArg}, args...), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+}
