@@ -68,4 +68,9 @@ func TestReconcilerResendsAPairLostFromItsTier(t *testing.T) {
 	require.Equal(t, 1, reconciled)
 	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_reconciled_total{route="billing"}`])
 	require.Len(t, dest.snapshot(), 3, "three attempts, none of them the stale copy's")
+	var numbers []string
+	for _, q := range dest.snapshot() {
+		numbers = append(numbers, q.attempt)
+	}
+	require.Equal(t, []string{"1", "2", "3"}, numbers, "the reconciled copy goes on with the series' numbering")
 }

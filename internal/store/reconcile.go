@@ -46,11 +46,17 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 			), u AS (
 				UPDATE deliveries d SET gen = d.gen + 1, due_at = now(), reconciled = d.reconciled + 1, updated_at = now()
 				FROM c WHERE d.id = c.id
-				RETURNING d.event_id, d.route, d.gen, c.overdue
+				RETURNING d.id, d.event_id, d.route, d.gen, d.series, c.overdue
+			), n AS (
+				-- The resend carries the series' next attempt number, so the
+				-- pair's numbering and its max_attempts count go on.
+				SELECT u.*, (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a
+				             WHERE a.delivery_id = u.id AND a.series = u.series) AS attempt
+				FROM u
 			), o AS (
-				INSERT INTO outbox (event_id, routing_key, route, gen)
-				SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen
-				FROM u JOIN events e ON e.id = u.event_id
+				INSERT INTO outbox (event_id, routing_key, route, gen, attempt)
+				SELECT n.event_id, e.source || '.' || e.event_type, n.route, n.gen, n.attempt
+				FROM n JOIN events e ON e.id = n.event_id
 			)
 			SELECT event_id, route, gen, EXTRACT(EPOCH FROM overdue)::float8 FROM u`,
 			route, margin, limit)
