@@ -112,6 +112,7 @@ func (b *batcher) storeOne(ins Insert, deadline time.Time) answer {
 	p := &pending{ins: ins, deadline: deadline, done: make(chan answer, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
+	b.metrics.queued.Set(float64(len(b.queue)))
 	start := b.active < committers
 	if start {
 		b.active++
@@ -176,6 +177,7 @@ func (b *batcher) take(batch []*pending) []*pending {
 	rest := copy(b.queue, b.queue[i:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
+	b.metrics.queued.Set(float64(rest))
 	if len(batch) == 0 {
 		b.active--
 	}

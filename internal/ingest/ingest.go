@@ -363,6 +363,7 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	batchSize prometheus.Histogram
 	fallbacks prometheus.Counter
+	queued    prometheus.Gauge
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -389,6 +390,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "hookrelay_ingest_batch_fallbacks_total",
 		Help: "Batches in which Postgres refused a row's data, so their requests were stored one by one.",
 	})
-	reg.MustRegister(m.requests, m.duration, m.batchSize, m.fallbacks)
+	m.queued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hookrelay_ingest_batch_queue",
+		Help: "Requests waiting for a group-commit batch to take them.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.batchSize, m.fallbacks, m.queued)
 	return m
 }
