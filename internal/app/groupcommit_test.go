@@ -245,6 +245,8 @@ func TestGroupCommitDuplicatesWithinAndAcrossBatches(t *testing.T) {
 	require.Equal(t, 1, g.count(`SELECT count(*) FROM outbox WHERE event_id = $1`, sameID))
 	require.Equal(t, 2, g.count(`SELECT count(*) FROM deliveries WHERE event_id = $1`, sameID), "billing and crm")
 	require.Equal(t, 1, g.count(`SELECT count(*) FROM outbox WHERE event_id = $1`, bodyID))
+	require.Equal(t, 0, g.count(`SELECT count(*) FROM events WHERE headers->'Content-Type'->>0 IS DISTINCT FROM 'application/json'`),
+		"headers stored as the JSON object of the request's headers")
 
 	// Across batches, later: the same key and body again are duplicates.
 	answers = g.postAll([][3]string{{"acme", acmeBody("evt_same"), ""}, {"gh", `{"type":"push","ref":"main"}`, "d-9"}})()
