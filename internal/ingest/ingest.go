@@ -1,8 +1,10 @@
 // Package ingest is the receiver's HTTP handler for POST /webhooks/{source}:
 // size limit, signature verification on the raw bytes, idempotency key and
 // event type extraction, then one transaction that stores the event and its
-// outbox row. It answers 200 only after that transaction committed, and 503
-// when it did not, so the sender retries.
+// outbox row. Concurrent requests share that transaction (group commit, see
+// batcher): one statement stores a whole batch. It answers 200 only after
+// the transaction committed, and 503 when it did not, so the sender
+// retries; 400 when Postgres refused the event's data.
 package ingest
 
 import (
