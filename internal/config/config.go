@@ -144,8 +144,9 @@ type Receiver struct {
 	// BatchSize is the most webhook requests stored together in one
 	// statement and one transaction (group commit): requests that arrive
 	// while a batch commits are stored by the next one, and each is
-	// answered after its batch committed. Default 64; 1 stores every
-	// request on its own. At most 1000.
+	// answered after its batch committed. At most two batches are in
+	// Postgres at once. Default 64; 1 stores every request on its own
+	// (two at a time). At most 1000.
 	BatchSize int `mapstructure:"batch_size" validate:"gte=1,lte=1000"`
 	// BatchWait is how long a batch that already holds more than one
 	// request, but fewer than batch_size, waits for more before it is
