@@ -368,7 +368,7 @@ func (ackAll) Publish(_ context.Context, msgs []webhook.Message) ([]Result, erro
 func TestRunPipelinesBatches(t *testing.T) {
 	t.Parallel()
 	s := &pipeStore{full: 3, claimed: make(chan int, 100)}
-	var logs bytes.Buffer
+	var logs syncBuffer
 	r, err := New(Config{Store: s, Publisher: ackAll{}, BatchSize: 2, PollInterval: time.Hour, PublishTimeout: time.Second,
 		Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
 	require.NoError(t, err)
@@ -393,4 +393,58 @@ func TestRunPipelinesBatches(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, []int{1, 2, 3}, s.order, "completed one at a time, in claim order")
 	require.Empty(t, logs.String(), "no batch failed")
+}
+
+// seqStore hands out its batches in turn, then empty ones.
+type seqStore struct {
+	mu      sync.Mutex
+	batches []Batch
+}
+
+func (s *seqStore) OutboxClaim(context.Context, int) (Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.batches) == 0 {
+		return &fakeBatch{}, nil
+	}
+	b := s.batches[0]
+	s.batches = s.batches[1:]
+	return b, nil
+}
+
+// syncBuffer is a bytes.Buffer safe for the relay's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A batch that fails to complete while the next one is claimed (pipelined)
+// is still reported, and the relay backs off; Run returns nil on shutdown.
+func TestRunReportsAPipelinedCompleteFailure(t *testing.T) {
+	t.Parallel()
+	failing := &countingBatch{fakeBatch: fakeBatch{msgs: messages(0, 0)}, completeErr: errors.New("commit failed")}
+	var logs syncBuffer
+	r, err := New(Config{Store: &seqStore{batches: []Batch{failing}}, Publisher: ackAll{}, BatchSize: 2,
+		PollInterval: time.Hour, PublishTimeout: time.Second, Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "commit failed") }, 10*time.Second, 5*time.Millisecond,
+		"the failed completion is logged")
+	require.Contains(t, logs.String(), "outbox batch failed")
+	cancel()
+	require.NoError(t, <-done)
 }
