@@ -18,6 +18,9 @@ type preset struct {
 	// dedupeBody is the default of dedupe_body: on where the signature
 	// covers only the body and the key and type come from unsigned headers.
 	dedupeBody bool
+	// ordering is where the provider's events carry the resource and a
+	// version (creation time or sequence); zero where they carry none.
+	ordering Ordering
 }
 
 // presets: per provider, how it signs, its stable event id, and where the
@@ -117,6 +120,9 @@ func applyPreset(s *Source) {
 	}
 	if reflect.ValueOf(s.EventType).IsZero() {
 		s.EventType = p.eventType
+	}
+	if s.Ordering.IsZero() {
+		s.Ordering = p.ordering
 	}
 	if s.DedupeBody == nil {
 		on := p.dedupeBody
