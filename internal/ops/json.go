@@ -130,6 +130,7 @@ type ReplayBody struct {
 	Filter           FilterBody `json:"filter"`
 	After            string     `json:"after,omitempty"`
 	IncludeDelivered bool       `json:"include_delivered,omitempty"`
+	IncludeStale     bool       `json:"include_stale,omitempty"`
 	DryRun           bool       `json:"dry_run,omitempty"`
 	ListLimit        int        `json:"list_limit,omitempty"`
 }
@@ -138,7 +139,7 @@ type ReplayBody struct {
 func (b ReplayBody) Request() ReplayRequest {
 	return ReplayRequest{
 		EventID: b.EventID, Filter: store.EventFilter(b.Filter), After: b.After,
-		IncludeDelivered: b.IncludeDelivered, DryRun: b.DryRun, ListLimit: b.ListLimit,
+		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, DryRun: b.DryRun, ListLimit: b.ListLimit,
 	}
 }
 
