@@ -54,3 +54,29 @@ func TestLoadOrderingInvalid(t *testing.T) {
 		})
 	}
 }
+
+func TestPresetsFillOrdering(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(validYAML, "sources:\n", `sources:
+  - name: st
+    preset: stripe
+    verify: {secrets: [s]}
+  - name: own
+    preset: stripe
+    verify: {secrets: [s]}
+    ordering: {resource: {json_path: data.object.customer}, version: {json_path: created}}
+  - name: gh
+    preset: github
+    verify: {secrets: [s]}
+`, 1)
+	cfg, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, Ordering{Resource: OrderingField{JSONPath: "data.object.id"}, Version: OrderingField{JSONPath: "created"}}, cfg.Sources[0].Ordering)
+	require.Equal(t, "data.object.customer", cfg.Sources[1].Ordering.Resource.JSONPath, "the source's own ordering wins")
+	require.True(t, cfg.Sources[2].Ordering.IsZero(), "github events carry no creation time or sequence")
+
+	// Every preset's ordering is complete, or absent.
+	for name, p := range presets {
+		require.Empty(t, checkOrdering(name, p.ordering), name)
+	}
+}
