@@ -100,6 +100,8 @@ func TestStaleSubscriptionUpdateIsDroppedAfterCancel(t *testing.T) {
 	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
 	detail, err := svc.EventShow(ctx, uuid.MustParse(lateUpdate))
 	require.NoError(t, err)
+	require.Equal(t, "sub_A", detail.OrderingResource)
+	require.Equal(t, "100", detail.OrderingVersion)
 	var billingDetail *ops.DeliveryDetail
 	for i := range detail.Deliveries {
 		if detail.Deliveries[i].Route == "billing" {
