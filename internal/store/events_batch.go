@@ -65,13 +65,23 @@ func refused(err error) error {
 	return err
 }
 
-// eventColumn is one column of events that an insert writes: its name, its
-// Postgres type, and how to read the column's value of every event of a
-// batch as one array (unnest takes one array per column).
+// eventColumn is one column of events that an insert writes: its name, the
+// Postgres type of its parameter, how to read the column's value of every
+// event of a batch as one array (unnest takes one array per column), and
+// the expression that turns the parameter into the column's value (the
+// name itself unless set with as).
 type eventColumn struct {
 	name   string
 	pgType string
 	values func(items []EventInsertItem) any
+	expr   string
+}
+
+// as sets the expression that computes the column from its parameter,
+// which the expression names by the column's name.
+func (c eventColumn) as(expr string) eventColumn {
+	c.expr = expr
+	return c
 }
 
 // column builds an eventColumn from the value of one event.
@@ -99,6 +109,13 @@ var eventColumns = []eventColumn{
 	// NULL (a nil slice) for sources that do not deduplicate on the body.
 	column("body_sha256", "bytea", func(ev *webhook.Event) []byte { return ev.BodySHA256 }),
 	column("received_at", "timestamptz", func(ev *webhook.Event) time.Time { return ev.ReceivedAt }),
+	// "" (no ordering declared, or a field missing) is stored as NULL.
+	column("ordering_resource", "text", func(ev *webhook.Event) string { return ev.OrderingResource }).
+		as("NULLIF(ordering_resource, '')"),
+	column("ordering_version", "text", func(ev *webhook.Event) string { return ev.OrderingVersion }).
+		as("NULLIF(ordering_version, '')"),
+	column("ordering_version_num", "text", func(ev *webhook.Event) string { return ev.OrderingVersionNum }).
+		as("NULLIF(ordering_version_num, '')::numeric"),
 }
 
 func headersJSON(h http.Header) string {
@@ -123,9 +140,14 @@ func headersJSON(h http.Header) string {
 // the insert returned (not duplicates) get outbox rows and deliveries. The
 // outbox trigger is per statement: one NOTIFY for the whole batch.
 var eventInsertSQL = func() string {
-	var names, params []string
+	var names, exprs, params []string
 	for i, c := range eventColumns {
 		names = append(names, c.name)
+		expr := c.name
+		if c.expr != "" {
+			expr = c.expr
+		}
+		exprs = append(exprs, expr)
 		params = append(params, fmt.Sprintf("$%d::%s[]", i+1, c.pgType))
 	}
 	n := len(eventColumns)
@@ -152,7 +174,7 @@ var eventInsertSQL = func() string {
 			JOIN ins ON ins.id = input.id
 		)
 		SELECT id FROM ins`,
-		strings.Join(params, ", "), n+1, cols, cols, cols, n+2, n+3)
+		strings.Join(params, ", "), n+1, cols, cols, strings.Join(exprs, ", "), n+2, n+3)
 }()
 
 // EventInsertBatch stores every item (its event, its outbox row and a
