@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,4 +85,40 @@ func TestEventInsertBatchRefusedRowStoresNothing(t *testing.T) {
 		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
 		require.Zero(t, n, table)
 	}
+}
+
+// A batch wakes the publishers once: its outbox rows go in with one
+// statement, and the outbox trigger notifies per statement.
+func TestEventInsertBatchNotifiesOnce(t *testing.T) {
+	t.Parallel()
+	db, dbURL := storetest.Open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	listener, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer listener.Close(context.Background())
+	_, err = listener.Exec(ctx, "LISTEN "+store.OutboxChannel)
+	require.NoError(t, err)
+
+	var items []store.EventInsertItem
+	for i := range 10 {
+		items = append(items, store.EventInsertItem{Event: newEvent("acme", fmt.Sprint("n", i)), Routes: []string{"billing"}})
+	}
+	res, err := db.EventInsertBatch(ctx, items)
+	require.NoError(t, err)
+	require.Len(t, res, 10)
+	// A marker sent after the batch committed: every notification of the
+	// batch arrives before it.
+	_, err = db.Pool().Exec(ctx, `SELECT pg_notify($1, 'marker')`, store.OutboxChannel)
+	require.NoError(t, err)
+	var before int
+	for {
+		n, err := listener.WaitForNotification(ctx)
+		require.NoError(t, err)
+		if n.Payload == "marker" {
+			break
+		}
+		before++
+	}
+	require.Equal(t, 1, before, "one NOTIFY for a batch of 10 events")
 }
