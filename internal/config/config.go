@@ -357,6 +357,27 @@ type Route struct {
 	// MaxAttempts is the number of attempts before dead-lettering. Default
 	// len(retry.backoff)+1.
 	MaxAttempts int `mapstructure:"max_attempts" validate:"gte=1"`
+	// Circuit is the route's circuit breaker.
+	Circuit Circuit `mapstructure:"circuit"`
+	// RateLimit is the most deliveries per second for the route as a
+	// whole, across every dispatcher (kept in Postgres). Default 0: no
+	// limit.
+	RateLimit float64 `mapstructure:"rate_limit" validate:"gte=0,lte=100000"`
+	// Burst is how many deliveries may go at once after a quiet spell,
+	// above the steady rate_limit. Default 1 (none above the rate).
+	Burst int `mapstructure:"burst" validate:"gte=1,lte=100000"`
+}
+
+// Circuit configures a route's circuit breaker: after Failures consecutive
+// failed attempts (no answer, 408, 429, 5xx) across every dispatcher, the
+// route's consumers stop for Cooldown (doubling while probes fail, at most
+// 10m); then one probe delivery decides.
+type Circuit struct {
+	// Failures opens the circuit. Default 10; 0 turns the breaker off.
+	Failures int `mapstructure:"failures" validate:"gte=0,lte=100000"`
+	// Cooldown is how long the circuit stays open before a probe. Default
+	// 30s, at least 1s, at most 10m.
+	Cooldown time.Duration `mapstructure:"cooldown" validate:"gte=1s,lte=10m"`
 }
 
 // routeDefaults are applied to a route item that does not set the key.
@@ -364,6 +385,14 @@ type Route struct {
 var routeDefaults = map[string]any{
 	"timeout":     "10s",
 	"concurrency": 1,
+	"burst":       1,
+}
+
+// circuitDefaults are applied to a route's circuit that does not set the
+// key.
+var circuitDefaults = map[string]any{
+	"failures": 10,
+	"cooldown": "30s",
 }
 
 func setDefaults(set func(key string, value any)) {
