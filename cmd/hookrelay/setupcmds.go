@@ -149,7 +149,7 @@ route that has deliveries in Postgres but is not in the config (no
 dispatcher delivers it).`,
 		Example: `  hookrelay routes
   hookrelay routes pause billing`,
-		Args:    setup.NoArgs,
+		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := c.config()
 			if err != nil {

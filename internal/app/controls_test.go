@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -306,4 +308,47 @@ func TestRetryAfterSlowsTheWholeRoute(t *testing.T) {
 			"%s came %s after the 429 that asked for 2s", q.eventID, q.at.Sub(refusedAt))
 	}
 	h.waitQueuesEmpty(10 * time.Second)
+}
+
+// The admin API pauses and resumes a route like the CLI does; a route
+// that is not in the config is 404, a request without the token 401.
+func TestAdminAPIPausesAndResumesRoute(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Admin.Token = adminToken
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.start(app.ReceiverOptions{AdminListener: adminLn, DisablePublisher: true})
+	base := "http://" + adminLn.Addr().String()
+	post := func(path, token string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, base+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	status, _ := post("/api/routes/billing/pause", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, body := post("/api/routes/nosuch/pause", adminToken)
+	require.Equal(t, http.StatusNotFound, status, body)
+
+	status, body = post("/api/routes/billing/pause", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"route":"billing","paused":true,"changed":true}`, body)
+	require.True(t, h.routeState("billing").Paused)
+	require.Contains(t, h.routeState("billing").PausedBy, "admin api")
+	status, body = post("/api/routes/billing/pause", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"route":"billing","paused":true,"changed":false}`, body)
+
+	status, body = post("/api/routes/billing/resume", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"route":"billing","paused":false,"changed":true}`, body)
+	require.False(t, h.routeState("billing").Paused)
 }
