@@ -156,9 +156,9 @@ type Dispatcher struct {
 	// a queue deleted. Default 20.
 	DeliveryLimit int `mapstructure:"delivery_limit" validate:"gte=1,lte=10000"`
 	// MaxConns is the dispatcher's Postgres pool size. Default 0, which
-	// derives it: the sum of routes[].concurrency + 2, because every
-	// in-flight delivery holds a connection (its row lock) and health
-	// checks and metrics need two more. A value below that is an error.
+	// derives it: the sum of routes[].concurrency + 3, because every
+	// in-flight delivery holds a connection (its row lock), health checks
+	// and metrics need two more, and the route controls' LISTEN one. A value below that is an error.
 	MaxConns int32 `mapstructure:"max_conns" validate:"gte=0,lte=1000"`
 	// ReadTimeout bounds reading one request to the health and metrics
 	// listener (GETs without a body). Default 10s.
