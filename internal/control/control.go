@@ -191,6 +191,15 @@ func (c *Controller) Init(ctx context.Context) error {
 	if err := c.cfg.Store.StateEnsure(ctx, names); err != nil {
 		return err
 	}
+	// A breaker turned off in the config must not leave the route stuck
+	// with the circuit it had: close it.
+	for _, r := range c.routes {
+		if r.cfg.Failures <= 0 {
+			if err := c.cfg.Store.Success(ctx, r.cfg.Name); err != nil {
+				return err
+			}
+		}
+	}
 	_, err := c.refresh(ctx)
 	return err
 }
@@ -279,6 +288,8 @@ func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 // reports whether the state changed.
 func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
 	switch {
+	case c.routes[s.Route].cfg.Failures <= 0:
+		// Breaker off here; Init closed the circuit.
 	case s.Circuit == Open && !s.OpenedUntil.After(s.Now),
 		s.Circuit == HalfOpen && s.ProbeOwner != c.cfg.Owner && (s.ProbeAt.IsZero() || s.Now.Sub(s.ProbeAt) > c.cfg.ProbeStale):
 		claimed, err := c.cfg.Store.ProbeClaim(ctx, s.Route, c.cfg.Owner, c.cfg.ProbeStale)
@@ -369,6 +380,9 @@ func (g *RouteGate) Open(i int) (bool, <-chan struct{}) {
 	defer r.mu.Unlock()
 	v := r.view
 	open := v.known && !v.paused && !time.Now().Before(r.slowUntil)
+	if r.cfg.Failures <= 0 {
+		v.circuit = Closed // breaker off for this dispatcher's config
+	}
 	switch v.circuit {
 	case Open:
 		open = false
