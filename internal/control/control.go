@@ -325,19 +325,20 @@ func (c *Controller) apply(r *route, v view, slowUntil time.Time) {
 	if old == v {
 		return
 	}
-	ev := c.logger.Info().Str("route", r.cfg.Name)
+	log := c.logger.With().Str("route", r.cfg.Name).Logger()
 	switch {
 	case old.paused != v.paused && v.paused:
-		ev.Msg("route paused: this dispatcher stops consuming its queue")
+		log.Info().Msg("route paused: this dispatcher stops consuming its queue")
 	case old.paused != v.paused:
-		ev.Msg("route resumed")
+		log.Info().Msg("route resumed")
 	case old.circuit != v.circuit || old.owner != v.owner:
-		ev.Str("circuit", v.circuit).Bool("probe_here", v.owner).Str("was", old.circuit).Msg("route circuit changed")
+		log.Info().Str("circuit", v.circuit).Bool("probe_here", v.owner).Str("was", old.circuit).Msg("route circuit changed")
 	case old.slowed != v.slowed && v.slowed:
-		ev.Time("until", slowUntil).Msg("route held: the destination asked to retry later")
+		log.Info().Time("until", slowUntil).Msg("route held: the destination asked to retry later")
 	case old.slowed != v.slowed:
-		ev.Msg("route hold over")
+		log.Info().Msg("route hold over")
 	}
+	// Otherwise the first read found the route active: nothing to say.
 }
 
 func b2f(b bool) float64 {
