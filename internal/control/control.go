@@ -395,15 +395,21 @@ func (g *RouteGate) Open(i int) (bool, <-chan struct{}) {
 
 // Admit holds a delivery of route until it may go: past the route's
 // Retry-After hold and within its rate limit. It returns an error when
-// stopping closes or ctx is done first (the message goes back to the
-// queue), or when Postgres cannot be asked.
+// stopping closes or ctx is done first, when the message was held for
+// longer than MaxSlow in all (a slow rate shared by many consumers; the
+// message must not reach RabbitMQ's 30-minute consumer timeout), or when
+// Postgres cannot be asked: the message then goes back to the queue.
 func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan struct{}) error {
 	r := c.routes[name]
 	if r == nil {
 		return nil
 	}
 	waitedFor := map[string]bool{}
+	deadline := time.Now().Add(c.cfg.MaxSlow)
 	for {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("held by the route's controls for more than %s", c.cfg.MaxSlow)
+		}
 		r.mu.Lock()
 		hold := time.Until(r.slowUntil)
 		r.mu.Unlock()
