@@ -396,7 +396,7 @@ func (g *RouteGate) Open(i int) (bool, <-chan struct{}) {
 // Admit holds a delivery of route until it may go: past the route's
 // Retry-After hold and within its rate limit. It returns an error when
 // stopping closes or ctx is done first, when the message was held for
-// longer than MaxSlow in all (a slow rate shared by many consumers; the
+// longer than MaxSlow and a minute in all (a slow rate shared by many consumers; the
 // message must not reach RabbitMQ's 30-minute consumer timeout), or when
 // Postgres cannot be asked: the message then goes back to the queue.
 func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan struct{}) error {
@@ -405,10 +405,11 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 		return nil
 	}
 	waitedFor := map[string]bool{}
-	deadline := time.Now().Add(c.cfg.MaxSlow)
+	// A full Retry-After hold (at most MaxSlow) still lets the message go.
+	deadline := time.Now().Add(c.cfg.MaxSlow + time.Minute)
 	for {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("held by the route's controls for more than %s", c.cfg.MaxSlow)
+			return fmt.Errorf("held by the route's controls for more than %s", c.cfg.MaxSlow+time.Minute)
 		}
 		r.mu.Lock()
 		hold := time.Until(r.slowUntil)
