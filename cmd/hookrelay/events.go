@@ -42,7 +42,8 @@ func (c *cli) eventsCmd() *cobra.Command {
 		Use:   "events",
 		Short: "List events and show one with every attempt",
 		Long: `Events are what the senders posted; each has a delivery per route it is bound
-to: pending, retrying, delivered or dead.`,
+to: pending, retrying, delivered, dead or stale (not sent: a newer version of
+its resource was delivered on a route with ordering drop_stale).`,
 		Args: setup.NoArgs,
 		RunE: showHelp,
 	}
@@ -59,7 +60,7 @@ type filter struct {
 func (f *filter) flags(fs *pflag.FlagSet, limit int, limitUsage string) {
 	fs.StringVar(&f.source, "source", "", "only events of this source")
 	fs.StringVar(&f.eventType, "event-type", "", "only events of this type")
-	fs.StringVar(&f.state, "state", "", "only events with a delivery in this state: pending, retrying, delivered or dead")
+	fs.StringVar(&f.state, "state", "", "only events with a delivery in this state: pending, retrying, delivered, dead or stale")
 	fs.StringVar(&f.route, "route", "", "only events with a delivery to this route")
 	fs.StringVar(&f.since, "since", "", "only events received at or after this time: RFC 3339, or an age (2h, 3d)")
 	fs.StringVar(&f.until, "until", "", "only events received before this time: RFC 3339, or an age (2h, 3d)")

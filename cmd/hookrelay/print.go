@@ -76,11 +76,18 @@ func printEvent(w io.Writer, ev *ops.EventDetail) error {
 	if ev.Purged {
 		fmt.Fprintln(w, "           (purged: body and headers no longer stored)")
 	}
+	if ev.OrderingResource != "" {
+		fmt.Fprintf(w, "ordering   resource %s, version %s\n", ev.OrderingResource, ev.OrderingVersion)
+	}
 	for _, d := range ev.Deliveries {
 		fmt.Fprintf(w, "\nroute %s: %s after %d attempt(s)%s\n", d.Route, d.State, d.Attempts, seriesNote(d))
 		if d.NextAttemptAt != nil {
 			fmt.Fprintf(w, "  next attempt %d of series %d due %s (%s); hookrelay retry --event %s --route %s to attempt it now\n",
 				d.NextAttempt, d.Series, d.NextAttemptAt.UTC().Format(time.RFC3339), fromNow(*d.NextAttemptAt), ev.ID, d.Route)
+		}
+		if d.State == string(webhook.StateStale) {
+			fmt.Fprintf(w, "  not sent: a newer version of resource %s was delivered on this route (ordering drop_stale); hookrelay replay --event %s --route %s --include-stale sends it\n",
+				ev.OrderingResource, ev.ID, d.Route)
 		}
 		if d.Unserved && d.State != string(webhook.StateDelivered) {
 			more := ""

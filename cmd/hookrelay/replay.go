@@ -19,6 +19,7 @@ func (c *cli) replayCmd() *cobra.Command {
 		asJSON           bool
 		event            string
 		includeDelivered bool
+		includeStale     bool
 		dryRun           bool
 		batch, list      int
 		stall            string
@@ -29,7 +30,10 @@ func (c *cli) replayCmd() *cobra.Command {
 		Short: "Deliver events again, through the outbox, as a new attempt series",
 		Long: `Put (event, route) pairs back through the outbox, straight to the route's
 queue, as a new attempt series: the destination sees the same webhook-id.
-Pairs already delivered are skipped unless --include-delivered; pairs
+Pairs already delivered are skipped unless --include-delivered, and stale
+pairs (a newer version of the resource was delivered on a route with ordering
+drop_stale) unless --include-stale, which sends them without that check;
+every other pair replayed to such a route is checked again. Pairs
 pending or retrying are in flight and skipped (see hookrelay retry to
 attempt a retrying pair now). Without --route, an event is replayed to every
 route its routing key is bound to now.
@@ -54,7 +58,7 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 				return setup.Usagef(cmd, "--batch must be positive, --list at least 0")
 			}
 			req := ops.ReplayRequest{
-				Filter: sf, IncludeDelivered: includeDelivered, DryRun: dryRun,
+				Filter: sf, IncludeDelivered: includeDelivered, IncludeStale: includeStale, DryRun: dryRun,
 				After: after, MaxBatch: batch, StallTimeout: stallTimeout, ListLimit: max(list, 1),
 			}
 			if event != "" {
@@ -93,6 +97,7 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 	fl := cmd.Flags()
 	fl.StringVar(&event, "event", "", "replay this one event (to its routes, or to --route)")
 	fl.BoolVar(&includeDelivered, "include-delivered", false, "replay pairs already delivered too")
+	fl.BoolVar(&includeStale, "include-stale", false, "replay stale pairs too, sent even though a newer version was delivered")
 	fl.BoolVar(&dryRun, "dry-run", false, "list what would be replayed; change nothing")
 	fl.IntVar(&batch, "batch", ops.DefaultReplayBatch, "most pairs per transaction")
 	fl.StringVar(&stall, "stall-timeout", config.FormatDuration(ops.DefaultReplayStall), "give up when a batch makes no progress for this long")

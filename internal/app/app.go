@@ -65,6 +65,8 @@ func extractConfig(s config.Source) extract.Config {
 	if idem.JSONPath != "" {
 		ec.IdempotencyPaths = []string{idem.JSONPath}
 	}
+	ec.OrderingResource = extract.Field{Header: s.Ordering.Resource.Header, Path: s.Ordering.Resource.JSONPath}
+	ec.OrderingVersion = extract.Field{Header: s.Ordering.Version.Header, Path: s.Ordering.Version.JSONPath}
 	return ec
 }
 

@@ -112,6 +112,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Routes:    routes,
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
+		Ordering:  deliverStore{db},
 		Publisher: amqp.NewDispatchPublisher(publisher, setup.Names(cfg)),
 		Client:    opts.Client,
 		Metrics:   metrics,
@@ -231,7 +232,7 @@ func (d *dispatcher) summarize(ctx context.Context) error {
 			}
 			d.logger.Info().Str("route", r.Name).
 				Int64("delivered", delta["delivered"]).Int64("retrying", delta["retry_scheduled"]).Int64("dead", delta["dead"]).
-				Int64("superseded", delta["superseded"]).Int64("duplicates", delta["skipped_duplicate"]).
+				Int64("superseded", delta["superseded"]).Int64("duplicates", delta["skipped_duplicate"]).Int64("stale", delta["stale"]).
 				Dur("interval", interval).Msg("route summary")
 		}
 	}
@@ -258,7 +259,7 @@ func deliverRoutes(cfg *config.Config) ([]deliver.Route, error) {
 		}
 		routes = append(routes, deliver.Route{
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
-			MaxAttempts: r.MaxAttempts, SigningKeys: keys,
+			MaxAttempts: r.MaxAttempts, SigningKeys: keys, DropStale: r.Ordering == config.OrderingDropStale,
 		})
 	}
 	return routes, nil
@@ -371,4 +372,13 @@ func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) (in
 		return 0, false, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
 	}
 	return gen, current, err
+}
+
+// DeliveryStale adapts store.DB.DeliveryStale to deliver.OrderingStore.
+func (s deliverStore) DeliveryStale(ctx context.Context, eventID uuid.UUID, route string) (*deliver.Staleness, error) {
+	st, err := s.db.DeliveryStale(ctx, eventID, route)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	return &deliver.Staleness{Resource: st.Resource, Version: st.Version, Delivered: st.Delivered}, nil
 }

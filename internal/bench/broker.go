@@ -97,7 +97,29 @@ type brokerInfo struct {
 
 // info returns the version and the OS pid of the node the AMQP URL reaches
 // (with a cluster, the node that answered the management API).
+//
+// A management plugin that has just started lists its nodes before their
+// first statistics are collected, with an empty os_pid: info asks again for
+// up to 30 s before it gives up.
 func (m *mgmt) info(ctx context.Context) (brokerInfo, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		bi, err := m.infoOnce(ctx)
+		if !errors.Is(err, errNoStatsYet) || time.Now().After(deadline) {
+			return bi, err
+		}
+		select {
+		case <-ctx.Done():
+			return brokerInfo{}, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// errNoStatsYet marks a node listed without its statistics.
+var errNoStatsYet = errors.New("node statistics not collected yet")
+
+func (m *mgmt) infoOnce(ctx context.Context) (brokerInfo, error) {
 	var ov struct {
 		Version string `json:"rabbitmq_version"`
 		Node    string `json:"node"`
@@ -115,6 +137,9 @@ func (m *mgmt) info(ctx context.Context) (brokerInfo, error) {
 	bi := brokerInfo{Version: ov.Version, Node: ov.Node}
 	for _, n := range nodes {
 		if n.Name == ov.Node {
+			if n.OSPID == "" {
+				return brokerInfo{}, fmt.Errorf("management API: node %s has no os_pid: %w", n.Name, errNoStatsYet)
+			}
 			if _, err := fmt.Sscan(n.OSPID, &bi.pid); err != nil {
 				return brokerInfo{}, fmt.Errorf("management API: node %s has os_pid %q", n.Name, n.OSPID)
 			}

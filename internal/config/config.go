@@ -264,6 +264,30 @@ type Source struct {
 	// for the github and shopify presets, false otherwise; an explicit false
 	// turns it off. Use DedupesBody to read it.
 	DedupeBody *bool `mapstructure:"dedupe_body"`
+	// Ordering names the resource an event is about and its version, for
+	// routes that drop stale events (routes[].ordering: drop_stale).
+	// Default none, or the preset's.
+	Ordering Ordering `mapstructure:"ordering"`
+}
+
+// Ordering declares where a source's events carry the resource they are
+// about (a subscription id) and its version: a sequence number or the
+// provider's creation time of the event, never the delivery time (a retry
+// would look newer). Set both or neither. An event that lacks either field
+// carries no ordering and is never stale.
+type Ordering struct {
+	Resource OrderingField `mapstructure:"resource"`
+	Version  OrderingField `mapstructure:"version"`
+}
+
+// IsZero reports whether no ordering is declared.
+func (o Ordering) IsZero() bool { return o == Ordering{} }
+
+// OrderingField is where one ordering value comes from: a header or a
+// JSON path (gjson syntax, as event_type), exactly one.
+type OrderingField struct {
+	Header   string `mapstructure:"header" validate:"omitempty,header_name"`
+	JSONPath string `mapstructure:"json_path"`
 }
 
 // DedupesBody reports whether the source deduplicates on the body.
@@ -366,6 +390,11 @@ type Route struct {
 	// Burst is how many deliveries may go at once after a quiet spell,
 	// above the steady rate_limit. Default 1 (none above the rate).
 	Burst int `mapstructure:"burst" validate:"gte=1,lte=100000"`
+	// Ordering is none (the default) or drop_stale: an event whose version
+	// is older than one already delivered on this route for the same
+	// resource (see sources[].ordering) is recorded stale and not sent.
+	// Events of sources without ordering are never stale.
+	Ordering string `mapstructure:"ordering" validate:"omitempty,oneof=none drop_stale"`
 }
 
 // Circuit configures a route's circuit breaker: after Failures consecutive
@@ -379,6 +408,12 @@ type Circuit struct {
 	// 30s, at least 1s, at most 10m.
 	Cooldown time.Duration `mapstructure:"cooldown" validate:"gte=1s,lte=10m"`
 }
+
+// Route ordering values.
+const (
+	OrderingNone      = "none"
+	OrderingDropStale = "drop_stale"
+)
 
 // routeDefaults are applied to a route item that does not set the key.
 // max_attempts is derived from retry.backoff after decoding.

@@ -18,6 +18,9 @@ type preset struct {
 	// dedupeBody is the default of dedupe_body: on where the signature
 	// covers only the body and the key and type come from unsigned headers.
 	dedupeBody bool
+	// ordering is where the provider's events carry the resource and a
+	// version (creation time or sequence); zero where they carry none.
+	ordering Ordering
 }
 
 // presets: per provider, how it signs, its stable event id, and where the
@@ -27,6 +30,9 @@ var presets = map[string]preset{
 		scheme:      "stripe",
 		idempotency: Idempotency{JSONPath: "id"}, // evt_..., stable across Stripe's retries
 		eventType:   EventType{JSONPath: "type"},
+		// The object the event is about (sub_..., in_...), and when Stripe
+		// created the event (Unix seconds), the same on every retry.
+		ordering: Ordering{Resource: OrderingField{JSONPath: "data.object.id"}, Version: OrderingField{JSONPath: "created"}},
 	},
 	"github": {
 		scheme: "github",
@@ -44,6 +50,10 @@ var presets = map[string]preset{
 		eventType:   EventType{Header: "X-Shopify-Topic"},
 		// Only the body is signed; the id and topic headers are not.
 		dedupeBody: true,
+		// The resource's global id (gid://shopify/Order/...: it names the
+		// type, unlike the bare id), and when the event was triggered in
+		// the shop (RFC 3339), not when it was sent.
+		ordering: Ordering{Resource: OrderingField{JSONPath: "admin_graphql_api_id"}, Version: OrderingField{Header: "X-Shopify-Triggered-At"}},
 	},
 	// Standard Webhooks and Svix sign "id.timestamp.body": the key is the
 	// id the matching signature covers, from whichever header family
@@ -67,6 +77,8 @@ var presets = map[string]preset{
 		scheme:      "paddle",
 		idempotency: Idempotency{JSONPath: "event_id"},
 		eventType:   EventType{JSONPath: "event_type"},
+		// The entity (sub_..., txn_...) and when the event occurred (RFC 3339).
+		ordering: Ordering{Resource: OrderingField{JSONPath: "data.id"}, Version: OrderingField{JSONPath: "occurred_at"}},
 	},
 	"kiwify": {
 		scheme: "kiwify",
@@ -81,12 +93,20 @@ var presets = map[string]preset{
 		// A transaction sends several events (approved, refunded, ...).
 		idempotency: Idempotency{JSONPaths: []string{"data.purchase.transaction", "event"}},
 		eventType:   EventType{JSONPath: "event"},
+		// The purchase's transaction, and when Hotmart created the event
+		// (Unix milliseconds, webhook version 2.0.0).
+		ordering: Ordering{Resource: OrderingField{JSONPath: "data.purchase.transaction"}, Version: OrderingField{JSONPath: "creation_date"}},
 	},
 	"asaas": {
 		scheme:      "token",
 		header:      "asaas-access-token",
 		idempotency: Idempotency{JSONPath: "id"}, // evt_..., unique per event
 		eventType:   EventType{JSONPath: "event"},
+		// The payment (pay_...) and when Asaas created the event:
+		// "2024-06-12 16:45:03", always this width and zone, so it compares
+		// correctly as text. Subscription events carry no payment: no
+		// ordering for them.
+		ordering: Ordering{Resource: OrderingField{JSONPath: "payment.id"}, Version: OrderingField{JSONPath: "dateCreated"}},
 	},
 }
 
@@ -117,6 +137,9 @@ func applyPreset(s *Source) {
 	}
 	if reflect.ValueOf(s.EventType).IsZero() {
 		s.EventType = p.eventType
+	}
+	if s.Ordering.IsZero() {
+		s.Ordering = p.ordering
 	}
 	if s.DedupeBody == nil {
 		on := p.dedupeBody

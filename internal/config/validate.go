@@ -210,6 +210,7 @@ func crossCheck(cfg *Config, operator bool) []string {
 		if set != 1 {
 			add("%s.event_type: set exactly one of header, json_path or json_paths", key)
 		}
+		problems = append(problems, checkOrdering(key+".ordering", s.Ordering)...)
 	}
 
 	switch {
@@ -307,4 +308,26 @@ func validHeaderValue(v string) bool {
 		}
 	}
 	return true
+}
+
+// checkOrdering reports a source ordering that is half declared: both the
+// resource and the version, each from exactly one of header or json_path,
+// or nothing at all.
+func checkOrdering(key string, o Ordering) []string {
+	if o.IsZero() {
+		return nil
+	}
+	var problems []string
+	for _, f := range []struct {
+		name string
+		f    OrderingField
+	}{{"resource", o.Resource}, {"version", o.Version}} {
+		switch {
+		case f.f == OrderingField{}:
+			problems = append(problems, fmt.Sprintf("%s.%s: is required when ordering is set (set both resource and version, or neither)", key, f.name))
+		case f.f.Header != "" && f.f.JSONPath != "":
+			problems = append(problems, fmt.Sprintf("%s.%s: set header or json_path, not both", key, f.name))
+		}
+	}
+	return problems
 }

@@ -83,6 +83,10 @@ type Route struct {
 	MaxAttempts int
 	// SigningKeys sign each delivery; every key adds a signature.
 	SigningKeys [][]byte
+	// DropStale records an event stale instead of POSTing it when a newer
+	// version of its resource was delivered on the route (ordering:
+	// drop_stale).
+	DropStale bool
 }
 
 // Tier is a retry tier.
@@ -116,6 +120,9 @@ type Config struct {
 	// message is requeued. Default 10m, well under RabbitMQ's 30-minute
 	// consumer timeout.
 	PublishHoldFor time.Duration
+	// Ordering serves the stale check of routes with DropStale; nil turns
+	// the check off.
+	Ordering OrderingStore
 	// ObserveFunc, when set, is told each HTTP attempt's answer (status 0:
 	// none came) and its Retry-After, before the outcome is recorded and
 	// the message acked: the route controls count it (internal/control).
@@ -207,6 +214,9 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		return err
 	}
 	if done, err := d.current(ctx, lock); done || err != nil {
+		return err
+	}
+	if done, err := d.stale(ctx, lock); done || err != nil {
 		return err
 	}
 	attempt, retryAfter, err := d.attempt(ctx, lock)

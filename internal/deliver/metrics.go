@@ -15,6 +15,7 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	retries    *prometheus.CounterVec
 	inFlight   *prometheus.GaugeVec
+	stale      *prometheus.CounterVec
 }
 
 // NewMetrics registers the delivery metrics on reg, with every route's
@@ -23,7 +24,7 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 	m := &Metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookrelay_deliveries_total",
-			Help: "Handled route messages by outcome: delivered, retry_scheduled, dead, skipped_duplicate, superseded (a stale copy, dropped without a POST).",
+			Help: "Handled route messages by outcome: delivered, retry_scheduled, dead, skipped_duplicate, superseded (a stale copy, dropped without a POST), stale (an older version of a resource than one delivered, recorded stale without a POST).",
 		}, []string{"route", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "hookrelay_delivery_duration_seconds",
@@ -40,13 +41,18 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 			Name: "hookrelay_deliveries_in_flight",
 			Help: "HTTP delivery attempts in progress.",
 		}, []string{"route"}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookrelay_deliveries_stale_total",
+			Help: "Events recorded stale on a route with ordering drop_stale: a newer version of their resource had been delivered, so they were not sent.",
+		}, []string{"route"}),
 	}
-	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight)
+	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight, m.stale)
 	for _, r := range routes {
 		for _, o := range outcomes {
 			m.deliveries.WithLabelValues(r, o)
 		}
 		m.inFlight.WithLabelValues(r)
+		m.stale.WithLabelValues(r)
 	}
 	return m
 }
@@ -56,7 +62,7 @@ func (m *Metrics) outcome(route, outcome string) {
 }
 
 // outcomes are the values of hookrelay_deliveries_total's outcome label.
-var outcomes = []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate", "superseded"}
+var outcomes = []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate", "superseded", "stale"}
 
 // Outcomes returns how many of route's messages came to each outcome
 // since the process started (hookrelay_deliveries_total), for the

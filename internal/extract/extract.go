@@ -36,6 +36,10 @@ type Config struct {
 	IdempotencyPaths    []string
 	EventTypeHeader     string
 	EventTypePaths      []string
+	// OrderingResource and OrderingVersion, both set or neither, say where
+	// the event's resource and version are (Result.Ordering).
+	OrderingResource Field
+	OrderingVersion  Field
 }
 
 // Extractor applies one source's Config.
@@ -48,6 +52,14 @@ type Extractor struct {
 func New(cfg Config) (*Extractor, error) {
 	if (cfg.EventTypeHeader == "") == (len(cfg.EventTypePaths) == 0) {
 		return nil, fmt.Errorf("set exactly one of event type header or JSON paths")
+	}
+	for _, f := range []Field{cfg.OrderingResource, cfg.OrderingVersion} {
+		if f.Header != "" && f.Path != "" {
+			return nil, fmt.Errorf("an ordering field is a header or a JSON path, not both")
+		}
+	}
+	if (cfg.OrderingResource == Field{}) != (cfg.OrderingVersion == Field{}) {
+		return nil, fmt.Errorf("set both ordering resource and version, or neither")
 	}
 	return &Extractor{
 		cfg:      cfg,
@@ -79,6 +91,9 @@ func (x *Extractor) SignedID() bool { return x.cfg.IdempotencySignedID }
 type Result struct {
 	IdempotencyKey string
 	EventType      string
+	// Ordering is the event's resource and version, all "" when the
+	// source declares none or the event lacks one.
+	Ordering Ordering
 }
 
 // Extract reads the idempotency key and event type. It returns an *Error for
@@ -150,6 +165,7 @@ func (x *Extractor) Extract(in Input) (Result, error) {
 	if err := checkEventType(res.EventType); err != nil {
 		return Result{}, err
 	}
+	res.Ordering = x.ordering(h, body)
 	return res, nil
 }
 

@@ -230,6 +230,10 @@ func (h *Handler) event(r *http.Request, src Source, body []byte, signedID strin
 		Headers:        headers,
 		Body:           body,
 		ReceivedAt:     start,
+
+		OrderingResource:   res.Ordering.Resource,
+		OrderingVersion:    res.Ordering.Version,
+		OrderingVersionNum: res.Ordering.VersionNum,
 	}
 	if src.DedupeBody {
 		sum := sha256.Sum256(body)

@@ -198,8 +198,8 @@ func (s *fakeStore) ReplayCandidatesPage(_ context.Context, f store.EventFilter,
 
 // ReplayEnqueue applies store.ReplayEnqueue's rules: a purged event is
 // left alone, and only a dead pair, one never attempted, or (asked for) a
-// delivered one goes back to pending.
-func (s *fakeStore) ReplayEnqueue(_ context.Context, pairs []store.ReplayPair, includeDelivered bool) ([]store.ReplayPair, error) {
+// delivered or stale one goes back to pending.
+func (s *fakeStore) ReplayEnqueue(_ context.Context, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.enqueues = append(s.enqueues, slices.Clone(pairs))
@@ -210,7 +210,7 @@ func (s *fakeStore) ReplayEnqueue(_ context.Context, pairs []store.ReplayPair, i
 				continue
 			}
 			switch st := ev.states[p.Route]; {
-			case st == "", st == "dead", st == "delivered" && includeDelivered:
+			case st == "", st == "dead", st == "delivered" && includeDelivered, st == "stale" && includeStale:
 				ev.states[p.Route] = "pending"
 				done = append(done, p)
 			}

@@ -26,8 +26,8 @@ import (
 //	GET  /api/events               ?source=&event_type=&state=&route=&since=&until=&limit=
 //	                               {"total": N, "shown": n, "items": [...]}
 //	GET  /api/events/{id}
-//	POST /api/events/{id}/replay   ?route=&include_delivered=true&dry_run=true
-//	POST /api/replay               {"filter": {...}, "after": "", "include_delivered": false, "dry_run": false}
+//	POST /api/events/{id}/replay   ?route=&include_delivered=true&include_stale=true&dry_run=true
+//	POST /api/replay               {"filter": {...}, "after": "", "include_delivered": false, "include_stale": false, "dry_run": false}
 //	POST /api/events/{id}/retry    ?route=&dry_run=true
 //	POST /api/retry                ?route=R&state=retrying&dry_run=true
 //	POST /api/routes/{name}/pause  (and /resume; see routesAPI)
@@ -78,6 +78,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			EventID:          id,
 			Filter:           store.EventFilter{Route: q.Get("route")},
 			IncludeDelivered: q.Get("include_delivered") == "true",
+			IncludeStale:     q.Get("include_stale") == "true",
 			DryRun:           q.Get("dry_run") == "true",
 		})
 	})
@@ -241,14 +242,14 @@ func FilterFromQuery(q url.Values) (store.EventFilter, error) {
 		}
 	}
 	if f.State != "" && !validState(f.State) {
-		return f, errors.New("state: must be pending, retrying, delivered or dead")
+		return f, errors.New("state: must be pending, retrying, delivered, dead or stale")
 	}
 	return f, nil
 }
 
 func validState(s string) bool {
 	switch s {
-	case "pending", "retrying", "delivered", "dead":
+	case "pending", "retrying", "delivered", "dead", "stale":
 		return true
 	}
 	return false

@@ -66,7 +66,7 @@ func TestAdminAPIAnswers(t *testing.T) {
 		has                      string
 	}{
 		{"a listing", "GET", "/api/events?source=acme&limit=1", "", 200, `"total":2,"shown":1`},
-		{"a bad filter", "GET", "/api/events?state=lost", "", 400, "state: must be pending, retrying, delivered or dead"},
+		{"a bad filter", "GET", "/api/events?state=lost", "", 400, "state: must be pending, retrying, delivered, dead or stale"},
 		{"a bad time", "GET", "/api/events?since=yesterday", "", 400, "since: want RFC 3339"},
 		{"a bad limit", "GET", "/api/events?limit=0", "", 400, "limit: must be a positive number"},
 		{"an event", "GET", "/api/events/" + dead.id.String(), "", 200, `"state":"dead"`},

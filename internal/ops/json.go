@@ -54,6 +54,11 @@ type EventDetail struct {
 	Body           string           `json:"body"`
 	Purged         bool             `json:"purged,omitempty"`
 	Deliveries     []DeliveryDetail `json:"deliveries"`
+
+	// OrderingResource and OrderingVersion are what the stale check of a
+	// drop_stale route compares (the source's ordering), absent when none.
+	OrderingResource string `json:"ordering_resource,omitempty"`
+	OrderingVersion  string `json:"ordering_version,omitempty"`
 }
 
 // DeliveryDetail is one route's delivery with every attempt.
@@ -130,6 +135,7 @@ type ReplayBody struct {
 	Filter           FilterBody `json:"filter"`
 	After            string     `json:"after,omitempty"`
 	IncludeDelivered bool       `json:"include_delivered,omitempty"`
+	IncludeStale     bool       `json:"include_stale,omitempty"`
 	DryRun           bool       `json:"dry_run,omitempty"`
 	ListLimit        int        `json:"list_limit,omitempty"`
 }
@@ -138,7 +144,7 @@ type ReplayBody struct {
 func (b ReplayBody) Request() ReplayRequest {
 	return ReplayRequest{
 		EventID: b.EventID, Filter: store.EventFilter(b.Filter), After: b.After,
-		IncludeDelivered: b.IncludeDelivered, DryRun: b.DryRun, ListLimit: b.ListLimit,
+		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, DryRun: b.DryRun, ListLimit: b.ListLimit,
 	}
 }
 
@@ -163,6 +169,7 @@ func eventDetail(e *store.EventDetail, served func(route string) bool) *EventDet
 	return &EventDetail{
 		ID: e.ID, Source: e.Source, EventType: e.EventType, IdempotencyKey: e.IdempotencyKey, ContentType: e.ContentType,
 		ReceivedAt: e.ReceivedAt, Headers: e.Headers, Body: e.Body, Purged: e.Purged,
+		OrderingResource: e.OrderingResource, OrderingVersion: e.OrderingVersion,
 		Deliveries: convert(e.Deliveries, func(d store.DeliveryDetail) DeliveryDetail {
 			dd := DeliveryDetail{
 				DeliverySummary: deliverySummary(d.DeliverySummary, served(d.Route)),

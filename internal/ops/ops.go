@@ -33,7 +33,7 @@ type Store interface {
 	ReplayCandidatesPage(ctx context.Context, f store.EventFilter, after store.ReplayCursor, limit int) ([]store.ReplayCandidate, error)
 	// ReplayEnqueue puts pairs back through the outbox in one transaction
 	// and returns those it enqueued.
-	ReplayEnqueue(ctx context.Context, pairs []store.ReplayPair, includeDelivered bool) ([]store.ReplayPair, error)
+	ReplayEnqueue(ctx context.Context, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error)
 	// ReplayPairStates counts how many of pairs are pending and how many
 	// delivered.
 	ReplayPairStates(ctx context.Context, pairs []store.ReplayPair) (pending, delivered int, err error)

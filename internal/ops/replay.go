@@ -47,6 +47,9 @@ type ReplayRequest struct {
 	After string
 	// IncludeDelivered replays pairs already delivered too.
 	IncludeDelivered bool
+	// IncludeStale replays stale pairs too (a route with ordering
+	// drop_stale did not send them), delivered without the stale check.
+	IncludeStale bool
 	// DryRun reports what would be replayed and changes nothing.
 	DryRun bool
 	// ListLimit is how many pairs the result lists of each kind (replayed,
@@ -133,7 +136,7 @@ func (e *StalledError) Unwrap() error { return ErrReplayStalled }
 // Replay puts the selected pairs back through the outbox (so a crash half
 // way loses nothing) addressed to their route's queue, each as a new
 // attempt series with the same webhook-id. Delivered pairs are skipped
-// unless IncludeDelivered; pairs pending or retrying are in flight already
+// unless IncludeDelivered, stale pairs unless IncludeStale; pairs pending or retrying are in flight already
 // and always skipped; purged events have no body left to send.
 //
 // A selection by filter is read a page at a time (never all in memory) and
@@ -288,6 +291,8 @@ func (r *replayer) add(page []store.ReplayCandidate) {
 				item.Skipped = "purged: the body is no longer stored"
 			case state == string(webhook.StateDelivered) && !r.req.IncludeDelivered:
 				item.Skipped = "delivered (use --include-delivered)"
+			case state == string(webhook.StateStale) && !r.req.IncludeStale:
+				item.Skipped = "stale: a newer version was delivered (use --include-stale)"
 			case state == string(webhook.StatePending) || state == string(webhook.StateRetrying):
 				item.Skipped = "in flight (" + state + ")"
 			}
@@ -329,7 +334,7 @@ func (r *replayer) flush(ctx context.Context, n int, pace bool) error {
 	for i, it := range items {
 		pairs[i] = store.ReplayPair{EventID: it.EventID, Route: it.Route}
 	}
-	done, err := r.s.Store.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered)
+	done, err := r.s.Store.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered, r.req.IncludeStale)
 	if err != nil {
 		return err
 	}

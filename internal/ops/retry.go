@@ -154,6 +154,8 @@ func (r *retrier) event(ctx context.Context) error {
 			it.Skipped = "dead: replay it (hookrelay replay --event) or requeue its dead letter"
 		case d.State == string(webhook.StatePending):
 			it.Skipped = "pending: its attempt is queued already"
+		case d.State == string(webhook.StateStale):
+			it.Skipped = "stale: a newer version was delivered, so it was not sent (hookrelay replay --event --include-stale sends it)"
 		default:
 			it.Series, it.Attempt, it.WasDue = d.Series, d.NextAttempt, d.NextAttemptAt
 			waiting[d.Route] = it

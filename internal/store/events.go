@@ -36,11 +36,13 @@ func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []strin
 			headers = http.Header{}
 		}
 		err := tx.QueryRow(ctx, `
-			INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, body_sha256, received_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, body_sha256, received_at,
+				ordering_resource, ordering_version, ordering_version_num)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULLIF($10, ''), NULLIF($11, ''), NULLIF($12, '')::numeric)
 			ON CONFLICT DO NOTHING
 			RETURNING id`,
 			ev.ID, ev.Source, ev.IdempotencyKey, ev.EventType, ev.ContentType, headers, ev.Body, ev.BodySHA256, ev.ReceivedAt,
+			ev.OrderingResource, ev.OrderingVersion, ev.OrderingVersionNum,
 		).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			duplicate = true

@@ -159,6 +159,10 @@ type EventDetail struct {
 	Body           string
 	Purged         bool
 	Deliveries     []DeliveryDetail
+
+	// OrderingResource and OrderingVersion are the event's resource and
+	// version for the stale check, "" when it has none.
+	OrderingResource, OrderingVersion string
 }
 
 // EventShow returns one event with its deliveries and attempts, or
@@ -169,9 +173,11 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	var ev EventDetail
 	var body []byte
 	err := db.pool.QueryRow(ctx, `
-		SELECT id, source, event_type, idempotency_key, content_type, received_at, headers, body, purged_at IS NOT NULL
+		SELECT id, source, event_type, idempotency_key, content_type, received_at, headers, body, purged_at IS NOT NULL,
+			COALESCE(ordering_resource, ''), COALESCE(ordering_version, '')
 		FROM events WHERE id = $1`, id,
-	).Scan(&ev.ID, &ev.Source, &ev.EventType, &ev.IdempotencyKey, &ev.ContentType, &ev.ReceivedAt, &ev.Headers, &body, &ev.Purged)
+	).Scan(&ev.ID, &ev.Source, &ev.EventType, &ev.IdempotencyKey, &ev.ContentType, &ev.ReceivedAt, &ev.Headers, &body, &ev.Purged,
+		&ev.OrderingResource, &ev.OrderingVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -88,10 +88,10 @@ func TestReplayEnqueueIsConditional(t *testing.T) {
 	dead, delivered, pending := mk("dead", webhook.StateDead), mk("delivered", webhook.StateDelivered), mk("pending", webhook.StatePending)
 	fresh := store.ReplayPair{EventID: dead.EventID, Route: "crm"} // never attempted on crm
 
-	done, err := db.ReplayEnqueue(ctx, []store.ReplayPair{dead, delivered, pending, fresh}, false)
+	done, err := db.ReplayEnqueue(ctx, []store.ReplayPair{dead, delivered, pending, fresh}, false, false)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []store.ReplayPair{dead, fresh}, done)
-	done, err = db.ReplayEnqueue(ctx, []store.ReplayPair{delivered}, true)
+	done, err = db.ReplayEnqueue(ctx, []store.ReplayPair{delivered}, true, false)
 	require.NoError(t, err)
 	require.Equal(t, []store.ReplayPair{delivered}, done)
 

@@ -130,7 +130,7 @@ func TestReplayEnqueueSkipsEventPurgedSinceSelection(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res.Stripped)
 
-	done, err := db.ReplayEnqueue(ctx, []store.ReplayPair{{EventID: id, Route: "billing"}}, false)
+	done, err := db.ReplayEnqueue(ctx, []store.ReplayPair{{EventID: id, Route: "billing"}}, false, false)
 	require.NoError(t, err)
 	require.Empty(t, done, "a purged event is not enqueued")
 	var outbox int
@@ -140,7 +140,7 @@ func TestReplayEnqueueSkipsEventPurgedSinceSelection(t *testing.T) {
 	// The other order: a replayed event (in the outbox, pending again) is
 	// not purged.
 	id2 := purgeFixture(t, db, "dead_mid_2", 20*24*time.Hour, map[string]webhook.DeliveryState{"billing": webhook.StateDead})
-	done, err = db.ReplayEnqueue(ctx, []store.ReplayPair{{EventID: id2, Route: "billing"}}, false)
+	done, err = db.ReplayEnqueue(ctx, []store.ReplayPair{{EventID: id2, Route: "billing"}}, false, false)
 	require.NoError(t, err)
 	require.Len(t, done, 1)
 	res, err = db.Purge(ctx, store.PurgeConfig{

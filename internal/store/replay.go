@@ -124,9 +124,11 @@ type ReplayPair struct {
 // from when the caller looked: an event purged meanwhile (no body left to
 // send) is skipped, and only a dead pair (or a delivered one, with
 // includeDelivered) or one never attempted is replayed, so a pair that
-// became delivered or went back in flight meanwhile is left alone. It
-// returns the pairs it enqueued.
-func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDelivered bool) ([]ReplayPair, error) {
+// became delivered or went back in flight meanwhile is left alone. A
+// stale pair is replayed only with includeStale, and its copy is then
+// delivered without the stale check (stale_override); every other pair
+// replayed is checked again. It returns the pairs it enqueued.
+func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDelivered, includeStale bool) ([]ReplayPair, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	if len(pairs) == 0 {
@@ -163,14 +165,17 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 					-- A new copy: any older one still in a queue is stale.
 					gen = deliveries.gen + 1, due_at = now(),
 					-- A new attempt series, starting at attempt 1.
-					series = deliveries.series + 1
+					series = deliveries.series + 1,
+					-- The operator asked for this stale pair: send it.
+					stale_override = deliveries.state = 'stale'
 				WHERE deliveries.state = 'dead' OR ($3 AND deliveries.state = 'delivered')
+					OR ($5 AND deliveries.state = 'stale')
 				RETURNING event_id, route, gen
 			)
 			INSERT INTO outbox (event_id, routing_key, route, gen)
 			SELECT r.event_id, e.source || '.' || e.event_type, r.route, r.gen
 			FROM reset r JOIN events e ON e.id = r.event_id AND e.purged_at IS NULL
-			RETURNING event_id, route`, ids, routes, includeDelivered, live)
+			RETURNING event_id, route`, ids, routes, includeDelivered, live, includeStale)
 		if err != nil {
 			return fmt.Errorf("enqueueing replays: %w", err)
 		}

@@ -25,6 +25,16 @@ type Event struct {
 	// event of the same source with the same hash is a duplicate.
 	BodySHA256 []byte
 	ReceivedAt time.Time
+	// OrderingResource and OrderingVersion are the resource the event is
+	// about and its version, read as the source's ordering declares; both
+	// "" when it declares none or the event lacks either field (such an
+	// event is never stale). OrderingVersionNum is the version as a
+	// decimal number that sorts (a number as sent, an RFC 3339 time as
+	// seconds since 1970), "" when it is neither: then it compares as
+	// text.
+	OrderingResource   string
+	OrderingVersion    string
+	OrderingVersionNum string
 }
 
 // RoutingKey is the topic routing key of the event: "<source>.<event_type>".
@@ -69,6 +79,9 @@ const (
 	StateDelivered DeliveryState = "delivered"
 	StateRetrying  DeliveryState = "retrying"
 	StateDead      DeliveryState = "dead"
+	// StateStale is final: a route that drops stale events did not POST
+	// the event, because a newer version of its resource was delivered.
+	StateStale DeliveryState = "stale"
 )
 
 // Attempt is one HTTP attempt to deliver an event to a route, and what it
