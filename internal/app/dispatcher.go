@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/control"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/setup"
@@ -98,6 +99,15 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}()
 	routeNames := setup.RouteNames(cfg)
 	metrics := deliver.NewMetrics(reg, routeNames)
+	controls, err := newController(cfg, db, reg, logger)
+	if err != nil {
+		return err
+	}
+	// Before any consumer starts: a paused route or an open circuit is
+	// followed from the first message on.
+	if err := controls.Init(ctx); err != nil {
+		return err
+	}
 	handler, err := deliver.New(deliver.Config{
 		Routes:    routes,
 		Tiers:     deliverTiers(cfg),
@@ -107,6 +117,9 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Client:    opts.Client,
 		Metrics:   metrics,
 		Logger:    logger,
+		// Route controls: each attempt's answer counts toward the circuit
+		// breaker; a Retry-After holds the route.
+		ObserveFunc: controls.Observe,
 	})
 	if err != nil {
 		return err
@@ -116,7 +129,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Dialer:          dialer,
 		ConnectionName:  connectionName(cfg, "hookrelay-dispatcher"),
 		Topology:        topo,
-		Groups:          consumerGroups(cfg, handler),
+		Groups:          consumerGroups(cfg, handler, controls),
 		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
 		Logger:          logger,
 	})
@@ -136,7 +149,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		}},
 	)
 
-	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler, metrics: metrics}).run(ctx)
+	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
 }
 
 // dispatcher is a dispatcher's parts, built before any of them runs.
@@ -148,6 +161,7 @@ type dispatcher struct {
 	consumers  *amqp.Consumers
 	reconciler *deliver.Reconciler
 	metrics    *deliver.Metrics
+	controls   *control.Controller
 }
 
 // run runs every part until ctx is done or one fails, which stops the
@@ -163,6 +177,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	})
 	g.Go(func() error { return d.consumers.Run(gctx) })
 	g.Go(func() error { return d.reconciler.Run(gctx) })
+	g.Go(func() error { return d.controls.Run(gctx) })
 	g.Go(func() error { return d.summarize(gctx) })
 	names := setup.Names(cfg)
 	var serving []string
@@ -259,8 +274,10 @@ func deliverTiers(cfg *config.Config) []deliver.Tier {
 	return tiers
 }
 
-// consumerGroups consume each route's queue with the route's concurrency.
-func consumerGroups(cfg *config.Config, handler *deliver.Handler) []amqp.ConsumerGroup {
+// consumerGroups consume each route's queue with the route's concurrency,
+// while controls let them (pause, circuit); each delivery first waits for
+// the route's rate limit and Retry-After hold.
+func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *control.Controller) []amqp.ConsumerGroup {
 	names := setup.Names(cfg)
 	var groups []amqp.ConsumerGroup
 	for _, r := range cfg.Routes {
@@ -269,8 +286,12 @@ func consumerGroups(cfg *config.Config, handler *deliver.Handler) []amqp.Consume
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
 			Handle: func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error {
+				if err := controls.Admit(ctx, route, stopping); err != nil {
+					return err
+				}
 				return handler.Handle(ctx, route, m, stopping)
 			},
+			Gate: controls.Gate(route),
 		})
 	}
 	return groups

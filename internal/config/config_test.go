@@ -398,7 +398,7 @@ database: {url: "postgres://postgres@127.0.0.1:5432/hookrelay?sslmode=disable", 
 	cfg, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
 	require.NoError(t, err)
 	require.EqualValues(t, 10, cfg.Database.MaxConns)
-	require.EqualValues(t, 64+32+2, cfg.DispatcherMaxConns(), "derived: sum of routes[].concurrency + 2")
+	require.EqualValues(t, 64+32+3, cfg.DispatcherMaxConns(), "derived: sum of routes[].concurrency + 3")
 }
 
 func TestDispatcherMaxConns(t *testing.T) {
@@ -409,16 +409,16 @@ func TestDispatcherMaxConns(t *testing.T) {
 	cfg, err := Load(writeConfig(t, yaml), env)
 	require.NoError(t, err)
 	require.EqualValues(t, 0, cfg.Dispatcher.MaxConns, "default: derive")
-	require.EqualValues(t, 10, cfg.DispatcherMaxConns())
+	require.EqualValues(t, 11, cfg.DispatcherMaxConns())
 
 	cfg, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 25}\n"), env)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, cfg.DispatcherMaxConns(), "a set value wins")
 
-	_, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 9}\n"), env)
+	_, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 10}\n"), env)
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "dispatcher.max_conns: 9 is too small")
-	require.Contains(t, err.Error(), "at least 10")
+	require.Contains(t, err.Error(), "dispatcher.max_conns: 10 is too small")
+	require.Contains(t, err.Error(), "at least 11")
 }
 
 // Item 3: the listeners' timeouts have defaults and reject nonsense.

@@ -6,8 +6,9 @@ import (
 )
 
 // dispatcherSpareConns are the dispatcher's connections beyond one per
-// in-flight delivery: the readiness check and the metrics collector.
-const dispatcherSpareConns = 2
+// in-flight delivery: the readiness check, the metrics collector, and the
+// route controls' LISTEN connection (held for good; internal/control).
+const dispatcherSpareConns = 3
 
 // dispatcherNeed is the smallest pool the dispatcher works with: every
 // in-flight delivery holds a connection (its row lock) from lock to ack.
@@ -20,7 +21,7 @@ func (c *Config) dispatcherNeed() int {
 }
 
 // DispatcherMaxConns is the dispatcher's Postgres pool size:
-// dispatcher.max_conns when set, else the sum of routes[].concurrency + 2.
+// dispatcher.max_conns when set, else the sum of routes[].concurrency + 3.
 // The receiver and the CLI use database.max_conns instead.
 func (c *Config) DispatcherMaxConns() int32 {
 	if c.Dispatcher.MaxConns > 0 {

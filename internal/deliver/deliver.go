@@ -123,6 +123,10 @@ type Config struct {
 	// Ordering serves the stale check of routes with DropStale; nil turns
 	// the check off.
 	Ordering OrderingStore
+	// ObserveFunc, when set, is told each HTTP attempt's answer (status 0:
+	// none came) and its Retry-After, before the outcome is recorded and
+	// the message acked: the route controls count it (internal/control).
+	ObserveFunc func(ctx context.Context, route string, status int, retryAfter time.Duration)
 }
 
 // Handler delivers messages.
@@ -218,6 +222,9 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	attempt, retryAfter, err := d.attempt(ctx, lock)
 	if err != nil {
 		return err
+	}
+	if h.cfg.ObserveFunc != nil {
+		h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
 	}
 	tier, deadReason := d.decide(attempt, retryAfter)
 	gen, done, err := d.record(ctx, lock, attempt)
