@@ -15,6 +15,7 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	retries    *prometheus.CounterVec
 	inFlight   *prometheus.GaugeVec
+	leases     *prometheus.CounterVec
 }
 
 // NewMetrics registers the delivery metrics on reg, with every route's
@@ -41,18 +42,33 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 			Help: "HTTP delivery attempts in progress.",
 		}, []string{"route"}),
 	}
-	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight)
+	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookrelay_delivery_leases_total",
+		Help: "Delivery lease events: waited (a message met a live lease on its pair and waited for it), lost (a lease expired and was taken over before its holder recorded).",
+	}, []string{"route", "event"})
+	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight, m.leases)
 	for _, r := range routes {
 		for _, o := range outcomes {
 			m.deliveries.WithLabelValues(r, o)
 		}
 		m.inFlight.WithLabelValues(r)
+		for _, e := range leaseEvents {
+			m.leases.WithLabelValues(r, e)
+		}
 	}
 	return m
 }
 
 func (m *Metrics) outcome(route, outcome string) {
 	m.deliveries.WithLabelValues(route, outcome).Inc()
+}
+
+// leaseEvents are the values of hookrelay_delivery_leases_total's event
+// label.
+var leaseEvents = []string{"waited", "lost"}
+
+func (m *Metrics) lease(route, event string) {
+	m.leases.WithLabelValues(route, event).Inc()
 }
 
 // outcomes are the values of hookrelay_deliveries_total's outcome label.
