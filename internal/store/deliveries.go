@@ -113,7 +113,7 @@ func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("claiming delivery: %w", err)
+			return nil, fmt.Errorf("taking delivery lease: %w", err)
 		}
 		l := &DeliveryLease{db: db, id: id, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, TookOver: tookOver}
 		switch {
