@@ -71,11 +71,12 @@ func (e *LeaseBusyError) Error() string {
 
 // Store is what delivery needs from Postgres.
 type Store interface {
-	// DeliveryClaim claims the pair for attempt with a lease of ttl. A
-	// delivered pair is returned unclaimed (State says delivered; Release
-	// does nothing); a pair in flight elsewhere fails with a
-	// *LeaseBusyError; a purged event with ErrEventMissing.
-	DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, ttl time.Duration) (Lease, error)
+	// DeliveryClaim claims the pair for attempt, made by the copy of
+	// generation gen, with a lease of ttl. A delivered pair, or one at
+	// another generation (the copy is stale), is returned unclaimed (State
+	// and Gen say so; Release does nothing); a pair in flight elsewhere
+	// fails with a *LeaseBusyError; a purged event with ErrEventMissing.
+	DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (Lease, error)
 }
 
 // Publisher publishes the copy of a message that its outcome calls for and

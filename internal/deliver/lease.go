@@ -70,7 +70,7 @@ func (d *delivery) claim(ctx context.Context) (Lease, error) {
 	for {
 		var lease Lease
 		err := d.retryStore(ctx, "claiming delivery", func() (err error) {
-			lease, err = d.cfg.Store.DeliveryClaim(ctx, d.msg.EventID, d.route.Name, d.msg.Attempt, d.leaseTTL())
+			lease, err = d.cfg.Store.DeliveryClaim(ctx, d.msg.EventID, d.route.Name, d.msg.Attempt, d.msg.Gen, d.leaseTTL())
 			var busy *LeaseBusyError
 			if errors.As(err, &busy) {
 				return permanent{err}

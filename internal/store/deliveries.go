@@ -52,15 +52,21 @@ type DeliveryLease struct {
 // expired before its holder recorded it.
 const leaseExpiredError = "lease expired: the dispatcher making this attempt stopped before recording it; outcome unknown"
 
-// DeliveryClaim claims the pair for an attempt numbered attempt, with a
-// lease of ttl, in one statement, and returns it. It holds nothing after
-// it returns. A pair already delivered is returned read, not claimed (its
-// Release does nothing). A pair whose lease is live fails with a
+// DeliveryClaim claims the pair for an attempt numbered attempt of the
+// copy of generation gen, with a lease of ttl, in one statement, and
+// returns it. It holds nothing after it returns. A pair already delivered,
+// or at another generation than gen (the copy is stale), is returned read,
+// not claimed (its Release does nothing), whatever its lease. A pair whose lease is live fails with a
 // *LeaseBusyError. A pair whose lease expired is taken over: the dead
 // holder's attempt is recorded as 'lease_expired' and counted in the
 // pair's attempts, in the same statement. The delivery row is created if
 // the event has none; an event that is gone fails with ErrNotFound.
-func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, ttl time.Duration) (*DeliveryLease, error) {
+func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (*DeliveryLease, error) {
+	return db.claim(ctx, eventID, route, attempt, &gen, ttl)
+}
+
+// claim is DeliveryClaim; a nil gen claims whatever the pair's generation.
+func (db *DB) claim(ctx context.Context, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	owner := uuid.New()
@@ -90,7 +96,7 @@ func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string
 					last_error    = CASE WHEN prev.lease_owner IS NULL THEN d.last_error ELSE $6 END,
 					updated_at    = now()
 				FROM prev
-				WHERE d.id = prev.id AND prev.state <> 'delivered'
+				WHERE d.id = prev.id AND prev.state <> 'delivered' AND ($7::bigint IS NULL OR prev.gen = $7)
 				  AND (prev.lease_until IS NULL OR prev.lease_until <= now())
 				RETURNING d.id, d.state, d.gen, d.series, prev.lease_owner IS NOT NULL AS took_over,
 				          prev.lease_at, prev.lease_until, prev.lease_attempt
@@ -103,7 +109,7 @@ func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string
 			UNION ALL
 			SELECT false, id, state, gen, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8
 			FROM prev WHERE NOT EXISTS (SELECT 1 FROM u)`,
-			eventID, route, owner, ttl, attempt, leaseExpiredError,
+			eventID, route, owner, ttl, attempt, leaseExpiredError, copyGen,
 		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No row for the pair yet: create it, then claim.
@@ -117,7 +123,9 @@ func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string
 		}
 		l := &DeliveryLease{db: db, id: id, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, TookOver: tookOver}
 		switch {
-		case claimed, l.state == webhook.StateDelivered:
+		case claimed, l.state == webhook.StateDelivered, copyGen != nil && *copyGen != gen:
+			// Claimed; or delivered, or the copy is stale: read, not
+			// claimed (there is nothing to deliver, so nothing to wait for).
 			return l, nil
 		case remaining > 0:
 			return nil, &LeaseBusyError{Remaining: time.Duration(remaining * float64(time.Second))}
@@ -209,7 +217,7 @@ func (l *DeliveryLease) Release(ctx context.Context) error {
 // generation afterwards. A pair in flight fails with a *LeaseBusyError, a
 // delivered one records nothing and fails.
 func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
-	l, err := db.DeliveryClaim(ctx, a.EventID, a.Route, a.Number, time.Minute)
+	l, err := db.claim(ctx, a.EventID, a.Route, a.Number, nil, time.Minute)
 	if err != nil {
 		return 0, false, err
 	}

@@ -61,13 +61,13 @@ func TestDeliveryClaimLease(t *testing.T) {
 
 	t.Run("live, recorded, delivered", func(t *testing.T) {
 		id := insert("evt_live")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 1, time.Minute)
+		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, webhook.StatePending, a.State())
 		require.False(t, a.TookOver)
 		require.NotNil(t, readLease(t, db, id).owner)
 
-		_, err = db.DeliveryClaim(ctx, id, "billing", 1, time.Minute)
+		_, err = db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
 		var busy *store.LeaseBusyError
 		require.ErrorAs(t, err, &busy)
 		require.Greater(t, busy.Remaining, 50*time.Second)
@@ -83,7 +83,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.Nil(t, r.owner, "the record released the lease")
 		require.Equal(t, []string{"delivered"}, r.outcomes)
 
-		c, err := db.DeliveryClaim(ctx, id, "billing", 1, time.Minute)
+		c, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, webhook.StateDelivered, c.State())
 		require.Nil(t, readLease(t, db, id).owner, "a delivered pair is read, not leased")
@@ -92,11 +92,11 @@ func TestDeliveryClaimLease(t *testing.T) {
 
 	t.Run("expired, taken over, lost", func(t *testing.T) {
 		id := insert("evt_expired")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 3, time.Minute)
+		a, err := db.DeliveryClaim(ctx, id, "billing", 3, 0, time.Minute)
 		require.NoError(t, err)
 		expireLease(t, db, id)
 
-		b, err := db.DeliveryClaim(ctx, id, "billing", 3, time.Minute)
+		b, err := db.DeliveryClaim(ctx, id, "billing", 3, 0, time.Minute)
 		require.NoError(t, err)
 		require.True(t, b.TookOver)
 		r := readLease(t, db, id)
@@ -125,17 +125,32 @@ func TestDeliveryClaimLease(t *testing.T) {
 
 	t.Run("released without a record", func(t *testing.T) {
 		id := insert("evt_released")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 1, time.Minute)
+		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		require.NoError(t, a.Release(ctx))
-		b, err := db.DeliveryClaim(ctx, id, "billing", 1, time.Minute)
+		b, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err, "a released lease is free at once")
 		require.False(t, b.TookOver, "a released lease is no abandoned attempt")
 		require.Zero(t, readLease(t, db, id).attempts)
 	})
 
+	t.Run("stale copy", func(t *testing.T) {
+		id := insert("evt_stale")
+		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		owner := readLease(t, db, id).owner
+		// A copy of another generation has nothing to deliver: it reads
+		// the pair, even while a lease is live, and takes no lease.
+		stale, err := db.DeliveryClaim(ctx, id, "billing", 1, 7, time.Minute)
+		require.NoError(t, err)
+		require.Zero(t, stale.Gen())
+		require.NoError(t, stale.Release(ctx))
+		require.Equal(t, owner, readLease(t, db, id).owner, "the live lease is untouched")
+		require.NoError(t, a.Release(ctx))
+	})
+
 	t.Run("purged event", func(t *testing.T) {
-		_, err := db.DeliveryClaim(ctx, uuid.New(), "billing", 1, time.Minute)
+		_, err := db.DeliveryClaim(ctx, uuid.New(), "billing", 1, 0, time.Minute)
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
 }
@@ -156,7 +171,7 @@ func TestReconcileAndRetrySkipLiveLease(t *testing.T) {
 		_, err = db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
 		require.NoError(t, err)
 		// A dispatcher holds it: the retry tier's copy is being delivered.
-		_, err = db.DeliveryClaim(ctx, id, "billing", 2, time.Minute)
+		_, err = db.DeliveryClaim(ctx, id, "billing", 2, 1, time.Minute)
 		require.NoError(t, err)
 		return id
 	}
