@@ -354,9 +354,9 @@ func (l deliverLease) Restart(ctx context.Context) (int64, error) {
 	return gen, deliverErr(err)
 }
 
-func (l deliverLease) Record(ctx context.Context, a *webhook.Attempt) (int64, error) {
-	gen, err := l.DeliveryLease.Record(ctx, a)
-	return gen, deliverErr(err)
+func (l deliverLease) Record(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
+	gen, current, err := l.DeliveryLease.Record(ctx, a)
+	return gen, current, deliverErr(err)
 }
 
 // deliverErr turns the store's errors that delivery branches on into

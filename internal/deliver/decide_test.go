@@ -288,6 +288,20 @@ func TestHandleRetriesAFailedRecord(t *testing.T) {
 	require.Equal(t, int64(1), retries[0].next.Gen)
 }
 
+// A replay that moved the pair on during the attempt owns what comes
+// next: a failed attempt is recorded, and neither a retry nor a dead
+// letter is published for it.
+func TestHandleRecordsAPairMovedOnAsSuperseded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute, status(500))
+	b.store.movedOn = true
+	require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
+	_, _, _, recorded := b.store.snapshot()
+	require.Len(t, recorded, 1, "the attempt is recorded")
+	requireNothingPublished(t, b.pub)
+	require.Equal(t, map[string]float64{"superseded": 1}, b.outcomes(t))
+}
+
 // Issue 11: a lease lost before the record (it expired and another copy
 // took the pair over) leaves the pair to that copy: the attempt is kept as
 // lost, nothing is published, and the message is not acked, so it comes

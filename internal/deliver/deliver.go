@@ -43,9 +43,11 @@ type Lease interface {
 	Restart(ctx context.Context) (int64, error)
 	// Record stores the attempt and the pair's new state and releases the
 	// lease, at once, and returns the pair's generation afterwards (a
-	// retry's copy is a new generation). A lease taken over meanwhile
-	// fails with ErrLeaseLost: the attempt is stored as lost, nothing else.
-	Record(ctx context.Context, a *webhook.Attempt) (int64, error)
+	// retry's copy is a new generation). The state changes only if the
+	// pair is still at a.Gen (a replay may have moved it on meanwhile):
+	// current says so. A lease taken over meanwhile fails with
+	// ErrLeaseLost: the attempt is stored as lost, nothing else.
+	Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error)
 	// Release gives the lease back without recording.
 	Release(ctx context.Context) error
 }
@@ -238,8 +240,8 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		return err
 	}
 	tier, deadReason := d.decide(attempt, retryAfter)
-	gen, err := d.record(ctx, lease, attempt)
-	if err != nil {
+	gen, done, err := d.record(ctx, lease, attempt)
+	if done || err != nil {
 		return err
 	}
 	switch attempt.Outcome {
@@ -361,15 +363,18 @@ func (d *delivery) decide(a *webhook.Attempt, retryAfter time.Duration) (tier in
 
 // record stores the attempt and the pair's new state and releases the
 // lease, retrying while Postgres fails, and returns the pair's generation
-// afterwards. If the lease was lost (it expired, during a long Postgres
-// outage, and another copy of the message claimed the pair), the attempt
-// is stored as lost and nothing else: the other claim owns the pair now.
-// This copy is then not acked: it comes back, and what Postgres says then
-// decides (delivered: acked without a POST), so neither a success nor a
-// failure of this attempt is taken as the pair's outcome blindly.
-func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) (gen int64, err error) {
+// afterwards. If another copy moved the pair on meanwhile (a replay), that
+// copy owns what comes next, and done says this one is handled. If the
+// lease was lost (it expired, during a long Postgres outage, and another
+// copy of the message claimed the pair), the attempt is stored as lost and
+// nothing else: the other claim owns the pair now. This copy is then not
+// acked: it comes back, and what Postgres says then decides (delivered:
+// acked without a POST), so neither a success nor a failure of this
+// attempt is taken as the pair's outcome blindly.
+func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) (gen int64, done bool, err error) {
+	var current bool
 	err = d.retryStore(ctx, "recording attempt", func() (err error) {
-		gen, err = lease.Record(ctx, a)
+		gen, current, err = lease.Record(ctx, a)
 		if errors.Is(err, ErrLeaseLost) {
 			return permanent{err}
 		}
@@ -379,9 +384,17 @@ func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) 
 		d.cfg.Metrics.lease(d.route.Name, "lost")
 		d.log.Warn().Int("status", a.Status).Str("error", a.Error).Str("outcome", string(a.Outcome)).
 			Msg("delivery lease lost before recording; attempt stored as lost_lease, message requeued")
-		return 0, fmt.Errorf("recording attempt: %w", err)
+		return 0, true, fmt.Errorf("recording attempt: %w", err)
 	}
-	return gen, err
+	if err != nil {
+		return 0, true, err
+	}
+	if !current && a.Outcome != webhook.StateDelivered {
+		d.cfg.Metrics.outcome(d.route.Name, "superseded")
+		d.log.Info().Msg("pair moved on while recording; this copy is done")
+		return gen, true, nil
+	}
+	return gen, false, nil
 }
 
 // retryStore runs op until it succeeds, retrying with backoff for up to

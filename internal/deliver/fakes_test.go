@@ -38,6 +38,9 @@ type fakeStore struct {
 	// leaseLost makes Record find its lease taken over: the attempt is
 	// kept in lost, the pair unchanged.
 	leaseLost bool
+	// movedOn makes Record find the pair at another generation (a replay
+	// during the attempt).
+	movedOn bool
 	// locked is signalled on every DeliveryClaim call.
 	locked chan struct{}
 
@@ -116,19 +119,25 @@ func (l *fakeLock) Restart(context.Context) (int64, error) {
 	return l.s.gen, nil
 }
 
-func (l *fakeLock) Record(_ context.Context, a *webhook.Attempt) (int64, error) {
+func (l *fakeLock) Record(_ context.Context, a *webhook.Attempt) (int64, bool, error) {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if len(l.s.recordErrs) > 0 {
 		err := l.s.recordErrs[0]
 		l.s.recordErrs = l.s.recordErrs[1:]
-		return 0, err
+		return 0, false, err
 	}
 	if l.s.leaseLost {
 		l.s.lost = append(l.s.lost, a)
-		return 0, deliver.ErrLeaseLost
+		return 0, false, deliver.ErrLeaseLost
 	}
-	return l.s.record(a), nil
+	if l.s.movedOn {
+		// A replay moved the pair on during the attempt: the attempt is
+		// kept, the pair's state is not touched.
+		l.s.recorded = append(l.s.recorded, a)
+		return l.s.gen + 1, false, nil
+	}
+	return l.s.record(a), true, nil
 }
 
 func (l *fakeLock) Release(context.Context) error {

@@ -180,17 +180,19 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 // Record stores the attempt, moves the delivery to a.Outcome and releases
 // the lease, in one statement fenced by the lease: a retrying outcome
 // moves the pair to a new generation, the retry copy's, which it returns.
-// If the lease was taken over meanwhile (it expired), the attempt is
+// current says whether the pair was still at a.Gen: if not (a replay moved
+// it on while the attempt was in flight), only a success changed its
+// state, and the newer copy owns what comes next. If the lease was taken over meanwhile (it expired), the attempt is
 // stored with outcome 'lost_lease', nothing else of the pair changes, and
 // Record fails with ErrLeaseLost.
-func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (int64, error) {
+func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	gen, err := recordAttempt(ctx, l.db, l.id, l.owner, a)
+	gen, current, err = recordAttempt(ctx, l.db, l.id, l.owner, a)
 	if err == nil {
 		l.held = false
 	}
-	return gen, err
+	return gen, current, err
 }
 
 // Release gives the lease back without recording anything. It does
@@ -224,17 +226,17 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 	if !l.held {
 		return 0, false, fmt.Errorf("recording attempt: the pair is delivered already")
 	}
-	gen, err = l.Record(ctx, a)
-	return gen, l.gen == a.Gen, err
+	return l.Record(ctx, a)
 }
 
 // recordAttempt inserts the attempt and, when the pair is still at the
 // attempt's generation, moves it to a.Outcome (a retrying outcome to the
 // next generation, due when its tier expires), releasing the lease, in one
-// statement fenced by owner. It returns the pair's generation afterwards.
-// When the fence fails, the attempt is inserted as 'lost_lease' and
+// statement fenced by owner. It returns the pair's generation afterwards
+// and whether the attempt's copy was current (the pair at a.Gen: a replay
+// may have moved it on meanwhile). When the fence fails, the attempt is inserted as 'lost_lease' and
 // nothing else changes: ErrLeaseLost.
-func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUID, a *webhook.Attempt) (int64, error) {
+func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUID, a *webhook.Attempt) (int64, bool, error) {
 	var status *int
 	if a.Status != 0 {
 		status = &a.Status
@@ -252,9 +254,12 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 	// generation (the pair moved on meanwhile: a replay) records its
 	// attempt, and a success, but changes nothing else. The attempt belongs
 	// to the pair's current series.
-	var gen int64
+	var (
+		gen     int64
+		current bool
+	)
 	err := db.pool.QueryRow(ctx, `
-		WITH u AS (
+		WITH old AS (SELECT gen FROM deliveries WHERE id = $1), u AS (
 			UPDATE deliveries SET
 				state            = CASE WHEN state = 'delivered' THEN 'delivered'
 				                        WHEN gen = $6 OR $2 = 'delivered' THEN $2 ELSE state END,
@@ -277,20 +282,20 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
 			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE id = $1), 1)
 		)
-		SELECT gen FROM u`,
+		SELECT gen, (SELECT gen FROM old) = $6 FROM u`,
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, owner,
-		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody).Scan(&gen)
+		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody).Scan(&gen, &current)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrLeaseLost
+		return 0, false, ErrLeaseLost
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
-			return 0, fmt.Errorf("recording attempt: delivery %d: %w", deliveryID, ErrNotFound)
+			return 0, false, fmt.Errorf("recording attempt: delivery %d: %w", deliveryID, ErrNotFound)
 		}
-		return 0, fmt.Errorf("recording attempt: %w", err)
+		return 0, false, fmt.Errorf("recording attempt: %w", err)
 	}
-	return gen, nil
+	return gen, current, nil
 }
 
 // DeliveryGet returns the state and attempt count of one pair, or

@@ -74,9 +74,10 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.LessOrEqual(t, busy.Remaining, time.Minute)
 		require.Zero(t, readLease(t, db, id).attempts, "meeting a lease consumes no attempt")
 
-		gen, err := a.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 200, Outcome: webhook.StateDelivered})
+		gen, current, err := a.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 200, Outcome: webhook.StateDelivered})
 		require.NoError(t, err)
 		require.Zero(t, gen)
+		require.True(t, current)
 		r := readLease(t, db, id)
 		require.Equal(t, "delivered", r.state)
 		require.Equal(t, 1, r.attempts)
@@ -104,7 +105,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.Equal(t, []int{3}, r.numbers, "the dead holder's attempt number")
 		require.Equal(t, 1, r.attempts, "the abandoned attempt counts")
 
-		_, err = a.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 3, StartedAt: time.Now(), Status: 200, Outcome: webhook.StateDelivered})
+		_, _, err = a.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 3, StartedAt: time.Now(), Status: 200, Outcome: webhook.StateDelivered})
 		require.ErrorIs(t, err, store.ErrLeaseLost)
 		r = readLease(t, db, id)
 		require.Equal(t, "pending", r.state, "a lost lease's success is not taken as the pair's")
@@ -114,9 +115,10 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.NoError(t, a.Release(ctx))
 		require.NotNil(t, readLease(t, db, id).owner, "the old holder's release does not touch the new lease")
 
-		gen, err := b.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 3, StartedAt: time.Now(), Status: 503, Outcome: webhook.StateRetrying, RetryIn: time.Minute})
+		gen, current, err := b.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 3, StartedAt: time.Now(), Status: 503, Outcome: webhook.StateRetrying, RetryIn: time.Minute})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, gen)
+		require.True(t, current)
 		r = readLease(t, db, id)
 		require.Equal(t, "retrying", r.state)
 		require.Equal(t, 2, r.attempts)
@@ -147,6 +149,23 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.NoError(t, stale.Release(ctx))
 		require.Equal(t, owner, readLease(t, db, id).owner, "the live lease is untouched")
 		require.NoError(t, a.Release(ctx))
+	})
+
+	t.Run("moved on during the attempt", func(t *testing.T) {
+		id := insert("evt_moved")
+		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		// A replay sends a new copy while the attempt is in flight.
+		_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET gen = gen + 1 WHERE event_id = $1`, id)
+		require.NoError(t, err)
+		gen, current, err := a.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 503, Outcome: webhook.StateRetrying, RetryIn: time.Minute})
+		require.NoError(t, err)
+		require.False(t, current)
+		require.EqualValues(t, 1, gen, "the replay's generation, not a new one")
+		r := readLease(t, db, id)
+		require.Equal(t, "pending", r.state, "the newer copy owns the pair")
+		require.Equal(t, 1, r.attempts)
+		require.Nil(t, r.owner)
 	})
 
 	t.Run("purged event", func(t *testing.T) {
