@@ -352,8 +352,10 @@ func TestSixHundredInFlightWithTwentyConns(t *testing.T) {
 		`SELECT count(*) FROM delivery_attempts WHERE outcome = 'delivered'`).Scan(&rows))
 	require.Equal(t, total, rows)
 	// With a connection pinned per POST, 20 connections would allow at
-	// most 20 POSTs at once and take 30s; leases let them overlap.
-	require.Greater(t, p, 200, "POSTs overlap far beyond the pool size")
+	// most 20 POSTs at once (and 30s for the 600); leases let them overlap.
+	// How far depends on the machine's load (alone here: 440 of 600; 150
+	// with the rest of the suite beside it), so the bound is the pool's.
+	require.Greater(t, p, 3*20, "POSTs overlap far beyond the pool size")
 	require.NotContains(t, logs.String(), "holding the message", "no claim or record waited for Postgres")
 	m := scrape(t, base)
 	for _, r := range h.cfg.Routes {
