@@ -33,13 +33,14 @@ func (e *LeaseBusyError) Error() string {
 // connection and no row lock: the claim is a lease in the row
 // (lease_owner, lease_until) that every later write of the holder is
 // fenced by. While it is live, no other claim takes the pair, and the
-// reconciler, `hookrelay retry` and purge leave the pair alone. If the
-// holder dies, the lease expires and the next claim takes it over.
+// reconciler and `hookrelay retry` leave the pair alone. If the holder
+// dies, the lease expires and the next claim takes it over.
 type DeliveryLease struct {
 	db    *DB
 	id    int64
 	owner uuid.UUID
-	// held is false for a delivered pair: it is read, not claimed.
+	// held is false for a delivered pair or a stale copy: read, not
+	// claimed.
 	held  bool
 	state webhook.DeliveryState
 	gen   int64
@@ -50,16 +51,17 @@ type DeliveryLease struct {
 
 // leaseExpiredError is the error recorded for an attempt whose lease
 // expired before its holder recorded it.
-const leaseExpiredError = "lease expired: the dispatcher making this attempt stopped before recording it; outcome unknown"
+const leaseExpiredError = "lease expired: the dispatcher making this attempt " +
+	"stopped before recording it; outcome unknown"
 
 // DeliveryClaim claims the pair for an attempt numbered attempt of the
 // copy of generation gen, with a lease of ttl, in one statement, and
 // returns it. It holds nothing after it returns. A pair already delivered,
 // or at another generation than gen (the copy is stale), is returned read,
-// not claimed (its Release does nothing), whatever its lease. A pair whose lease is live fails with a
-// *LeaseBusyError. A pair whose lease expired is taken over: the dead
-// holder's attempt is recorded as 'lease_expired' and counted in the
-// pair's attempts, in the same statement. The delivery row is created if
+// not claimed (its Release does nothing), whatever its lease. A pair whose
+// lease is live fails with a *LeaseBusyError. A pair whose lease expired
+// is taken over: the dead holder's attempt is recorded as 'lease_expired'
+// and counted in the pair's attempts, in the same statement. The delivery row is created if
 // the event has none; an event that is gone fails with ErrNotFound.
 func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (*DeliveryLease, error) {
 	return db.claim(ctx, eventID, route, attempt, &gen, ttl)
@@ -182,9 +184,10 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 // moves the pair to a new generation, the retry copy's, which it returns.
 // current says whether the pair was still at a.Gen: if not (a replay moved
 // it on while the attempt was in flight), only a success changed its
-// state, and the newer copy owns what comes next. If the lease was taken over meanwhile (it expired), the attempt is
-// stored with outcome 'lost_lease', nothing else of the pair changes, and
-// Record fails with ErrLeaseLost.
+// state, and the newer copy owns what comes next. If the lease was taken
+// over meanwhile (it expired), the attempt is stored with outcome
+// 'lost_lease', nothing else of the pair changes, and Record fails with
+// ErrLeaseLost.
 func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
