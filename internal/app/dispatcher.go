@@ -120,6 +120,8 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		// Route controls: each attempt's answer counts toward the circuit
 		// breaker; a Retry-After holds the route.
 		ObserveFunc: controls.Observe,
+		// A lease, not a pinned connection, guards each in-flight pair.
+		LeaseMargin: cfg.Dispatcher.LeaseMargin,
 	})
 	if err != nil {
 		return err
@@ -358,20 +360,42 @@ func routeStats(db *store.DB) deliver.RouteStatsFunc {
 // deliverStore adapts *store.DB to deliver.Store.
 type deliverStore struct{ db *store.DB }
 
-func (s deliverStore) DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (deliver.Lock, error) {
-	lock, err := s.db.DeliveryLock(ctx, eventID, route)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+func (s deliverStore) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (deliver.Lease, error) {
+	l, err := s.db.DeliveryClaim(ctx, eventID, route, attempt, gen, ttl)
+	if err != nil {
+		return nil, deliverErr(err)
 	}
-	return lock, err
+	return deliverLease{l}, nil
 }
 
-func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
-	gen, current, err := s.db.AttemptRecord(ctx, a)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, false, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+// deliverLease adapts *store.DeliveryLease to deliver.Lease.
+type deliverLease struct{ *store.DeliveryLease }
+
+func (l deliverLease) Restart(ctx context.Context) (int64, error) {
+	gen, err := l.DeliveryLease.Restart(ctx)
+	return gen, deliverErr(err)
+}
+
+func (l deliverLease) Record(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
+	gen, current, err := l.DeliveryLease.Record(ctx, a)
+	return gen, current, deliverErr(err)
+}
+
+// deliverErr turns the store's errors that delivery branches on into
+// deliver's.
+func deliverErr(err error) error {
+	var busy *store.LeaseBusyError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+	case errors.Is(err, store.ErrLeaseLost):
+		return fmt.Errorf("%w: %w", deliver.ErrLeaseLost, err)
+	case errors.As(err, &busy):
+		return &deliver.LeaseBusyError{Remaining: busy.Remaining}
 	}
-	return gen, current, err
+	return err
 }
 
 // DeliveryStale adapts store.DB.DeliveryStale to deliver.OrderingStore.

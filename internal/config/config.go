@@ -156,10 +156,16 @@ type Dispatcher struct {
 	// a queue deleted. Default 20.
 	DeliveryLimit int `mapstructure:"delivery_limit" validate:"gte=1,lte=10000"`
 	// MaxConns is the dispatcher's Postgres pool size. Default 0, which
-	// derives it: the sum of routes[].concurrency + 3, because every
-	// in-flight delivery holds a connection (its row lock), health checks
-	// and metrics need two more, and the route controls' LISTEN one. A value below that is an error.
+	// means database.max_conns. A delivery uses a connection only for its
+	// claim and its record, not during the POST, so a few connections
+	// serve any route concurrency.
 	MaxConns int32 `mapstructure:"max_conns" validate:"gte=0,lte=1000"`
+	// LeaseMargin is added to a route's timeout for the lease a delivery
+	// takes on its (event, route) pair. A dispatcher killed mid-POST leaves
+	// a lease that a redelivered message waits out: route timeout plus this.
+	// It must cover the claim before the POST and the record after it.
+	// Default 10s.
+	LeaseMargin time.Duration `mapstructure:"lease_margin" validate:"gte=100ms,lte=1h"`
 	// ReadTimeout bounds reading one request to the health and metrics
 	// listener (GETs without a body). Default 10s.
 	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
@@ -444,6 +450,7 @@ func setDefaults(set func(key string, value any)) {
 	set("dispatcher.shutdown_timeout", "30s")
 	set("dispatcher.delivery_limit", 20)
 	set("dispatcher.max_conns", 0)
+	set("dispatcher.lease_margin", "10s")
 	set("dispatcher.read_timeout", "10s")
 	set("dispatcher.write_timeout", "30s")
 	set("dispatcher.idle_timeout", "2m")
