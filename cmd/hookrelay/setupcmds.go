@@ -138,15 +138,18 @@ func topologyApply(ctx context.Context, cfg *config.Config, c *cli) error {
 }
 
 func (c *cli) routesCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "routes",
-		Short: "List the routes, their queues and bindings, and what waits on each",
+		Short: "List the routes, their state and what waits on each; pause and resume them",
 		Long: `List the configured routes with their queue, bindings and how many of their
-deliveries are pending, retrying and dead in Postgres; then any route that
-has deliveries in Postgres but is not in the config (no dispatcher delivers
-it).`,
-		Example: `  hookrelay routes`,
-		Args:    setup.NoArgs,
+deliveries are pending, retrying and dead in Postgres, their state (active,
+paused, circuit open or half-open, held by a Retry-After), the messages
+ready in their queue and the age of the oldest undelivered event; then any
+route that has deliveries in Postgres but is not in the config (no
+dispatcher delivers it).`,
+		Example: `  hookrelay routes
+  hookrelay routes pause billing`,
+		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := c.config()
 			if err != nil {
@@ -162,13 +165,19 @@ it).`,
 				return err
 			}
 			names := setup.Names(cfg)
+			controls, err := readRouteControls(cmd.Context(), cfg, db)
+			if err != nil {
+				return err
+			}
 			tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD")
+			fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tREADY\tOLDEST")
 			configured := map[string]bool{}
 			for _, r := range cfg.Routes {
 				configured[r.Name] = true
 				n := counts[r.Name]
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", r.Name, names.RouteQueue(r.Name), strings.Join(r.Bindings, " "), n.Pending, n.Retrying, n.Dead)
+				ctl := controls.routes[r.Name]
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.Name, names.RouteQueue(r.Name), strings.Join(r.Bindings, " "), n.Pending, n.Retrying, n.Dead,
+					ctl.state, ctl.ready, ctl.oldest)
 			}
 			var others []string
 			for route := range counts {
@@ -184,10 +193,15 @@ it).`,
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			if controls.brokerErr != nil {
+				fmt.Fprintf(c.out, "READY unknown (?): %v\n", controls.brokerErr)
+			}
 			_, err = fmt.Fprintf(c.out, "%d route(s) configured, %d more with deliveries in the database only\n", len(cfg.Routes), len(others))
 			return err
 		},
 	}
+	cmd.AddCommand(c.routesPauseCmd(true), c.routesPauseCmd(false))
+	return cmd
 }
 
 // benchCmd is `hookrelay bench`: it parses its own flags (see its --help)

@@ -29,6 +29,16 @@ type ConsumerGroup struct {
 	Queue       string
 	Concurrency int
 	Handle      HandleFunc
+	// Gate, when set, says when the group's consumers may consume (a
+	// paused route, an open circuit); nil means always.
+	Gate Gate
+}
+
+// Gate tells a group's consumers when they may consume.
+type Gate interface {
+	// Open reports whether consumer i (0 to Concurrency-1) may consume
+	// now, and returns a channel that is closed at the next change.
+	Open(i int) (bool, <-chan struct{})
 }
 
 // ConsumersConfig configures Consumers.
@@ -179,22 +189,66 @@ func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connect
 	lostc := make(chan error, total)
 	for _, g := range c.cfg.Groups {
 		for i := range g.Concurrency {
-			cc, err := c.openConsumer(conn, g, i)
-			if err != nil {
-				return nil, err
+			var cc *consumer
+			if open, _ := gateOpen(g.Gate, i); open {
+				if cc, err = c.openConsumer(conn, g, i); err != nil {
+					return nil, err
+				}
 			}
-			chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cc.run(ctx, work, g.Handle)
+				err := c.consume(ctx, work, conn, g, i, cc)
 				if ctx.Err() == nil {
-					lostc <- stopped(g.Queue, chClosed)
+					lostc <- err
 				}
 			}()
 		}
 	}
 	return lostc, nil
+}
+
+func gateOpen(g Gate, i int) (bool, <-chan struct{}) {
+	if g == nil {
+		return true, nil
+	}
+	return g.Open(i)
+}
+
+// consume runs consumer i of g (cc, or one it opens when its gate opens)
+// until ctx is done, and returns why it stopped otherwise. When the gate
+// closes it cancels the consumer (basic.cancel: the message in hand
+// finishes and is acked first) and closes its channel, which returns a
+// message prefetched but not started to the queue; when the gate opens
+// again it consumes on a new channel.
+func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g ConsumerGroup, i int, cc *consumer) error {
+	for {
+		if cc == nil {
+			for {
+				open, changed := gateOpen(g.Gate, i)
+				if open {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-changed:
+				}
+			}
+			var err error
+			if cc, err = c.openConsumer(conn, g, i); err != nil {
+				return err
+			}
+			cc.logger.Debug().Msg("consuming again")
+		}
+		chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
+		if gated := cc.run(ctx, work, g.Handle, g.Gate, i); !gated {
+			return stopped(g.Queue, chClosed)
+		}
+		_ = cc.ch.Close() // a prefetched message goes back to the queue
+		cc.logger.Debug().Msg("stopped consuming: the route is paused, held or its circuit open")
+		cc = nil
+	}
 }
 
 // stopped says why a consumer of queue stopped, with its channel's error
@@ -279,19 +333,26 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 	}, nil
 }
 
-// run hands each delivery to handle until ctx is done; handle runs under
-// work.
-func (cc *consumer) run(ctx, work context.Context, handle HandleFunc) {
+// run hands each delivery to handle until ctx is done or gate closes for
+// consumer i (it then cancels the consumer and returns true); handle runs
+// under work.
+func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate, i int) (gated bool) {
 	for {
+		open, changed := gateOpen(gate, i)
+		if !open {
+			_ = cc.ch.Cancel(cc.tag, false)
+			return true
+		}
 		select {
 		case <-ctx.Done():
 			// Stop receiving; a message already prefetched but not handled
 			// goes back to the queue when the channel closes.
 			_ = cc.ch.Cancel(cc.tag, false)
-			return
+			return false
+		case <-changed:
 		case d, ok := <-cc.deliveries:
 			if !ok {
-				return // channel or connection closed
+				return false // channel or connection closed
 			}
 			cc.handle(ctx, work, d, handle)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/control"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/setup"
@@ -98,6 +99,15 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}()
 	routeNames := setup.RouteNames(cfg)
 	metrics := deliver.NewMetrics(reg, routeNames)
+	controls, err := newController(cfg, db, reg, logger)
+	if err != nil {
+		return err
+	}
+	// Before any consumer starts: a paused route or an open circuit is
+	// followed from the first message on.
+	if err := controls.Init(ctx); err != nil {
+		return err
+	}
 	handler, err := deliver.New(deliver.Config{
 		Routes:    routes,
 		Tiers:     deliverTiers(cfg),
@@ -107,6 +117,11 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Client:    opts.Client,
 		Metrics:   metrics,
 		Logger:    logger,
+		// Route controls: each attempt's answer counts toward the circuit
+		// breaker; a Retry-After holds the route.
+		ObserveFunc: controls.Observe,
+		// A lease, not a pinned connection, guards each in-flight pair.
+		LeaseMargin: cfg.Dispatcher.LeaseMargin,
 	})
 	if err != nil {
 		return err
@@ -116,7 +131,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Dialer:          dialer,
 		ConnectionName:  connectionName(cfg, "hookrelay-dispatcher"),
 		Topology:        topo,
-		Groups:          consumerGroups(cfg, handler),
+		Groups:          consumerGroups(cfg, handler, controls),
 		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
 		Logger:          logger,
 	})
@@ -136,7 +151,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		}},
 	)
 
-	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler, metrics: metrics}).run(ctx)
+	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
 }
 
 // dispatcher is a dispatcher's parts, built before any of them runs.
@@ -148,6 +163,7 @@ type dispatcher struct {
 	consumers  *amqp.Consumers
 	reconciler *deliver.Reconciler
 	metrics    *deliver.Metrics
+	controls   *control.Controller
 }
 
 // run runs every part until ctx is done or one fails, which stops the
@@ -163,6 +179,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	})
 	g.Go(func() error { return d.consumers.Run(gctx) })
 	g.Go(func() error { return d.reconciler.Run(gctx) })
+	g.Go(func() error { return d.controls.Run(gctx) })
 	g.Go(func() error { return d.summarize(gctx) })
 	names := setup.Names(cfg)
 	var serving []string
@@ -259,8 +276,10 @@ func deliverTiers(cfg *config.Config) []deliver.Tier {
 	return tiers
 }
 
-// consumerGroups consume each route's queue with the route's concurrency.
-func consumerGroups(cfg *config.Config, handler *deliver.Handler) []amqp.ConsumerGroup {
+// consumerGroups consume each route's queue with the route's concurrency,
+// while controls let them (pause, circuit); each delivery first waits for
+// the route's rate limit and Retry-After hold.
+func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *control.Controller) []amqp.ConsumerGroup {
 	names := setup.Names(cfg)
 	var groups []amqp.ConsumerGroup
 	for _, r := range cfg.Routes {
@@ -269,8 +288,12 @@ func consumerGroups(cfg *config.Config, handler *deliver.Handler) []amqp.Consume
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
 			Handle: func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error {
+				if err := controls.Admit(ctx, route, stopping); err != nil {
+					return err
+				}
 				return handler.Handle(ctx, route, m, stopping)
 			},
+			Gate: controls.Gate(route),
 		})
 	}
 	return groups
@@ -337,20 +360,42 @@ func routeStats(db *store.DB) deliver.RouteStatsFunc {
 // deliverStore adapts *store.DB to deliver.Store.
 type deliverStore struct{ db *store.DB }
 
-func (s deliverStore) DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (deliver.Lock, error) {
-	lock, err := s.db.DeliveryLock(ctx, eventID, route)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+func (s deliverStore) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (deliver.Lease, error) {
+	l, err := s.db.DeliveryClaim(ctx, eventID, route, attempt, gen, ttl)
+	if err != nil {
+		return nil, deliverErr(err)
 	}
-	return lock, err
+	return deliverLease{l}, nil
 }
 
-func (s deliverStore) AttemptRecord(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
-	gen, current, err := s.db.AttemptRecord(ctx, a)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, false, fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+// deliverLease adapts *store.DeliveryLease to deliver.Lease.
+type deliverLease struct{ *store.DeliveryLease }
+
+func (l deliverLease) Restart(ctx context.Context) (int64, error) {
+	gen, err := l.DeliveryLease.Restart(ctx)
+	return gen, deliverErr(err)
+}
+
+func (l deliverLease) Record(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
+	gen, current, err := l.DeliveryLease.Record(ctx, a)
+	return gen, current, deliverErr(err)
+}
+
+// deliverErr turns the store's errors that delivery branches on into
+// deliver's.
+func deliverErr(err error) error {
+	var busy *store.LeaseBusyError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
+	case errors.Is(err, store.ErrLeaseLost):
+		return fmt.Errorf("%w: %w", deliver.ErrLeaseLost, err)
+	case errors.As(err, &busy):
+		return &deliver.LeaseBusyError{Remaining: busy.Remaining}
 	}
-	return gen, current, err
+	return err
 }
 
 // DeliveryStale adapts store.DB.DeliveryStale to deliver.OrderingStore.

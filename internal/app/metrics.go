@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/control"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/ingest"
 	"github.com/hookrelay/hookrelay/internal/outbox"
@@ -29,6 +30,12 @@ func MetricNames() ([]string, error) {
 	deliver.NewReconciledCounter(rec, routes)
 	outbox.NewMetrics(rec)
 	deliver.NewMetrics(rec, routes)
+	// The controls' metrics; the store is never asked here.
+	if _, err := control.New(control.Config{
+		Routes: []control.Route{{Name: "route"}}, Store: controlStore{}, Owner: "metric-names", Registerer: rec,
+	}); err != nil {
+		return nil, err
+	}
 	stats := func(context.Context) ([]deliver.RouteStat, error) {
 		// An unconfigured route with pairs, so the unserved gauge has a
 		// series too.

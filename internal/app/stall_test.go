@@ -127,7 +127,7 @@ func (h *harness) insertEvents(prefix string, n int, routes []string) []string {
 }
 
 const (
-	holdingLine      = "locking delivery failed; holding the message"
+	holdingLine      = "claiming delivery failed; holding the message" // issue 11: a claim, not a lock
 	outboxFailedLine = "outbox batch failed"
 )
 

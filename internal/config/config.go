@@ -168,10 +168,16 @@ type Dispatcher struct {
 	// a queue deleted. Default 20.
 	DeliveryLimit int `mapstructure:"delivery_limit" validate:"gte=1,lte=10000"`
 	// MaxConns is the dispatcher's Postgres pool size. Default 0, which
-	// derives it: the sum of routes[].concurrency + 2, because every
-	// in-flight delivery holds a connection (its row lock) and health
-	// checks and metrics need two more. A value below that is an error.
+	// means database.max_conns. A delivery uses a connection only for its
+	// claim and its record, not during the POST, so a few connections
+	// serve any route concurrency.
 	MaxConns int32 `mapstructure:"max_conns" validate:"gte=0,lte=1000"`
+	// LeaseMargin is added to a route's timeout for the lease a delivery
+	// takes on its (event, route) pair. A dispatcher killed mid-POST leaves
+	// a lease that a redelivered message waits out: route timeout plus this.
+	// It must cover the claim before the POST and the record after it.
+	// Default 10s.
+	LeaseMargin time.Duration `mapstructure:"lease_margin" validate:"gte=100ms,lte=1h"`
 	// ReadTimeout bounds reading one request to the health and metrics
 	// listener (GETs without a body). Default 10s.
 	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
@@ -393,11 +399,32 @@ type Route struct {
 	// MaxAttempts is the number of attempts before dead-lettering. Default
 	// len(retry.backoff)+1.
 	MaxAttempts int `mapstructure:"max_attempts" validate:"gte=1"`
+	// Circuit is the route's circuit breaker.
+	Circuit Circuit `mapstructure:"circuit"`
+	// RateLimit is the most deliveries per second for the route as a
+	// whole, across every dispatcher (kept in Postgres). Default 0: no
+	// limit.
+	RateLimit float64 `mapstructure:"rate_limit" validate:"gte=0,lte=100000"`
+	// Burst is how many deliveries may go at once after a quiet spell,
+	// above the steady rate_limit. Default 1 (none above the rate).
+	Burst int `mapstructure:"burst" validate:"gte=1,lte=100000"`
 	// Ordering is none (the default) or drop_stale: an event whose version
 	// is older than one already delivered on this route for the same
 	// resource (see sources[].ordering) is recorded stale and not sent.
 	// Events of sources without ordering are never stale.
 	Ordering string `mapstructure:"ordering" validate:"omitempty,oneof=none drop_stale"`
+}
+
+// Circuit configures a route's circuit breaker: after Failures consecutive
+// failed attempts (no answer, 408, 429, 5xx) across every dispatcher, the
+// route's consumers stop for Cooldown (doubling while probes fail, at most
+// 10m); then one probe delivery decides.
+type Circuit struct {
+	// Failures opens the circuit. Default 10; 0 turns the breaker off.
+	Failures int `mapstructure:"failures" validate:"gte=0,lte=100000"`
+	// Cooldown is how long the circuit stays open before a probe. Default
+	// 30s, at least 1s, at most 10m.
+	Cooldown time.Duration `mapstructure:"cooldown" validate:"gte=1s,lte=10m"`
 }
 
 // Route ordering values.
@@ -411,6 +438,14 @@ const (
 var routeDefaults = map[string]any{
 	"timeout":     "10s",
 	"concurrency": 1,
+	"burst":       1,
+}
+
+// circuitDefaults are applied to a route's circuit that does not set the
+// key.
+var circuitDefaults = map[string]any{
+	"failures": 10,
+	"cooldown": "30s",
 }
 
 func setDefaults(set func(key string, value any)) {
@@ -429,6 +464,7 @@ func setDefaults(set func(key string, value any)) {
 	set("dispatcher.shutdown_timeout", "30s")
 	set("dispatcher.delivery_limit", 20)
 	set("dispatcher.max_conns", 0)
+	set("dispatcher.lease_margin", "10s")
 	set("dispatcher.read_timeout", "10s")
 	set("dispatcher.write_timeout", "30s")
 	set("dispatcher.idle_timeout", "2m")

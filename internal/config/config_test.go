@@ -398,7 +398,7 @@ database: {url: "postgres://postgres@127.0.0.1:5432/hookrelay?sslmode=disable", 
 	cfg, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
 	require.NoError(t, err)
 	require.EqualValues(t, 10, cfg.Database.MaxConns)
-	require.EqualValues(t, 64+32+2, cfg.DispatcherMaxConns(), "derived: sum of routes[].concurrency + 2")
+	require.EqualValues(t, 10, cfg.DispatcherMaxConns(), "derived: database.max_conns, whatever the route concurrency")
 }
 
 func TestDispatcherMaxConns(t *testing.T) {
@@ -409,16 +409,36 @@ func TestDispatcherMaxConns(t *testing.T) {
 	cfg, err := Load(writeConfig(t, yaml), env)
 	require.NoError(t, err)
 	require.EqualValues(t, 0, cfg.Dispatcher.MaxConns, "default: derive")
-	require.EqualValues(t, 10, cfg.DispatcherMaxConns())
+	require.EqualValues(t, cfg.Database.MaxConns, cfg.DispatcherMaxConns(), "derived: database.max_conns")
 
 	cfg, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 25}\n"), env)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, cfg.DispatcherMaxConns(), "a set value wins")
 
-	_, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 9}\n"), env)
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "dispatcher.max_conns: 9 is too small")
-	require.Contains(t, err.Error(), "at least 10")
+	// Issue 11: deliveries hold no connection during a POST, so a pool
+	// smaller than the route concurrency is fine.
+	cfg, err = Load(writeConfig(t, yaml+"dispatcher: {max_conns: 2}\n"), env)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, cfg.DispatcherMaxConns())
+}
+
+// Issue 11: the delivery lease margin has a default and needs a unit.
+func TestDispatcherLeaseMargin(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	cfg, err := Load(writeConfig(t, validYAML), env)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, cfg.Dispatcher.LeaseMargin)
+
+	cfg, err = Load(writeConfig(t, validYAML+"dispatcher: {lease_margin: 2s}\n"), env)
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, cfg.Dispatcher.LeaseMargin)
+
+	for _, bad := range []string{"10", "1ms", "0s"} {
+		_, err = Load(writeConfig(t, validYAML+"dispatcher: {lease_margin: "+bad+"}\n"), env)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "dispatcher.lease_margin", bad)
+	}
 }
 
 // Item 3: the listeners' timeouts have defaults and reject nonsense.

@@ -5,37 +5,16 @@ import (
 	"time"
 )
 
-// dispatcherSpareConns are the dispatcher's connections beyond one per
-// in-flight delivery: the readiness check and the metrics collector.
-const dispatcherSpareConns = 2
-
-// dispatcherNeed is the smallest pool the dispatcher works with: every
-// in-flight delivery holds a connection (its row lock) from lock to ack.
-func (c *Config) dispatcherNeed() int {
-	need := dispatcherSpareConns
-	for _, r := range c.Routes {
-		need += r.Concurrency
-	}
-	return need
-}
-
 // DispatcherMaxConns is the dispatcher's Postgres pool size:
-// dispatcher.max_conns when set, else the sum of routes[].concurrency + 2.
-// The receiver and the CLI use database.max_conns instead.
+// dispatcher.max_conns when set, else database.max_conns. A delivery holds
+// no connection during its POST (it holds a lease in the row instead), only
+// for its claim and its record, so the pool does not grow with route
+// concurrency.
 func (c *Config) DispatcherMaxConns() int32 {
 	if c.Dispatcher.MaxConns > 0 {
 		return c.Dispatcher.MaxConns
 	}
-	return int32(c.dispatcherNeed())
-}
-
-func checkPools(cfg *Config) []string {
-	need := cfg.dispatcherNeed()
-	if cfg.Dispatcher.MaxConns > 0 && int(cfg.Dispatcher.MaxConns) < need {
-		return []string{fmt.Sprintf("dispatcher.max_conns: %d is too small: the dispatcher holds a connection per in-flight delivery; set at least %d (sum of routes[].concurrency + %d), or 0 to derive it",
-			cfg.Dispatcher.MaxConns, need, dispatcherSpareConns)}
-	}
-	return nil
+	return c.Database.MaxConns
 }
 
 // ingestStoreTimeout is how long the receiver's store transaction may take

@@ -226,10 +226,39 @@ func applyRouteDefaults(v *viper.Viper) (map[int]bool, error) {
 				m[key] = def
 			}
 		}
+		if err := applyCircuitDefaults(m, i); err != nil {
+			return nil, err
+		}
 		set[i] = hasKeyFold(m, "max_attempts")
 	}
 	v.Set("routes", list)
 	return set, nil
+}
+
+// applyCircuitDefaults fills the defaults of route i's circuit (m is the
+// route's map), also when the route sets only some of its keys.
+func applyCircuitDefaults(m map[string]any, i int) error {
+	key := "circuit"
+	for k := range m {
+		if strings.EqualFold(k, key) {
+			key = k
+		}
+	}
+	c, ok := m[key]
+	if !ok || c == nil {
+		c = map[string]any{}
+	}
+	cm, ok := c.(map[string]any)
+	if !ok {
+		return fmt.Errorf("routes[%d].circuit: must be a mapping, got %T", i, c)
+	}
+	for k, def := range circuitDefaults {
+		if !hasKeyFold(cm, k) {
+			cm[k] = def
+		}
+	}
+	m[key] = cm
+	return nil
 }
 
 func hasKeyFold(m map[string]any, key string) bool {

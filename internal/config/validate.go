@@ -230,7 +230,6 @@ func crossCheck(cfg *Config, operator bool) []string {
 		add("admin.token: required, at least 16 characters, when admin.listen is set")
 	}
 
-	problems = append(problems, checkPools(cfg)...)
 	problems = append(problems, checkTimeouts(cfg)...)
 
 	seen = map[string]int{}

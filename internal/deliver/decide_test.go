@@ -242,7 +242,7 @@ func TestHandleDeliversOnlyTheCurrentCopy(t *testing.T) {
 }
 
 // While Postgres fails, the message is held (unacked, no POST) and the
-// lock retried; the delivery goes on once it answers.
+// claim retried; the delivery goes on once it answers.
 func TestHandleHoldsWhileTheStoreIsDown(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Minute, status(200))
@@ -268,35 +268,113 @@ func TestHandleGivesUpAHeldMessageAtShutdown(t *testing.T) {
 	recv(t, b.store.locked, "a retried lock") // held, not failed
 	close(stopping)
 	err := recv(t, done, "Handle to return")
-	require.ErrorContains(t, err, "locking delivery: connection refused (shutting down)")
+	require.ErrorContains(t, err, "claiming delivery: connection refused (shutting down)")
 	require.Empty(t, b.posts)
 	requireNothingPublished(t, b.pub)
 }
 
-// When the lock's connection failed during the attempt, the attempt is
-// recorded on its own; if another copy moved the pair on meanwhile, that
-// copy owns what comes next.
-func TestHandleRecordsWithoutTheLock(t *testing.T) {
+// A record that fails on a Postgres error is retried (the lease is still
+// held: the record is fenced by it, not by a connection), and the outcome
+// goes on.
+func TestHandleRetriesAFailedRecord(t *testing.T) {
 	t.Parallel()
-	t.Run("still current: the retry is published", func(t *testing.T) {
+	b := setup(t, time.Minute, status(500))
+	b.store.recordErrs = []error{errors.New("conn closed")}
+	require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
+	_, _, _, recorded := b.store.snapshot()
+	require.Len(t, recorded, 1)
+	retries, _ := b.pub.published()
+	require.Len(t, retries, 1)
+	require.Equal(t, int64(1), retries[0].next.Gen)
+}
+
+// A replay that moved the pair on during the attempt owns what comes
+// next: a failed attempt is recorded, and neither a retry nor a dead
+// letter is published for it.
+func TestHandleRecordsAPairMovedOnAsSuperseded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute, status(500))
+	b.store.movedOn = true
+	require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
+	_, _, _, recorded := b.store.snapshot()
+	require.Len(t, recorded, 1, "the attempt is recorded")
+	requireNothingPublished(t, b.pub)
+	require.Equal(t, map[string]float64{"superseded": 1}, b.outcomes(t))
+}
+
+// Issue 11: a lease lost before the record (it expired and another copy
+// took the pair over) leaves the pair to that copy: the attempt is kept as
+// lost, nothing is published, and the message is not acked, so it comes
+// back and reads what Postgres says then.
+func TestHandleLostLeaseIsNotAcked(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{200, 500} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, time.Minute, status(code))
+			b.store.leaseLost = true
+			err := b.handler.Handle(context.Background(), "billing", message(), make(chan struct{}))
+			require.ErrorIs(t, err, deliver.ErrLeaseLost)
+			_, _, _, recorded := b.store.snapshot()
+			require.Empty(t, recorded, "nothing of the pair changes")
+			require.Len(t, b.store.lost, 1)
+			require.Equal(t, code, b.store.lost[0].Status)
+			requireNothingPublished(t, b.pub)
+			require.Empty(t, b.outcomes(t), "neither delivered nor failed")
+			require.Equal(t, map[string]float64{"lost": 1}, b.leases(t))
+		})
+	}
+}
+
+// Issue 11: a message that meets a live lease on its pair waits for it,
+// polling, without a POST; then it reads the pair: delivered meanwhile,
+// it is acked without a POST; else it is delivered.
+func TestHandleWaitsForALiveLease(t *testing.T) {
+	t.Parallel()
+	t.Run("delivered meanwhile", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, time.Minute, status(500))
-		b.store.recordErr = errors.New("conn closed")
+		b := setup(t, time.Minute, status(200))
+		b.store.busy = []time.Duration{30 * time.Millisecond, 10 * time.Millisecond}
+		b.store.busyThen = webhook.StateDelivered
 		require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
-		retries, _ := b.pub.published()
-		require.Len(t, retries, 1)
-		require.Equal(t, int64(1), retries[0].next.Gen)
+		locks, _, _, recorded := b.store.snapshot()
+		require.Equal(t, 3, locks, "two claims met the lease, the third read the pair")
+		require.Empty(t, recorded, "no attempt consumed")
+		require.Empty(t, b.posts)
+		require.Equal(t, map[string]float64{"skipped_duplicate": 1}, b.outcomes(t))
+		require.Equal(t, map[string]float64{"waited": 1}, b.leases(t))
 	})
-	t.Run("moved on: nothing more", func(t *testing.T) {
+	t.Run("expired", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, time.Minute, status(500))
-		b.store.recordErr, b.store.movedOn = errors.New("conn closed"), true
+		b := setup(t, time.Minute, status(200))
+		b.store.busy = []time.Duration{20 * time.Millisecond}
 		require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
 		_, _, _, recorded := b.store.snapshot()
-		require.Len(t, recorded, 1, "the attempt is recorded")
-		requireNothingPublished(t, b.pub)
-		require.Equal(t, map[string]float64{"superseded": 1}, b.outcomes(t))
+		require.Len(t, recorded, 1)
+		require.Equal(t, webhook.StateDelivered, recorded[0].Outcome)
+		require.Len(t, b.posts, 1)
 	})
+	t.Run("shutdown ends the wait", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, time.Minute, status(200))
+		b.store.busy = []time.Duration{time.Hour, time.Hour, time.Hour, time.Hour, time.Hour, time.Hour, time.Hour, time.Hour}
+		stopping := make(chan struct{})
+		done := make(chan error, 1)
+		go func() { done <- b.handler.Handle(context.Background(), "billing", message(), stopping) }()
+		recv(t, b.store.locked, "the first claim")
+		close(stopping)
+		err := recv(t, done, "Handle to return")
+		require.ErrorContains(t, err, "waiting for the pair's lease")
+		require.Empty(t, b.posts)
+	})
+}
+
+// The lease a delivery takes lasts the route's timeout plus the margin.
+func TestHandleLeaseOutlastsTheTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute, status(200))
+	require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
+	require.Equal(t, []time.Duration{30*time.Second + 10*time.Second}, b.store.ttls, "route timeout 30s + default margin 10s")
 }
 
 // A route the handler does not know is an error (the message is not acked).

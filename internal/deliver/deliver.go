@@ -1,7 +1,8 @@
 // Package deliver is the dispatcher's handler: for one message of a route
-// queue it locks the (event, route) delivery in Postgres, skips it if it was
-// already delivered, POSTs the event to the route's URL with Standard
-// Webhooks headers, records the attempt, and then either is done (2xx),
+// queue it claims the (event, route) delivery in Postgres with a lease
+// (see lease.go), skips it if it was already delivered, POSTs the event to
+// the route's URL with Standard Webhooks headers holding no database
+// connection, records the attempt, and then either is done (2xx),
 // republishes the message to the next retry tier, or parks it in the route's
 // dead-letter queue. The caller acks only when Handle returns nil, so every
 // outcome is stored (and any republish confirmed) before the ack.
@@ -28,20 +29,26 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Lock is a locked (event, route) delivery.
-type Lock interface {
+// Lease is a claimed (event, route) delivery. It holds no database
+// connection: while it is live no other claim takes the pair, and every
+// write of its holder is fenced by it.
+type Lease interface {
 	State() webhook.DeliveryState
 	// Gen is the generation of the pair's current copy; only a message of
 	// that generation is delivered.
 	Gen() int64
 	// Restart starts a new attempt series for a dead pair (its dead letter
 	// was moved back by an operator) and returns the new generation; the
-	// lock stays held.
+	// lease stays held.
 	Restart(ctx context.Context) (int64, error)
-	// Record stores the attempt, releases the lock, and returns the pair's
-	// generation afterwards (a retry's copy is a new generation).
-	Record(ctx context.Context, a *webhook.Attempt) (int64, error)
-	// Release gives the lock back without recording.
+	// Record stores the attempt and the pair's new state and releases the
+	// lease, at once, and returns the pair's generation afterwards (a
+	// retry's copy is a new generation). The state changes only if the
+	// pair is still at a.Gen (a replay may have moved it on meanwhile):
+	// current says so. A lease taken over meanwhile fails with
+	// ErrLeaseLost: the attempt is stored as lost, nothing else.
+	Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error)
+	// Release gives the lease back without recording.
 	Release(ctx context.Context) error
 }
 
@@ -49,14 +56,29 @@ type Lock interface {
 // (purged): no delivery can be recorded for it, ever.
 var ErrEventMissing = errors.New("event not in the database")
 
+// ErrLeaseLost is returned by a Lease whose lease expired and was taken
+// over by another claim before its holder wrote.
+var ErrLeaseLost = errors.New("delivery lease lost")
+
+// LeaseBusyError is returned by Store.DeliveryClaim when the pair is in
+// flight elsewhere: another claim holds a live lease.
+type LeaseBusyError struct {
+	// Remaining is how long that lease has left.
+	Remaining time.Duration
+}
+
+func (e *LeaseBusyError) Error() string {
+	return fmt.Sprintf("delivery in flight elsewhere (lease expires in %s)", e.Remaining.Round(time.Millisecond))
+}
+
 // Store is what delivery needs from Postgres.
 type Store interface {
-	DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (Lock, error)
-	// AttemptRecord stores an attempt without a held lock (the lock's
-	// connection was lost during the attempt). The pair's state changes
-	// only if it is still at a.Gen: current says so; gen is the pair's
-	// generation afterwards.
-	AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error)
+	// DeliveryClaim claims the pair for attempt, made by the copy of
+	// generation gen, with a lease of ttl. A delivered pair, or one at
+	// another generation (the copy is stale), is returned unclaimed (State
+	// and Gen say so; Release does nothing); a pair in flight elsewhere
+	// fails with a *LeaseBusyError; a purged event with ErrEventMissing.
+	DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (Lease, error)
 }
 
 // Publisher publishes the copy of a message that its outcome calls for and
@@ -123,6 +145,15 @@ type Config struct {
 	// Ordering serves the stale check of routes with DropStale; nil turns
 	// the check off.
 	Ordering OrderingStore
+	// ObserveFunc, when set, is told each HTTP attempt's answer (status 0:
+	// none came) and its Retry-After, before the outcome is recorded and
+	// the message acked: the route controls count it (internal/control).
+	ObserveFunc func(ctx context.Context, route string, status int, retryAfter time.Duration)
+	// LeaseMargin is added to a route's timeout for the lease a delivery
+	// holds on its pair: it covers the claim, the request's set-up and the
+	// record after the answer. A dispatcher killed mid-POST leaves a lease
+	// that expires after the route's timeout plus this. Default 10s.
+	LeaseMargin time.Duration
 }
 
 // Handler delivers messages.
@@ -146,6 +177,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.PublishHoldFor == 0 {
 		cfg.PublishHoldFor = 10 * time.Minute
+	}
+	if cfg.LeaseMargin == 0 {
+		cfg.LeaseMargin = 10 * time.Second
 	}
 	h := &Handler{cfg: cfg, routes: map[string]*Route{}, logger: cfg.Logger.With().Str("component", "deliver").Logger(), now: cfg.NowFunc}
 	if h.now == nil {
@@ -197,7 +231,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	}
 	d.log = d.log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
 
-	lock, err := d.lock(ctx)
+	lease, err := d.claim(ctx)
 	if errors.Is(err, ErrEventMissing) {
 		// Retrying cannot help, and delivering without a record would
 		// break the at-most-once promise: park it for an operator.
@@ -209,18 +243,21 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	if err != nil {
 		return err
 	}
-	if done, err := d.current(ctx, lock); done || err != nil {
+	if done, err := d.current(ctx, lease); done || err != nil {
 		return err
 	}
-	if done, err := d.stale(ctx, lock); done || err != nil {
+	if done, err := d.stale(ctx, lease); done || err != nil {
 		return err
 	}
-	attempt, retryAfter, err := d.attempt(ctx, lock)
+	attempt, retryAfter, err := d.attempt(ctx, lease)
 	if err != nil {
 		return err
 	}
+	if h.cfg.ObserveFunc != nil {
+		h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
+	}
 	tier, deadReason := d.decide(attempt, retryAfter)
-	gen, done, err := d.record(ctx, lock, attempt)
+	gen, done, err := d.record(ctx, lease, attempt)
 	if done || err != nil {
 		return err
 	}
@@ -250,38 +287,28 @@ type delivery struct {
 	log  zerolog.Logger
 }
 
-// lock locks the message's pair, retrying while Postgres fails.
-func (d *delivery) lock(ctx context.Context) (Lock, error) {
-	var lock Lock
-	err := d.retryStore(ctx, "locking delivery", func() (err error) {
-		lock, err = d.cfg.Store.DeliveryLock(ctx, d.msg.EventID, d.route.Name)
-		return err
-	})
-	return lock, err
-}
-
-// current decides, with the pair locked, whether the message is the copy
-// to deliver now. It returns done (the message is handled, the lock
+// current decides, with the pair claimed, whether the message is the copy
+// to deliver now. It returns done (the message is handled, the lease
 // released) for a pair already delivered, for a stale copy (another
 // generation: a replay, a reconciled resend or a retry replaced it), and
 // for a pair whose dead-lettering this very copy started but did not
 // finish (its dead letter is published again, without a POST). A dead
 // letter an operator moved back starts a new series and is delivered.
-func (d *delivery) current(ctx context.Context, lock Lock) (done bool, err error) {
+func (d *delivery) current(ctx context.Context, lease Lease) (done bool, err error) {
 	release := func() {
-		if err := lock.Release(ctx); err != nil {
-			d.log.Warn().Err(err).Msg("releasing delivery lock")
+		if err := lease.Release(ctx); err != nil {
+			d.log.Warn().Err(err).Msg("releasing delivery lease")
 		}
 	}
-	state, gen := lock.State(), lock.Gen()
+	state, gen := lease.State(), lease.Gen()
 	// A stale copy is superseded whatever the pair's state: a retry tier's
 	// copy coming back after `hookrelay retry` delivered the pair counts
 	// as superseded, not as a duplicate of the delivered one.
 	switch {
 	case d.msg.MovedBack && state == webhook.StateDead && d.msg.Gen == gen:
-		ng, err := lock.Restart(ctx)
+		ng, err := lease.Restart(ctx)
 		if err != nil {
-			return true, err
+			return true, fmt.Errorf("restarting a moved-back dead letter: %w", err)
 		}
 		d.log.Info().Int64("gen", ng).Msg("dead letter moved back by an operator; starting a new series")
 		d.msg.Gen = ng
@@ -310,9 +337,10 @@ func (d *delivery) current(ctx context.Context, lock Lock) (done bool, err error
 // attempt POSTs the message and returns the attempt, with the Retry-After
 // delay the destination asked for. When ctx is cancelled meanwhile
 // (shutdown timeout), the attempt's result, if any, is not known to be the
-// destination's answer: it releases the lock, records nothing, and fails,
+// destination's answer: it releases the lease, records nothing, and fails,
 // so the message is not acked and is delivered again after the restart.
-func (d *delivery) attempt(ctx context.Context, lock Lock) (*webhook.Attempt, time.Duration, error) {
+// No database connection is held during the POST.
+func (d *delivery) attempt(ctx context.Context, lease Lease) (*webhook.Attempt, time.Duration, error) {
 	route := d.route.Name
 	d.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
 	a, retryAfter := d.post(ctx, d.route, d.msg)
@@ -320,8 +348,8 @@ func (d *delivery) attempt(ctx context.Context, lock Lock) (*webhook.Attempt, ti
 	if err := ctx.Err(); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if rerr := lock.Release(rctx); rerr != nil {
-			d.log.Warn().Err(rerr).Msg("releasing delivery lock")
+		if rerr := lease.Release(rctx); rerr != nil {
+			d.log.Warn().Err(rerr).Msg("releasing delivery lease")
 		}
 		return nil, 0, fmt.Errorf("delivery aborted: %w", err)
 	}
@@ -350,22 +378,31 @@ func (d *delivery) decide(a *webhook.Attempt, retryAfter time.Duration) (tier in
 	return tier, deadReason
 }
 
-// record stores the attempt and releases the lock, and returns the pair's
-// generation afterwards. When the lock's connection failed during the
-// attempt, it records in a transaction of its own; if another copy moved
-// the pair on meanwhile, that copy owns what comes next, and done says
-// this one is handled.
-func (d *delivery) record(ctx context.Context, lock Lock, a *webhook.Attempt) (gen int64, done bool, err error) {
-	gen, err = lock.Record(ctx, a)
-	if err == nil {
-		return gen, false, nil
-	}
-	d.log.Warn().Err(err).Msg("recording attempt failed; retrying")
+// record stores the attempt and the pair's new state and releases the
+// lease, retrying while Postgres fails, and returns the pair's generation
+// afterwards. If another copy moved the pair on meanwhile (a replay), that
+// copy owns what comes next, and done says this one is handled. If the
+// lease was lost (it expired, during a long Postgres outage, and another
+// copy of the message claimed the pair), the attempt is stored as lost and
+// nothing else: the other claim owns the pair now. This copy is then not
+// acked: it comes back, and what Postgres says then decides (delivered:
+// acked without a POST), so neither a success nor a failure of this
+// attempt is taken as the pair's outcome blindly.
+func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) (gen int64, done bool, err error) {
 	var current bool
 	err = d.retryStore(ctx, "recording attempt", func() (err error) {
-		gen, current, err = d.cfg.Store.AttemptRecord(ctx, a)
+		gen, current, err = lease.Record(ctx, a)
+		if errors.Is(err, ErrLeaseLost) {
+			return permanent{err}
+		}
 		return err
 	})
+	if errors.Is(err, ErrLeaseLost) {
+		d.cfg.Metrics.lease(d.route.Name, "lost")
+		d.log.Warn().Int("status", a.Status).Str("error", a.Error).Str("outcome", string(a.Outcome)).
+			Msg("delivery lease lost before recording; attempt stored as lost_lease, message requeued")
+		return 0, true, fmt.Errorf("recording attempt: %w", err)
+	}
 	if err != nil {
 		return 0, true, err
 	}
@@ -381,8 +418,8 @@ func (d *delivery) record(ctx context.Context, lock Lock, a *webhook.Attempt) (g
 // StoreRetryFor while the message stays unacked, or until d.stop closes.
 func (d *delivery) retryStore(ctx context.Context, what string, op func() error) error {
 	err := op()
-	if err == nil || errors.Is(err, ErrEventMissing) {
-		return err // done, or permanent
+	if err == nil || errors.Is(err, ErrEventMissing) || isPermanent(err) {
+		return unwrapPermanent(err) // done, or permanent
 	}
 	deadline := time.Now().Add(d.cfg.StoreRetryFor)
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
@@ -399,8 +436,8 @@ func (d *delivery) retryStore(ctx context.Context, what string, op func() error)
 			return fmt.Errorf("%s: %w", what, ctx.Err())
 		case <-t.C:
 		}
-		if err = op(); err == nil || errors.Is(err, ErrEventMissing) {
-			return err
+		if err = op(); err == nil || errors.Is(err, ErrEventMissing) || isPermanent(err) {
+			return unwrapPermanent(err)
 		}
 	}
 	return fmt.Errorf("%s: %w", what, err)

@@ -19,35 +19,46 @@ import (
 )
 
 // fakeStore is deliver.Store over one pair: its state and generation when
-// locked, and what happened to it.
+// claimed, and what happened to it.
 type fakeStore struct {
 	mu    sync.Mutex
 	state webhook.DeliveryState
 	gen   int64
-	// lockErrs fail the next DeliveryLock calls, one each.
+	// lockErrs fail the next DeliveryClaim calls, one each.
 	lockErrs []error
-	// lockFails fails every DeliveryLock call with it, when set.
+	// lockFails fails every DeliveryClaim call with it, when set.
 	lockFails error
-	// recordErr fails the lock's Record: the attempt is recorded through
-	// AttemptRecord instead, which says the pair moved on when movedOn.
-	recordErr error
-	movedOn   bool
-	// locked is signalled on every DeliveryLock call.
+	// busy fail the next DeliveryClaim calls with a live lease of that
+	// remaining time, one each; busyThen is the pair's state once the
+	// last of them is over (another claim recorded it).
+	busy     []time.Duration
+	busyThen webhook.DeliveryState
+	// recordErrs fail the next Record calls, one each (Postgres errors).
+	recordErrs []error
+	// leaseLost makes Record find its lease taken over: the attempt is
+	// kept in lost, the pair unchanged.
+	leaseLost bool
+	// movedOn makes Record find the pair at another generation (a replay
+	// during the attempt).
+	movedOn bool
+	// locked is signalled on every DeliveryClaim call.
 	locked chan struct{}
 
 	locks, released, restarts int
-	recorded                  []*webhook.Attempt
+	recorded, lost            []*webhook.Attempt
+	ttls                      []time.Duration
 }
 
 func newFakeStore() *fakeStore {
 	return &fakeStore{state: webhook.StatePending, locked: make(chan struct{}, 64)}
 }
 
-func (s *fakeStore) DeliveryLock(context.Context, uuid.UUID, string) (deliver.Lock, error) {
+func (s *fakeStore) DeliveryClaim(_ context.Context, _ uuid.UUID, _ string, _ int, _ int64, ttl time.Duration) (deliver.Lease, error) {
 	s.locked <- struct{}{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.locks++
+	s.ttls = append(s.ttls, ttl)
 	if s.lockFails != nil {
 		return nil, s.lockFails
 	}
@@ -55,6 +66,14 @@ func (s *fakeStore) DeliveryLock(context.Context, uuid.UUID, string) (deliver.Lo
 		err := s.lockErrs[0]
 		s.lockErrs = s.lockErrs[1:]
 		return nil, err
+	}
+	if len(s.busy) > 0 {
+		rem := s.busy[0]
+		s.busy = s.busy[1:]
+		if len(s.busy) == 0 && s.busyThen != "" {
+			s.state = s.busyThen
+		}
+		return nil, &deliver.LeaseBusyError{Remaining: rem}
 	}
 	return &fakeLock{s: s}, nil
 }
@@ -68,16 +87,6 @@ func (s *fakeStore) record(a *webhook.Attempt) int64 {
 		s.gen++
 	}
 	return s.gen
-}
-
-func (s *fakeStore) AttemptRecord(_ context.Context, a *webhook.Attempt) (int64, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.movedOn {
-		s.recorded = append(s.recorded, a)
-		return s.gen + 1, false, nil
-	}
-	return s.record(a), true, nil
 }
 
 // snapshot returns what happened to the pair.
@@ -110,13 +119,25 @@ func (l *fakeLock) Restart(context.Context) (int64, error) {
 	return l.s.gen, nil
 }
 
-func (l *fakeLock) Record(_ context.Context, a *webhook.Attempt) (int64, error) {
+func (l *fakeLock) Record(_ context.Context, a *webhook.Attempt) (int64, bool, error) {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
-	if l.s.recordErr != nil {
-		return 0, l.s.recordErr
+	if len(l.s.recordErrs) > 0 {
+		err := l.s.recordErrs[0]
+		l.s.recordErrs = l.s.recordErrs[1:]
+		return 0, false, err
 	}
-	return l.s.record(a), nil
+	if l.s.leaseLost {
+		l.s.lost = append(l.s.lost, a)
+		return 0, false, deliver.ErrLeaseLost
+	}
+	if l.s.movedOn {
+		// A replay moved the pair on during the attempt: the attempt is
+		// kept, the pair's state is not touched.
+		l.s.recorded = append(l.s.recorded, a)
+		return l.s.gen + 1, false, nil
+	}
+	return l.s.record(a), true, nil
 }
 
 func (l *fakeLock) Release(context.Context) error {
@@ -246,6 +267,29 @@ func setup(t *testing.T, holdFor time.Duration, respond func(w http.ResponseWrit
 	require.NoError(t, err)
 	b.handler = h
 	return b
+}
+
+// leases returns hookrelay_delivery_leases_total by event, for billing.
+func (b *bundle) leases(t *testing.T) map[string]float64 {
+	t.Helper()
+	families, err := b.reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "hookrelay_delivery_leases_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if v := m.GetCounter().GetValue(); v > 0 {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "event" {
+						out[l.GetValue()] = v
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // outcomes returns hookrelay_deliveries_total by outcome, for billing.

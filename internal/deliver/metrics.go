@@ -16,6 +16,7 @@ type Metrics struct {
 	retries    *prometheus.CounterVec
 	inFlight   *prometheus.GaugeVec
 	stale      *prometheus.CounterVec
+	leases     *prometheus.CounterVec
 }
 
 // NewMetrics registers the delivery metrics on reg, with every route's
@@ -46,19 +47,34 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 			Help: "Events recorded stale on a route with ordering drop_stale: a newer version of their resource had been delivered, so they were not sent.",
 		}, []string{"route"}),
 	}
-	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight, m.stale)
+	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookrelay_delivery_leases_total",
+		Help: "Delivery lease events: waited (a message met a live lease on its pair and waited for it), lost (a lease expired and was taken over before its holder recorded).",
+	}, []string{"route", "event"})
+	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight, m.stale, m.leases)
 	for _, r := range routes {
 		for _, o := range outcomes {
 			m.deliveries.WithLabelValues(r, o)
 		}
 		m.inFlight.WithLabelValues(r)
 		m.stale.WithLabelValues(r)
+		for _, e := range leaseEvents {
+			m.leases.WithLabelValues(r, e)
+		}
 	}
 	return m
 }
 
 func (m *Metrics) outcome(route, outcome string) {
 	m.deliveries.WithLabelValues(route, outcome).Inc()
+}
+
+// leaseEvents are the values of hookrelay_delivery_leases_total's event
+// label.
+var leaseEvents = []string{"waited", "lost"}
+
+func (m *Metrics) lease(route, event string) {
+	m.leases.WithLabelValues(route, event).Inc()
 }
 
 // outcomes are the values of hookrelay_deliveries_total's outcome label.

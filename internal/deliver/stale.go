@@ -25,7 +25,7 @@ type OrderingStore interface {
 	DeliveryStale(ctx context.Context, eventID uuid.UUID, route string) (*Staleness, error)
 }
 
-// stale decides, with the pair locked and its copy current, whether the
+// stale decides, with the pair claimed and its copy current, whether the
 // event is stale on a route that drops stale events: a newer version of
 // its resource was already delivered there. Then it records the pair as
 // stale (an attempt without a status, whose error says why; no POST) and
@@ -35,7 +35,7 @@ type OrderingStore interface {
 // two versions of one resource at once both find nothing newer delivered
 // and both POST, in whatever order. What it guarantees is that a version
 // is not POSTed once a newer one's delivery is recorded on the route.
-func (d *delivery) stale(ctx context.Context, lock Lock) (done bool, err error) {
+func (d *delivery) stale(ctx context.Context, lease Lease) (done bool, err error) {
 	if !d.route.DropStale || d.cfg.Ordering == nil {
 		return false, nil
 	}
@@ -45,9 +45,9 @@ func (d *delivery) stale(ctx context.Context, lock Lock) (done bool, err error) 
 		return err
 	})
 	if err != nil {
-		rerr := lock.Release(context.WithoutCancel(ctx))
+		rerr := lease.Release(context.WithoutCancel(ctx))
 		if rerr != nil {
-			d.log.Warn().Err(rerr).Msg("releasing delivery lock")
+			d.log.Warn().Err(rerr).Msg("releasing delivery lease")
 		}
 		return true, err
 	}
@@ -60,7 +60,7 @@ func (d *delivery) stale(ctx context.Context, lock Lock) (done bool, err error) 
 			s.Version, s.Resource, s.Delivered),
 		Outcome: webhook.StateStale, Gen: d.msg.Gen,
 	}
-	if _, done, err := d.record(ctx, lock, a); done || err != nil {
+	if _, done, err := d.record(ctx, lease, a); done || err != nil {
 		return true, err
 	}
 	d.cfg.Metrics.outcome(d.route.Name, "stale")

@@ -30,6 +30,7 @@ import (
 //	POST /api/replay               {"filter": {...}, "after": "", "include_delivered": false, "include_stale": false, "dry_run": false}
 //	POST /api/events/{id}/retry    ?route=&dry_run=true
 //	POST /api/retry                ?route=R&state=retrying&dry_run=true
+//	POST /api/routes/{name}/pause  (and /resume; see routesAPI)
 //
 // POST /api/replay replays at most MaxAPIReplayEvents events per request
 // (see there), and POST /api/retry retries at most as many pairs.
@@ -134,6 +135,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 		}
 		retry(w, r, s, logger, req)
 	})
+	routesAPI(mux, s, logger)
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

@@ -71,6 +71,8 @@ type Service struct {
 	DedupeWindow time.Duration
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
+	// RoutePauser pauses and resumes routes (admin API); nil answers 503.
+	RoutePauser RoutePauser
 }
 
 func (s *Service) now() time.Time {

@@ -92,7 +92,17 @@ func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer) *ops.Service {
 		RoutesFunc:   RoutesFor(cfg),
 		Routes:       RouteNames(cfg),
 		DedupeWindow: cfg.Retention.DedupeWindow,
+		RoutePauser:  routePauser(db),
 	}
+}
+
+// routePauser is db as an ops.RoutePauser; nil without a database (a
+// nil *store.DB inside the interface would not read as nil).
+func routePauser(db *store.DB) ops.RoutePauser {
+	if db == nil {
+		return nil
+	}
+	return db
 }
 
 // deadLetters adapts *amqp.DeadLetters to ops.DeadLetters.

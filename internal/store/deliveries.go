@@ -13,140 +13,233 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DeliveryLock holds the row lock on one (event, route) delivery for the
-// length of an HTTP attempt. A second dispatcher that receives a duplicate
-// message for the same pair waits on the lock, then sees the outcome: it
-// never POSTs while the first is in flight, and never after a delivered
-// one. If the process dies, Postgres drops the connection and the lock with
-// it, so a redelivered message can proceed at once.
-type DeliveryLock struct {
+// ErrLeaseLost is returned when a delivery lease was taken over by
+// another claim (it had expired) before its holder recorded: nothing of
+// the pair was changed.
+var ErrLeaseLost = errors.New("delivery lease lost")
+
+// LeaseBusyError is returned by DeliveryClaim when another claim holds a
+// live lease on the pair: the pair is in flight elsewhere.
+type LeaseBusyError struct {
+	// Remaining is how long the lease has left, by Postgres' clock.
+	Remaining time.Duration
+}
+
+func (e *LeaseBusyError) Error() string {
+	return fmt.Sprintf("delivery in flight elsewhere (lease expires in %s)", e.Remaining.Round(time.Millisecond))
+}
+
+// DeliveryLease is a claimed (event, route) delivery. It holds no
+// connection and no row lock: the claim is a lease in the row
+// (lease_owner, lease_until) that every later write of the holder is
+// fenced by. While it is live, no other claim takes the pair, and the
+// reconciler and `hookrelay retry` leave the pair alone. If the holder
+// dies, the lease expires and the next claim takes it over.
+type DeliveryLease struct {
 	db    *DB
-	tx    pgx.Tx
 	id    int64
+	owner uuid.UUID
+	// held is false for a delivered pair or a stale copy: read, not
+	// claimed.
+	held  bool
 	state webhook.DeliveryState
 	gen   int64
+	// TookOver says the claim took over an expired lease: an attempt of
+	// a dispatcher that died mid-POST was recorded as 'lease_expired'.
+	TookOver bool
 }
 
-// DeliveryLock creates the delivery row if needed and locks it. The call
-// has the query timeout; the lock it returns is held, with no deadline,
-// until Record or Release. Waiting behind another dispatcher's lock on the
-// same pair counts against the timeout: the caller then tries again.
-func (db *DB) DeliveryLock(ctx context.Context, eventID uuid.UUID, route string) (*DeliveryLock, error) {
+// leaseExpiredError is the error recorded for an attempt whose lease
+// expired before its holder recorded it.
+const leaseExpiredError = "lease expired: the dispatcher making this attempt " +
+	"stopped before recording it; outcome unknown"
+
+// DeliveryClaim claims the pair for an attempt numbered attempt of the
+// copy of generation gen, with a lease of ttl, in one statement, and
+// returns it. It holds nothing after it returns. A pair already delivered,
+// or at another generation than gen (the copy is stale), is returned read,
+// not claimed (its Release does nothing), whatever its lease. A pair whose
+// lease is live fails with a *LeaseBusyError. A pair whose lease expired
+// is taken over: the dead holder's attempt is recorded as 'lease_expired'
+// and counted in the pair's attempts, in the same statement. The delivery row is created if
+// the event has none; an event that is gone fails with ErrNotFound.
+func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (*DeliveryLease, error) {
+	return db.claim(ctx, eventID, route, attempt, &gen, ttl)
+}
+
+// claim is DeliveryClaim; a nil gen claims whatever the pair's generation.
+func (db *DB) claim(ctx context.Context, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
-	tx, err := db.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("beginning delivery: %w", err)
+	owner := uuid.New()
+	for range 2 {
+		var (
+			claimed, tookOver bool
+			id, gen           int64
+			state             string
+			remaining         float64
+		)
+		// prev locks the row for this statement only (no transaction is
+		// held afterwards) and reads the lease as it is now, so the update
+		// and the record of an expired lease see the same holder.
+		err := db.pool.QueryRow(ctx, `
+			WITH prev AS (
+				SELECT id, state, gen, lease_owner, lease_at, lease_until, lease_attempt
+				FROM deliveries WHERE event_id = $1 AND route = $2
+				FOR UPDATE
+			), u AS (
+				UPDATE deliveries d SET
+					lease_owner   = $3,
+					lease_at      = now(),
+					lease_until   = now() + $4::interval,
+					lease_attempt = $5,
+					attempts      = d.attempts + CASE WHEN prev.lease_owner IS NULL THEN 0 ELSE 1 END,
+					last_status   = CASE WHEN prev.lease_owner IS NULL THEN d.last_status ELSE NULL END,
+					last_error    = CASE WHEN prev.lease_owner IS NULL THEN d.last_error ELSE $6 END,
+					updated_at    = now()
+				FROM prev
+				WHERE d.id = prev.id AND prev.state <> 'delivered' AND ($7::bigint IS NULL OR prev.gen = $7)
+				  AND (prev.lease_until IS NULL OR prev.lease_until <= now())
+				RETURNING d.id, d.state, d.gen, d.series, prev.lease_owner IS NOT NULL AS took_over,
+				          prev.lease_at, prev.lease_until, prev.lease_attempt
+			), expired AS (
+				INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error, outcome, series)
+				SELECT id, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $6, 'lease_expired', series
+				FROM u WHERE took_over
+			)
+			SELECT true, id, state, gen, took_over, 0::float8 FROM u
+			UNION ALL
+			SELECT false, id, state, gen, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8
+			FROM prev WHERE NOT EXISTS (SELECT 1 FROM u)`,
+			eventID, route, owner, ttl, attempt, leaseExpiredError, copyGen,
+		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// No row for the pair yet: create it, then claim.
+			if err := deliveryCreate(ctx, db, eventID, route); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("taking delivery lease: %w", err)
+		}
+		l := &DeliveryLease{db: db, id: id, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, TookOver: tookOver}
+		switch {
+		case claimed, l.state == webhook.StateDelivered, copyGen != nil && *copyGen != gen:
+			// Claimed; or delivered, or the copy is stale: read, not
+			// claimed (there is nothing to deliver, so nothing to wait for).
+			return l, nil
+		case remaining > 0:
+			return nil, &LeaseBusyError{Remaining: time.Duration(remaining * float64(time.Second))}
+		}
+		// The lease expired between the update and the read: claim again.
 	}
-	id, state, gen, err := lockDelivery(ctx, tx, eventID, route)
-	if err != nil {
-		db.rollback(ctx, tx)
-		return nil, err
-	}
-	return &DeliveryLock{db: db, tx: tx, id: id, state: state, gen: gen}, nil
+	return nil, errors.New("claiming delivery: the pair's lease changed hands twice during the claim")
 }
 
-func lockDelivery(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, route string) (int64, webhook.DeliveryState, int64, error) {
-	if _, err := tx.Exec(ctx, `
+func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string) error {
+	if _, err := db.pool.Exec(ctx, `
 		INSERT INTO deliveries (event_id, route) VALUES ($1, $2)
 		ON CONFLICT (event_id, route) DO NOTHING`, eventID, route); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
 			// The event row is gone (purged): nothing to record against.
-			return 0, "", 0, fmt.Errorf("event %s: %w", eventID, ErrNotFound)
+			return fmt.Errorf("event %s: %w", eventID, ErrNotFound)
 		}
-		return 0, "", 0, fmt.Errorf("creating delivery: %w", err)
+		return fmt.Errorf("creating delivery: %w", err)
 	}
-	var (
-		id    int64
-		state string
-		gen   int64
-	)
-	err := tx.QueryRow(ctx, `
-		SELECT id, state, gen FROM deliveries WHERE event_id = $1 AND route = $2 FOR UPDATE`,
-		eventID, route).Scan(&id, &state, &gen)
-	if err != nil {
-		return 0, "", 0, fmt.Errorf("locking delivery: %w", err)
-	}
-	return id, webhook.DeliveryState(state), gen, nil
+	return nil
 }
 
-// State is the delivery's state when it was locked.
-func (l *DeliveryLock) State() webhook.DeliveryState { return l.state }
+// State is the delivery's state when it was claimed.
+func (l *DeliveryLease) State() webhook.DeliveryState { return l.state }
 
 // Gen is the generation of the pair's current copy: only a message of this
 // generation may be delivered.
-func (l *DeliveryLock) Gen() int64 { return l.gen }
+func (l *DeliveryLease) Gen() int64 { return l.gen }
 
 // Restart starts a new attempt series for a dead pair whose dead letter an
 // operator moved back to the route queue: the pair is pending again, in
 // its next series, under a new generation (any other copy of the dead
-// letter is then stale). It returns the new generation; the lock is still
-// held.
-func (l *DeliveryLock) Restart(ctx context.Context) (int64, error) {
+// letter is then stale). It returns the new generation; the lease is still
+// held. A lease taken over meanwhile fails with ErrLeaseLost.
+func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	err := l.tx.QueryRow(ctx, `
+	err := l.db.pool.QueryRow(ctx, `
 		UPDATE deliveries SET state = 'pending', gen = gen + 1, series = series + 1, due_at = now(), updated_at = now()
-		WHERE id = $1 RETURNING gen`, l.id).Scan(&l.gen)
+		WHERE id = $1 AND lease_owner = $2 RETURNING gen`, l.id, l.owner).Scan(&l.gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrLeaseLost
+	}
 	if err != nil {
-		l.db.rollback(ctx, l.tx)
 		return 0, fmt.Errorf("restarting delivery: %w", err)
 	}
 	l.state = webhook.StatePending
 	return l.gen, nil
 }
 
-// Record stores the attempt, moves the delivery to a.Outcome, and commits,
-// releasing the lock. It returns the pair's generation afterwards: a
-// retrying outcome moves the pair to a new generation, the retry copy's.
-func (l *DeliveryLock) Record(ctx context.Context, a *webhook.Attempt) (int64, error) {
+// Record stores the attempt, moves the delivery to a.Outcome and releases
+// the lease, in one statement fenced by the lease: a retrying outcome
+// moves the pair to a new generation, the retry copy's, which it returns.
+// current says whether the pair was still at a.Gen: if not (a replay moved
+// it on while the attempt was in flight), only a success changed its
+// state, and the newer copy owns what comes next. If the lease was taken
+// over meanwhile (it expired), the attempt is stored with outcome
+// 'lost_lease', nothing else of the pair changes, and Record fails with
+// ErrLeaseLost.
+func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	gen, _, err := recordAttempt(ctx, l.tx, l.id, a)
-	if err != nil {
-		l.db.rollback(ctx, l.tx)
-		return 0, err
+	gen, current, err = recordAttempt(ctx, l.db, l.id, l.owner, a)
+	if err == nil {
+		l.held = false
 	}
-	if err := l.tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("committing attempt: %w", err)
-	}
-	return gen, nil
+	return gen, current, err
 }
 
-// Release gives the lock back without recording anything.
-func (l *DeliveryLock) Release(ctx context.Context) error {
+// Release gives the lease back without recording anything. It does
+// nothing for a lease not held (a delivered pair, read only) or taken over.
+func (l *DeliveryLease) Release(ctx context.Context) error {
+	if !l.held {
+		return nil
+	}
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	if err := l.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("releasing delivery: %w", err)
+	if _, err := l.db.pool.Exec(ctx, `
+		UPDATE deliveries SET lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL
+		WHERE id = $1 AND lease_owner = $2`, l.id, l.owner); err != nil {
+		return fmt.Errorf("releasing delivery lease: %w", err)
 	}
+	l.held = false
 	return nil
 }
 
-// AttemptRecord stores an attempt in a transaction of its own, for when the
-// lock's connection was lost during the attempt. The pair's state changes
-// only if it is still at a.Gen (nobody else moved it meanwhile); current
-// says whether it did, and gen is the pair's generation afterwards.
+// AttemptRecord records an attempt made without a claim of its own (by a
+// tool, or a test): it claims the pair for a short lease, records a, and
+// releases it. current says whether the pair was at a.Gen (only then did
+// its state follow a.Outcome, or for a success), gen is the pair's
+// generation afterwards. A pair in flight fails with a *LeaseBusyError, a
+// delivered one records nothing and fails.
 func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
-	ctx, cancel := db.bound(ctx)
-	defer cancel()
-	err = db.InTx(ctx, func(tx pgx.Tx) error {
-		id, _, _, err := lockDelivery(ctx, tx, a.EventID, a.Route)
-		if err != nil {
-			return err
-		}
-		gen, current, err = recordAttempt(ctx, tx, id, a)
-		return err
-	})
-	return gen, current, err
+	l, err := db.claim(ctx, a.EventID, a.Route, a.Number, nil, time.Minute)
+	if err != nil {
+		return 0, false, err
+	}
+	if !l.held {
+		return 0, false, fmt.Errorf("recording attempt: the pair is delivered already")
+	}
+	return l.Record(ctx, a)
 }
 
 // recordAttempt inserts the attempt and, when the pair is still at the
 // attempt's generation, moves it to a.Outcome (a retrying outcome to the
-// next generation, due when its tier expires). It returns the pair's
-// generation afterwards and whether the attempt's copy was current.
-func recordAttempt(ctx context.Context, tx pgx.Tx, deliveryID int64, a *webhook.Attempt) (int64, bool, error) {
+// next generation, due when its tier expires), releasing the lease, in one
+// statement fenced by owner. It returns the pair's generation afterwards
+// and whether the attempt's copy was current (the pair at a.Gen: a replay
+// may have moved it on meanwhile). When the fence fails, the attempt is inserted as 'lost_lease' and
+// nothing else changes: ErrLeaseLost.
+func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUID, a *webhook.Attempt) (int64, bool, error) {
 	var status *int
 	if a.Status != 0 {
 		status = &a.Status
@@ -159,40 +252,51 @@ func recordAttempt(ctx context.Context, tx pgx.Tx, deliveryID int64, a *webhook.
 	if headers == nil && status != nil {
 		headers = http.Header{}
 	}
-	// The attempt belongs to the pair's current series.
-	_, err := tx.Exec(ctx, `
-		INSERT INTO delivery_attempts
-			(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, (SELECT series FROM deliveries WHERE id = $1))`,
-		deliveryID, a.Number, a.StartedAt, a.Duration.Milliseconds(), status, headers, a.ResponseBody, errText, string(a.Outcome))
-	if err != nil {
-		return 0, false, fmt.Errorf("inserting attempt: %w", err)
-	}
 	// A delivered pair stays delivered: a late record of a failed duplicate
 	// attempt must not make it look undelivered. A copy of another
-	// generation (the pair moved on meanwhile) records its attempt, and a
-	// success, but changes nothing else.
-	var gen int64
-	var current bool
-	err = tx.QueryRow(ctx, `
-		WITH old AS (SELECT gen FROM deliveries WHERE id = $1)
-		UPDATE deliveries SET
-			state            = CASE WHEN state = 'delivered' THEN 'delivered'
-			                        WHEN gen = $6 OR $2 = 'delivered' THEN $2 ELSE state END,
-			attempts         = attempts + 1,
-			last_status      = $3,
-			last_error       = $4,
-			first_attempt_at = COALESCE(first_attempt_at, $5),
-			last_attempt_at  = $5,
-			delivered_at     = CASE WHEN $2 = 'delivered' AND delivered_at IS NULL THEN now() ELSE delivered_at END,
-			gen              = CASE WHEN gen = $6 AND $2 = 'retrying' THEN gen + 1 ELSE gen END,
-			due_at           = CASE WHEN gen = $6 AND $2 = 'retrying' THEN now() + $7::interval ELSE due_at END,
-			updated_at       = now()
-		WHERE id = $1
-		RETURNING gen, (SELECT gen FROM old) = $6`,
-		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn).Scan(&gen, &current)
+	// generation (the pair moved on meanwhile: a replay) records its
+	// attempt, and a success, but changes nothing else. The attempt belongs
+	// to the pair's current series.
+	var (
+		gen     int64
+		current bool
+	)
+	err := db.pool.QueryRow(ctx, `
+		WITH old AS (SELECT gen FROM deliveries WHERE id = $1), u AS (
+			UPDATE deliveries SET
+				state            = CASE WHEN state = 'delivered' THEN 'delivered'
+				                        WHEN gen = $6 OR $2 = 'delivered' THEN $2 ELSE state END,
+				attempts         = attempts + 1,
+				last_status      = $3,
+				last_error       = $4,
+				first_attempt_at = COALESCE(first_attempt_at, $5),
+				last_attempt_at  = $5,
+				delivered_at     = CASE WHEN $2 = 'delivered' AND delivered_at IS NULL THEN now() ELSE delivered_at END,
+				gen              = CASE WHEN gen = $6 AND $2 = 'retrying' THEN gen + 1 ELSE gen END,
+				due_at           = CASE WHEN gen = $6 AND $2 = 'retrying' THEN now() + $7::interval ELSE due_at END,
+				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
+				updated_at       = now()
+			WHERE id = $1 AND lease_owner = $8
+			RETURNING gen, series
+		), i AS (
+			INSERT INTO delivery_attempts
+				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series)
+			SELECT $1, $9, $5, $10, $3, $11, $12, $4,
+			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
+			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE id = $1), 1)
+		)
+		SELECT gen, (SELECT gen FROM old) = $6 FROM u`,
+		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, owner,
+		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody).Scan(&gen, &current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, ErrLeaseLost
+	}
 	if err != nil {
-		return 0, false, fmt.Errorf("updating delivery: %w", err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+			return 0, false, fmt.Errorf("recording attempt: delivery %d: %w", deliveryID, ErrNotFound)
+		}
+		return 0, false, fmt.Errorf("recording attempt: %w", err)
 	}
 	return gen, current, nil
 }

@@ -20,8 +20,9 @@ type Reconciled struct {
 }
 
 // DeliveryReconcile finds up to limit pairs of route that are pending or
-// retrying more than margin past their due time, not in flight (a
-// dispatcher holding the pair's lock is skipped) and with nothing of their
+// retrying more than margin past their due time, not in flight (a pair
+// with a live delivery lease is skipped; one whose lease expired is not in
+// flight any more, its dispatcher died) and with nothing of their
 // event still in the outbox, and sends each again: in one transaction it
 // moves the pair to a new generation, pushes its due time to now, counts
 // the repair, and puts a copy addressed to the route's queue in the
@@ -39,6 +40,7 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 				SELECT d.id, now() - d.due_at AS overdue FROM deliveries d
 				WHERE d.route = $1 AND d.state IN ('pending', 'retrying')
 				  AND d.due_at < now() - $2::interval
+				  AND (d.lease_until IS NULL OR d.lease_until <= now())
 				  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id)
 				ORDER BY d.due_at
 				LIMIT $3

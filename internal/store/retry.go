@@ -29,6 +29,9 @@ const retrySelectSQL = `
 	d.state = 'retrying' AND ($1::uuid IS NULL OR d.event_id = $1) AND ($2 = '' OR d.route = $2)
 	AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id AND o.route = d.route)`
 
+// retryNotInFlightSQL leaves out pairs in flight: a live delivery lease.
+const retryNotInFlightSQL = ` AND (d.lease_until IS NULL OR d.lease_until <= now())`
+
 // RetriedPair is a retrying pair whose next attempt DeliveryRetryNow
 // brought forward.
 type RetriedPair struct {
@@ -53,8 +56,8 @@ type RetriedPair struct {
 // goes into the outbox addressed to its route's queue: the dispatcher
 // delivers it at once, and the copy still waiting in a retry tier is of
 // an older generation, dropped (superseded) when it comes back. A pair in
-// flight (a dispatcher holds its lock) or with a copy already in the
-// outbox is left alone.
+// flight (a dispatcher holds a live delivery lease on it) or with a copy
+// already in the outbox is left alone.
 func (db *DB) DeliveryRetryNow(ctx context.Context, sel RetrySelection, after int64, limit int) ([]RetriedPair, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
@@ -64,7 +67,7 @@ func (db *DB) DeliveryRetryNow(ctx context.Context, sel RetrySelection, after in
 		rows, err := tx.Query(ctx, `
 			WITH c AS (
 				SELECT d.id, d.due_at FROM deliveries d
-				WHERE `+retrySelectSQL+` AND d.id > $3
+				WHERE `+retrySelectSQL+retryNotInFlightSQL+` AND d.id > $3
 				ORDER BY d.id
 				LIMIT $4
 				FOR UPDATE OF d SKIP LOCKED
@@ -100,8 +103,8 @@ func (db *DB) DeliveryRetryNow(ctx context.Context, sel RetrySelection, after in
 }
 
 // DeliveryRetryCount counts the retrying pairs sel selects that
-// DeliveryRetryNow would take (in flight ones included: only taking them
-// can tell).
+// DeliveryRetryNow would take, in flight ones included (a lease may be
+// gone by the time they are taken).
 func (db *DB) DeliveryRetryCount(ctx context.Context, sel RetrySelection) (int64, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()

@@ -1,0 +1,354 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// queueConsumers returns how many consumers queue has, from a passive
+// declare.
+func (h *harness) queueConsumers(queue string) int {
+	h.t.Helper()
+	q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(h.t, err)
+	return q.Consumers
+}
+
+// routeState reads route's row of route_state.
+func (h *harness) routeState(route string) store.RouteState {
+	h.t.Helper()
+	list, err := h.db.RouteStateList(context.Background())
+	require.NoError(h.t, err)
+	for _, s := range list {
+		if s.Route == route {
+			return s
+		}
+	}
+	h.t.Fatalf("no route_state row for %s", route)
+	return store.RouteState{}
+}
+
+// Pausing a route stops both dispatchers' consumers of its queue within
+// 2s; events keep arriving into the queue meanwhile; a dispatcher started
+// while the route is paused does not consume it either; resuming delivers
+// the backlog, each event once.
+func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.cfg.Routes[0].Concurrency = 2
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+	first := h.dispatcherBase
+	h.startDispatcher(app.DispatcherOptions{})
+	second := h.dispatcherBase
+	queue := h.names.RouteQueue("billing")
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 4 }, 10*time.Second, 20*time.Millisecond)
+
+	for i := range 3 {
+		h.postSigned(fmt.Sprintf("evt_before_%d", i), "invoice.paid")
+	}
+	dest.waitFor(15*time.Second, "three deliveries", func(rs []received) bool { return len(rs) == 3 })
+
+	changed, err := h.db.RoutePause(context.Background(), "billing", true, "test")
+	require.NoError(t, err)
+	require.True(t, changed)
+	paused := time.Now()
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
+		"both dispatchers stop consuming within 2s of the pause")
+	t.Logf("consumers gone %s after the pause", time.Since(paused))
+	for _, base := range []string{first, second} {
+		require.Equal(t, 1.0, scrape(t, base)[`hookrelay_route_paused{route="billing"}`])
+	}
+	changed, err = h.db.RoutePause(context.Background(), "billing", true, "test")
+	require.NoError(t, err)
+	require.False(t, changed, "pausing a paused route changes nothing")
+
+	// Events keep arriving; they wait in the queue.
+	for i := range 10 {
+		h.postSigned(fmt.Sprintf("evt_paused_%d", i), "invoice.paid")
+	}
+	waitCountCh(t, h, queue, 10, 15*time.Second)
+	// A dispatcher that starts now follows the pause from its first
+	// message: it is ready (consumers would be up by now) and the queue
+	// still has none and keeps its messages.
+	h.startDispatcher(app.DispatcherOptions{})
+	third := h.dispatcherBase
+	require.Equal(t, 1.0, scrape(t, third)[`hookrelay_route_paused{route="billing"}`])
+	require.Equal(t, 0, h.queueConsumers(queue))
+	require.Len(t, dest.snapshot(), 3, "nothing delivered while paused")
+
+	changed, err = h.db.RoutePause(context.Background(), "billing", false, "")
+	require.NoError(t, err)
+	require.True(t, changed)
+	resumed := time.Now()
+	dest.waitFor(15*time.Second, "the backlog", func(rs []received) bool { return len(rs) >= 13 })
+	t.Logf("backlog delivered %s after the resume", time.Since(resumed))
+	h.waitQueuesEmpty(10 * time.Second)
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 6 }, 5*time.Second, 20*time.Millisecond)
+	got := dest.successes()
+	require.Len(t, got, 13)
+	for pair, n := range got {
+		require.Equal(t, 1, n, "%s delivered once", pair)
+	}
+	require.Len(t, dest.snapshot(), 13, "no second POST of any event")
+	for _, base := range []string{first, second, third} {
+		require.Equal(t, 0.0, scrape(t, base)[`hookrelay_route_paused{route="billing"}`])
+	}
+}
+
+func waitCountCh(t *testing.T, h *harness, queue string, want int, timeout time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err == nil && q.Messages == want
+	}, timeout, 20*time.Millisecond, "queue %s never held %d messages", queue, want)
+}
+
+// After circuit.failures consecutive failed attempts across two
+// dispatchers the circuit opens: nobody consumes the route's queue, the
+// retry tiers empty back into it and stay empty; after the cool-down one
+// probe (the destination healed meanwhile) closes the circuit and every
+// event is delivered once.
+func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var healthy atomic.Bool
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int {
+		if healthy.Load() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	})
+	r := &h.cfg.Routes[0]
+	r.URL = dest.url("billing")
+	r.Concurrency = 2
+	r.MaxAttempts = 20 // no dead letters here
+	r.Circuit.Failures = 3
+	r.Circuit.Cooldown = 3 * time.Second
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+	first := h.dispatcherBase
+	h.startDispatcher(app.DispatcherOptions{})
+	second := h.dispatcherBase
+	queue := h.names.RouteQueue("billing")
+
+	const events = 6
+	for i := range events {
+		h.postSigned(fmt.Sprintf("evt_circuit_%d", i), "invoice.paid")
+	}
+	var opened store.RouteState
+	require.Eventually(t, func() bool {
+		opened = h.routeState("billing")
+		return opened.Circuit == store.CircuitOpen
+	}, 15*time.Second, 10*time.Millisecond, "the circuit opens")
+	require.NotNil(t, opened.OpenedUntil)
+	openedAt := time.Now()
+	failed := len(dest.snapshot())
+	t.Logf("opened after %d attempts, %d consecutive failures", failed, opened.ConsecutiveFailures)
+	require.GreaterOrEqual(t, opened.ConsecutiveFailures, 3)
+	require.Less(t, failed, events+4, "the circuit opened before every event went round again")
+	for _, base := range []string{first, second} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.Equal(c, 2.0, scrape(c, base)[`hookrelay_route_circuit_state{route="billing"}`])
+		}, 2*time.Second, 10*time.Millisecond)
+	}
+
+	// While open: nobody consumes, the tiers give their copies back to the
+	// route queue (longest tier 800ms) and stay empty, and every event
+	// waits in the route queue.
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond)
+	waitCountCh(t, h, queue, events, 2*time.Second)
+	for _, d := range h.cfg.Retry.Backoff {
+		require.Equal(t, 0, countReady(t, h, h.names.Retry(d)), "tier %s is empty while the circuit is open", d)
+	}
+	require.True(t, time.Now().Before(*opened.OpenedUntil), "checked within the cool-down (%s since open)", time.Since(openedAt))
+	healthy.Store(true)
+
+	// The probe closes the circuit; the backlog follows.
+	dest.waitFor(20*time.Second, "every event delivered", func(rs []received) bool { return len(dest.successes()) == events })
+	h.waitQueuesEmpty(10 * time.Second)
+	for pair, n := range dest.successes() {
+		require.Equal(t, 1, n, "%s delivered once", pair)
+	}
+	reqs := dest.snapshot()
+	var quiet, probe int
+	for _, q := range reqs[failed:] {
+		switch {
+		case q.at.Before(*opened.OpenedUntil) && q.at.After(openedAt.Add(500*time.Millisecond)):
+			quiet++ // made while the circuit was open
+		case q.status == http.StatusOK && probe == 0:
+			probe++
+			require.False(t, q.at.Before(opened.OpenedUntil.Add(-50*time.Millisecond)), "the probe waited for the cool-down")
+		}
+	}
+	require.Zero(t, quiet, "no attempt while the circuit was open")
+	closed := h.routeState("billing")
+	require.Equal(t, store.CircuitClosed, closed.Circuit)
+	require.Zero(t, closed.ConsecutiveFailures)
+	for _, base := range []string{first, second} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.Equal(c, 0.0, scrape(c, base)[`hookrelay_route_circuit_state{route="billing"}`])
+		}, 3*time.Second, 10*time.Millisecond)
+	}
+}
+
+func countReady(t *testing.T, h *harness, queue string) int {
+	t.Helper()
+	q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	return q.Messages
+}
+
+// A rate limit of 20/s holds for the route as a whole: two dispatchers
+// with four consumers each deliver at most 21 in any second (burst 1,
+// plus one for a request that lands on a second's edge).
+func TestRateLimitAcrossTwoDispatchers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	r := &h.cfg.Routes[0]
+	r.URL = dest.url("billing")
+	r.Concurrency = 4
+	r.RateLimit = 20
+	r.Burst = 1
+	h.start(app.ReceiverOptions{})
+	// Events first, so the dispatchers find a backlog that would go far
+	// faster than 20/s without the limit.
+	const events = 260
+	h.postAll(events, 8, func(int) string { return "invoice.paid" })
+	waitCountCh(t, h, h.names.RouteQueue("billing"), events, 30*time.Second)
+	h.startDispatcher(app.DispatcherOptions{})
+	first := h.dispatcherBase
+	h.startDispatcher(app.DispatcherOptions{})
+	second := h.dispatcherBase
+
+	dest.waitFor(30*time.Second, "11 seconds of deliveries", func(rs []received) bool {
+		return len(rs) > 0 && rs[len(rs)-1].at.Sub(rs[0].at) >= 11*time.Second
+	})
+	reqs := dest.snapshot()
+	start := reqs[0].at
+	perSecond := map[int]int{}
+	maxWindow := 0
+	for i, q := range reqs {
+		if q.at.Sub(start) >= 10*time.Second {
+			break
+		}
+		perSecond[int(q.at.Sub(start)/time.Second)]++
+		// Any one-second window starting at a request.
+		n := 0
+		for _, p := range reqs[i:] {
+			if p.at.Sub(q.at) >= time.Second {
+				break
+			}
+			n++
+		}
+		maxWindow = max(maxWindow, n)
+	}
+	t.Logf("per second: %v; busiest one-second window: %d", perSecond, maxWindow)
+	require.LessOrEqual(t, maxWindow, 22, "at most 22 deliveries in any second")
+	total := 0
+	for s := range 10 {
+		require.LessOrEqual(t, perSecond[s], 22)
+		total += perSecond[s]
+	}
+	require.GreaterOrEqual(t, total, 180, "the limit is a limit, not a stall: close to 20/s over 10s")
+	var waits float64
+	for _, base := range []string{first, second} {
+		waits += scrape(t, base)[`hookrelay_route_waits_total{reason="rate_limit",route="billing"}`]
+	}
+	require.Greater(t, waits, 0.0)
+}
+
+// A 429 with Retry-After holds the whole route, in both dispatchers: a
+// second event posted right after waits too.
+func TestRetryAfterSlowsTheWholeRoute(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var refused atomic.Bool
+	dest := newDestination(t, func(w http.ResponseWriter, _ *http.Request, _ []byte, _ string, _ int) int {
+		if refused.CompareAndSwap(false, true) {
+			w.Header().Set("Retry-After", "2")
+			return http.StatusTooManyRequests
+		}
+		return http.StatusOK
+	})
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.cfg.Routes[0].Concurrency = 2
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+	first := h.dispatcherBase
+	h.startDispatcher(app.DispatcherOptions{})
+	second := h.dispatcherBase
+
+	h.postSigned("evt_limited", "invoice.paid")
+	dest.waitFor(15*time.Second, "the 429", func(rs []received) bool { return len(rs) == 1 })
+	refusedAt := dest.snapshot()[0].at
+	for _, base := range []string{first, second} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.Equal(c, 0.0, float64(h.queueConsumers(h.names.RouteQueue("billing"))))
+		}, 2*time.Second, 10*time.Millisecond, "no dispatcher consumes while held (%s)", base)
+	}
+	h.postSigned("evt_after", "invoice.paid")
+	dest.waitFor(15*time.Second, "both events delivered", func(rs []received) bool { return len(dest.successes()) == 2 })
+	for _, q := range dest.snapshot()[1:] {
+		require.False(t, q.at.Before(refusedAt.Add(2*time.Second-100*time.Millisecond)),
+			"%s came %s after the 429 that asked for 2s", q.eventID, q.at.Sub(refusedAt))
+	}
+	h.waitQueuesEmpty(10 * time.Second)
+}
+
+// The admin API pauses and resumes a route like the CLI does; a route
+// that is not in the config is 404, a request without the token 401.
+func TestAdminAPIPausesAndResumesRoute(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Admin.Token = adminToken
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.start(app.ReceiverOptions{AdminListener: adminLn, DisablePublisher: true})
+	base := "http://" + adminLn.Addr().String()
+	post := func(path, token string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, base+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	status, _ := post("/api/routes/billing/pause", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, body := post("/api/routes/nosuch/pause", adminToken)
+	require.Equal(t, http.StatusNotFound, status, body)
+
+	status, body = post("/api/routes/billing/pause", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"route":"billing","paused":true,"changed":true}`, body)
+	require.True(t, h.routeState("billing").Paused)
+	require.Contains(t, h.routeState("billing").PausedBy, "admin api")
+	status, body = post("/api/routes/billing/pause", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"route":"billing","paused":true,"changed":false}`, body)
+
+	status, body = post("/api/routes/billing/resume", adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"route":"billing","paused":false,"changed":true}`, body)
+	require.False(t, h.routeState("billing").Paused)
+}

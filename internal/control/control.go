@@ -1,0 +1,518 @@
+// Package control holds a dispatcher's route controls: pause and resume,
+// the circuit breaker, the rate limit and the hold a destination asks for
+// with Retry-After. Their state lives in Postgres (one row per route,
+// shared by every dispatcher); a Controller follows it, through NOTIFY and
+// a poll every second, and tells the route's consumers when they may take
+// messages (Gate), holds each delivery for the rate limit and Retry-After
+// (Admit), and counts each attempt's outcome toward the breaker (Observe).
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Circuit states, as the Store reports them.
+const (
+	Closed   = "closed"
+	Open     = "open"
+	HalfOpen = "half_open"
+)
+
+// State is a route's stored state, with the database's clock (Now) to
+// compare its times against.
+type State struct {
+	Route       string
+	Paused      bool
+	Circuit     string
+	OpenedUntil time.Time // zero when not open
+	ProbeOwner  string
+	ProbeAt     time.Time // zero when nobody holds the probe
+	SlowUntil   time.Time // zero when never slowed
+	Now         time.Time
+}
+
+// Store is what the controls need from Postgres. Every method is one
+// bounded statement; see internal/store/routestate.go for their contracts.
+type Store interface {
+	StateEnsure(ctx context.Context, routes []string) error
+	StateList(ctx context.Context) ([]State, error)
+	Success(ctx context.Context, route string) error
+	Failure(ctx context.Context, route string, threshold int, cooldown, maxCooldown time.Duration) (circuit string, failures int, err error)
+	ProbeClaim(ctx context.Context, route, owner string, stale time.Duration) (bool, error)
+	ProbeRefresh(ctx context.Context, route, owner string) (bool, error)
+	Slow(ctx context.Context, route string, d time.Duration) error
+	RateTake(ctx context.Context, route string, interval time.Duration, burst int) (time.Duration, error)
+}
+
+// Route is one route's control settings.
+type Route struct {
+	Name string
+	// Failures is the number of consecutive failed attempts that opens
+	// the circuit; 0 turns the breaker off.
+	Failures int
+	// Cooldown is how long the circuit stays open before a probe; it
+	// doubles while probes fail, up to Config.MaxCooldown.
+	Cooldown time.Duration
+	// RateLimit is deliveries per second for the route as a whole; 0 means
+	// no limit. Burst is how many may go at once after a quiet spell.
+	RateLimit float64
+	Burst     int
+}
+
+// Config configures a Controller.
+type Config struct {
+	Routes []Route
+	Store  Store
+	// Owner names this dispatcher in probe claims; unique per process.
+	Owner string
+	// ListenFunc delivers a wake-up on wake for every change announced in
+	// Postgres until ctx is done (store.DB.Listen); nil means poll only.
+	ListenFunc func(ctx context.Context, wake chan<- struct{}) error
+	// Poll is how often the state is read regardless of notifications.
+	// Default 1s: a dispatcher that missed a notification follows within
+	// a second or two.
+	Poll time.Duration
+	// ProbeStale is how long a half-open route's probe claim lives without
+	// being refreshed before another dispatcher may take it over (its
+	// owner died). Default 5s: five polls of a live owner.
+	ProbeStale time.Duration
+	// MaxCooldown caps the doubling cool-down. Default 10m.
+	MaxCooldown time.Duration
+	// MaxSlow caps how long one Retry-After holds the route. Default 10m,
+	// far inside RabbitMQ's 30-minute consumer timeout for a held message.
+	MaxSlow    time.Duration
+	Registerer prometheus.Registerer
+	Logger     zerolog.Logger
+}
+
+// Controller follows every route's controls for one dispatcher. Init reads
+// the state once; Run follows it until ctx is done.
+type Controller struct {
+	cfg    Config
+	routes map[string]*route
+	logger zerolog.Logger
+
+	circuit *prometheus.GaugeVec
+	paused  *prometheus.GaugeVec
+	waits   *prometheus.CounterVec
+	waited  *prometheus.CounterVec
+}
+
+// view is what a route's consumers go by.
+type view struct {
+	known   bool
+	paused  bool
+	circuit string
+	owner   bool // this dispatcher holds the half-open probe
+	slowed  bool
+}
+
+type route struct {
+	cfg Route
+
+	mu        sync.Mutex
+	view      view
+	slowUntil time.Time // local clock
+	changed   chan struct{}
+}
+
+// New returns a Controller for cfg's routes.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Store == nil || cfg.Owner == "" || cfg.Registerer == nil {
+		return nil, errors.New("control: Store, Owner and Registerer are required")
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.ProbeStale <= 0 {
+		cfg.ProbeStale = 5 * time.Second
+	}
+	if cfg.MaxCooldown <= 0 {
+		cfg.MaxCooldown = 10 * time.Minute
+	}
+	if cfg.MaxSlow <= 0 {
+		cfg.MaxSlow = 10 * time.Minute
+	}
+	c := &Controller{
+		cfg: cfg, routes: map[string]*route{},
+		logger: cfg.Logger.With().Str("component", "route_control").Logger(),
+		circuit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hookrelay_route_circuit_state",
+			Help: "The route's circuit breaker as this dispatcher sees it: 0 closed, 1 half-open, 2 open.",
+		}, []string{"route"}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hookrelay_route_paused",
+			Help: "1 while the route is paused by an operator.",
+		}, []string{"route"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookrelay_route_waits_total",
+			Help: "Deliveries held before their POST, by reason: rate_limit (routes[].rate_limit) or retry_after (the destination's Retry-After).",
+		}, []string{"route", "reason"}),
+		waited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookrelay_route_wait_seconds_total",
+			Help: "Time deliveries were held before their POST, by reason.",
+		}, []string{"route", "reason"}),
+	}
+	cfg.Registerer.MustRegister(c.circuit, c.paused, c.waits, c.waited)
+	for _, r := range cfg.Routes {
+		if r.RateLimit < 0 || (r.RateLimit > 0 && r.Burst < 1) || (r.Failures > 0 && r.Cooldown <= 0) {
+			return nil, fmt.Errorf("control: route %q: rate limit needs a burst of 1 or more, a breaker a cool-down", r.Name)
+		}
+		c.routes[r.Name] = &route{cfg: r, changed: make(chan struct{}), view: view{circuit: Closed}}
+		c.circuit.WithLabelValues(r.Name)
+		c.paused.WithLabelValues(r.Name)
+		for _, reason := range []string{reasonRate, reasonRetryAfter} {
+			c.waits.WithLabelValues(r.Name, reason)
+			c.waited.WithLabelValues(r.Name, reason)
+		}
+	}
+	return c, nil
+}
+
+const (
+	reasonRate       = "rate_limit"
+	reasonRetryAfter = "retry_after"
+)
+
+// Init creates the routes' rows where missing and reads their state, so
+// consumers started afterwards already follow a pause or an open circuit.
+func (c *Controller) Init(ctx context.Context) error {
+	names := make([]string, 0, len(c.routes))
+	for name := range c.routes {
+		names = append(names, name)
+	}
+	if err := c.cfg.Store.StateEnsure(ctx, names); err != nil {
+		return err
+	}
+	// A breaker turned off in the config must not leave the route stuck
+	// with the circuit it had: close it.
+	for _, r := range c.routes {
+		if r.cfg.Failures <= 0 {
+			if err := c.cfg.Store.Success(ctx, r.cfg.Name); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := c.refresh(ctx)
+	return err
+}
+
+// Run follows the stored state until ctx is done, then returns nil: at
+// every notification and at least every Poll, and when a Retry-After hold
+// or a cool-down ends. A failed read is logged and tried again at the next
+// poll; the consumers keep the last state meanwhile.
+func (c *Controller) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	if c.cfg.ListenFunc != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.cfg.ListenFunc(ctx, wake); err != nil && ctx.Err() == nil {
+				c.logger.Error().Err(err).Msg("listening for route state changes stopped; polling only")
+			}
+		}()
+	}
+	defer wg.Wait()
+	next := c.cfg.Poll
+	for {
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+		}
+		var err error
+		next, err = c.refresh(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			c.logger.Warn().Err(err).Msg("reading route state; keeping the last one")
+			next = c.cfg.Poll
+		}
+	}
+}
+
+// refresh reads every route's state, applies it, and claims or keeps the
+// probes of circuits whose cool-down is over. It returns when to look
+// again.
+func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
+	next := c.cfg.Poll
+	for round := 0; round < 2; round++ {
+		list, err := c.cfg.Store.StateList(ctx)
+		if err != nil {
+			return 0, err
+		}
+		local := time.Now()
+		again := false
+		for _, s := range list {
+			r := c.routes[s.Route]
+			if r == nil {
+				continue // a route of another config
+			}
+			var slowUntil time.Time
+			if s.SlowUntil.After(s.Now) {
+				slowUntil = local.Add(s.SlowUntil.Sub(s.Now))
+				next = min(next, s.SlowUntil.Sub(s.Now))
+			}
+			c.apply(r, view{known: true, paused: s.Paused, circuit: s.Circuit, owner: s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner}, slowUntil)
+			claimed, err := c.probe(ctx, s)
+			if err != nil {
+				return 0, err
+			}
+			again = again || claimed
+			if s.Circuit == Open && s.OpenedUntil.After(s.Now) {
+				next = min(next, s.OpenedUntil.Sub(s.Now))
+			}
+		}
+		if !again {
+			break
+		}
+	}
+	return max(next, 10*time.Millisecond), nil
+}
+
+// probe claims the probe of a route whose cool-down is over, or whose
+// probe owner went quiet, and keeps this dispatcher's own claim fresh. It
+// reports whether the state changed.
+func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
+	switch {
+	case c.routes[s.Route].cfg.Failures <= 0:
+		// Breaker off here; Init closed the circuit.
+	case s.Circuit == Open && !s.OpenedUntil.After(s.Now),
+		s.Circuit == HalfOpen && s.ProbeOwner != c.cfg.Owner && (s.ProbeAt.IsZero() || s.Now.Sub(s.ProbeAt) > c.cfg.ProbeStale):
+		claimed, err := c.cfg.Store.ProbeClaim(ctx, s.Route, c.cfg.Owner, c.cfg.ProbeStale)
+		if err != nil {
+			return false, err
+		}
+		if claimed {
+			c.logger.Info().Str("route", s.Route).Msg("circuit half-open: this dispatcher makes the probe delivery")
+		}
+		return claimed, nil
+	case s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner:
+		held, err := c.cfg.Store.ProbeRefresh(ctx, s.Route, c.cfg.Owner)
+		return !held, err
+	}
+	return false, nil
+}
+
+// apply makes v (and the Retry-After hold until slowUntil) route r's
+// state: it wakes the consumers when what they go by changed, logs the
+// change and sets the metrics.
+func (c *Controller) apply(r *route, v view, slowUntil time.Time) {
+	v.slowed = time.Now().Before(slowUntil)
+	r.mu.Lock()
+	old := r.view
+	r.view, r.slowUntil = v, slowUntil
+	if old != v {
+		close(r.changed)
+		r.changed = make(chan struct{})
+	}
+	r.mu.Unlock()
+	c.paused.WithLabelValues(r.cfg.Name).Set(b2f(v.paused))
+	c.circuit.WithLabelValues(r.cfg.Name).Set(circuitValue(v.circuit))
+	if old == v {
+		return
+	}
+	log := c.logger.With().Str("route", r.cfg.Name).Logger()
+	switch {
+	case old.paused != v.paused && v.paused:
+		log.Info().Msg("route paused: this dispatcher stops consuming its queue")
+	case old.paused != v.paused:
+		log.Info().Msg("route resumed")
+	case old.circuit != v.circuit || old.owner != v.owner:
+		log.Info().Str("circuit", v.circuit).Bool("probe_here", v.owner).Str("was", old.circuit).Msg("route circuit changed")
+	case old.slowed != v.slowed && v.slowed:
+		log.Info().Time("until", slowUntil).Msg("route held: the destination asked to retry later")
+	case old.slowed != v.slowed:
+		log.Info().Msg("route hold over")
+	}
+	// Otherwise the first read found the route active: nothing to say.
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func circuitValue(s string) float64 {
+	switch s {
+	case HalfOpen:
+		return 1
+	case Open:
+		return 2
+	}
+	return 0
+}
+
+// Gate is the gate of route name's consumers; nil for an unknown route.
+func (c *Controller) Gate(name string) *RouteGate {
+	r := c.routes[name]
+	if r == nil {
+		return nil
+	}
+	return &RouteGate{r: r}
+}
+
+// RouteGate tells a route's consumers when they may consume.
+type RouteGate struct{ r *route }
+
+// Open reports whether consumer i of the route may take messages now, and
+// returns a channel closed at the route's next change. Nobody consumes a
+// paused route, one held by Retry-After or one whose circuit is open; when
+// the circuit is half-open only consumer 0 of the dispatcher that holds
+// the probe does, so one message at a time is the probe.
+func (g *RouteGate) Open(i int) (bool, <-chan struct{}) {
+	r := g.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.view
+	open := v.known && !v.paused && !time.Now().Before(r.slowUntil)
+	if r.cfg.Failures <= 0 {
+		v.circuit = Closed // breaker off for this dispatcher's config
+	}
+	switch v.circuit {
+	case Open:
+		open = false
+	case HalfOpen:
+		open = open && v.owner && i == 0
+	}
+	return open, r.changed
+}
+
+// Admit holds a delivery of route until it may go: past the route's
+// Retry-After hold and within its rate limit. It returns an error when
+// stopping closes or ctx is done first, when the message was held for
+// longer than MaxSlow and a minute in all (a slow rate shared by many consumers; the
+// message must not reach RabbitMQ's 30-minute consumer timeout), or when
+// Postgres cannot be asked: the message then goes back to the queue.
+func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan struct{}) error {
+	r := c.routes[name]
+	if r == nil {
+		return nil
+	}
+	waitedFor := map[string]bool{}
+	// A full Retry-After hold (at most MaxSlow) still lets the message go.
+	deadline := time.Now().Add(c.cfg.MaxSlow + time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("held by the route's controls for more than %s", c.cfg.MaxSlow+time.Minute)
+		}
+		r.mu.Lock()
+		hold := time.Until(r.slowUntil)
+		r.mu.Unlock()
+		reason := reasonRetryAfter
+		if hold <= 0 {
+			if r.cfg.RateLimit <= 0 {
+				return nil
+			}
+			wait, err := c.cfg.Store.RateTake(ctx, name, time.Duration(float64(time.Second)/r.cfg.RateLimit), r.cfg.Burst)
+			if err != nil {
+				return err
+			}
+			if wait == 0 {
+				return nil
+			}
+			hold, reason = wait, reasonRate
+		}
+		if !waitedFor[reason] {
+			waitedFor[reason] = true
+			c.waits.WithLabelValues(name, reason).Inc()
+		}
+		started := time.Now()
+		t := time.NewTimer(hold)
+		select {
+		case <-t.C:
+		case <-stopping:
+			t.Stop()
+			return errors.New("stopping while the route holds deliveries")
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		c.waited.WithLabelValues(name, reason).Add(time.Since(started).Seconds())
+	}
+}
+
+// Observe counts one attempt's outcome on route: status is the HTTP
+// status, 0 when no answer came (a network error or a timeout). A 2xx
+// resets the consecutive failures and closes the circuit; no answer, a
+// 408, a 429 or a 5xx counts as a failure; any other answer (the
+// destination is up but refused this event) counts as neither. A 429 or
+// 503 with Retry-After also holds the whole route for that long (at most
+// MaxSlow). A failed write is logged, not returned: the delivery's own
+// outcome is already decided, and the next poll puts the state right.
+func (c *Controller) Observe(ctx context.Context, name string, status int, retryAfter time.Duration) {
+	r := c.routes[name]
+	if r == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	log := c.logger.With().Str("route", name).Logger()
+	if retryAfter > 0 && (status == 429 || status == 503) {
+		hold := min(retryAfter, c.cfg.MaxSlow)
+		if err := c.cfg.Store.Slow(ctx, name, hold); err != nil {
+			log.Warn().Err(err).Msg("recording a Retry-After hold")
+		} else {
+			r.mu.Lock()
+			v, until := r.view, time.Now().Add(hold)
+			if until.Before(r.slowUntil) {
+				until = r.slowUntil
+			}
+			r.mu.Unlock()
+			c.apply(r, v, until)
+		}
+	}
+	if r.cfg.Failures <= 0 {
+		return
+	}
+	success := status >= 200 && status < 300
+	failure := status == 0 || status == 408 || status == 429 || status >= 500
+	switch {
+	case success:
+		if err := c.cfg.Store.Success(ctx, name); err != nil {
+			log.Warn().Err(err).Msg("recording a success for the circuit breaker")
+			return
+		}
+		c.applyCircuit(r, Closed)
+	case failure:
+		circuit, failures, err := c.cfg.Store.Failure(ctx, name, r.cfg.Failures, r.cfg.Cooldown, c.cfg.MaxCooldown)
+		if err != nil {
+			log.Warn().Err(err).Msg("recording a failure for the circuit breaker")
+			return
+		}
+		if circuit == Open {
+			if c.applyCircuit(r, Open) {
+				log.Warn().Int("consecutive_failures", failures).Msg("circuit opened: deliveries of the route wait in its queue")
+			}
+		}
+	}
+}
+
+// applyCircuit sets route r's circuit as this dispatcher just stored it,
+// without waiting for the next read, so its consumers stop (or go on)
+// before the next message. It reports whether it changed.
+func (c *Controller) applyCircuit(r *route, circuit string) bool {
+	r.mu.Lock()
+	v, until := r.view, r.slowUntil
+	r.mu.Unlock()
+	if v.circuit == circuit {
+		return false
+	}
+	v.circuit, v.owner = circuit, false
+	c.apply(r, v, until)
+	return true
+}

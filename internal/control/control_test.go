@@ -1,0 +1,182 @@
+package control
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeStore records calls and returns canned states; the Postgres side
+// is tested in internal/store and end to end in internal/app.
+type fakeStore struct {
+	mu       sync.Mutex
+	states   []State
+	calls    []string
+	circuit  string // what Failure returns
+	slowFor  time.Duration
+	rateWait []time.Duration
+}
+
+func (f *fakeStore) call(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+}
+
+func (f *fakeStore) StateEnsure(context.Context, []string) error { f.call("ensure"); return nil }
+func (f *fakeStore) StateList(context.Context) ([]State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]State(nil), f.states...), nil
+}
+func (f *fakeStore) Success(_ context.Context, r string) error { f.call("success " + r); return nil }
+func (f *fakeStore) Failure(_ context.Context, r string, _ int, _, _ time.Duration) (string, int, error) {
+	f.call("failure " + r)
+	return f.circuit, 1, nil
+}
+func (f *fakeStore) ProbeClaim(_ context.Context, r, _ string, _ time.Duration) (bool, error) {
+	f.call("claim " + r)
+	return false, nil
+}
+func (f *fakeStore) ProbeRefresh(_ context.Context, r, _ string) (bool, error) {
+	f.call("refresh " + r)
+	return true, nil
+}
+func (f *fakeStore) Slow(_ context.Context, r string, d time.Duration) error {
+	f.call("slow " + r)
+	f.slowFor = d
+	return nil
+}
+func (f *fakeStore) RateTake(context.Context, string, time.Duration, int) (time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.rateWait) == 0 {
+		return 0, nil
+	}
+	w := f.rateWait[0]
+	f.rateWait = f.rateWait[1:]
+	return w, nil
+}
+
+func newTest(t *testing.T, st *fakeStore, routes ...Route) *Controller {
+	t.Helper()
+	c, err := New(Config{Routes: routes, Store: st, Owner: "me", Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	return c
+}
+
+func TestGate(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, tc := range []struct {
+		name     string
+		state    State
+		failures int
+		want     [2]bool // consumers 0 and 1
+	}{
+		{"active", State{Circuit: Closed}, 10, [2]bool{true, true}},
+		{"paused", State{Circuit: Closed, Paused: true}, 10, [2]bool{false, false}},
+		{"open", State{Circuit: Open, OpenedUntil: now.Add(time.Minute)}, 10, [2]bool{false, false}},
+		{"half-open here", State{Circuit: HalfOpen, ProbeOwner: "me", ProbeAt: now}, 10, [2]bool{true, false}},
+		{"half-open elsewhere", State{Circuit: HalfOpen, ProbeOwner: "other", ProbeAt: now}, 10, [2]bool{false, false}},
+		{"open but breaker off here", State{Circuit: Open, OpenedUntil: now.Add(time.Minute)}, 0, [2]bool{true, true}},
+		{"held by Retry-After", State{Circuit: Closed, SlowUntil: now.Add(time.Minute)}, 10, [2]bool{false, false}},
+		{"Retry-After over", State{Circuit: Closed, SlowUntil: now.Add(-time.Second)}, 10, [2]bool{true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.state.Route, tc.state.Now = "billing", now
+			st := &fakeStore{states: []State{tc.state}}
+			c := newTest(t, st, Route{Name: "billing", Failures: tc.failures, Cooldown: time.Second})
+			g := c.Gate("billing")
+			before, changed := g.Open(0)
+			require.False(t, before, "closed until the state is read")
+			require.NoError(t, c.Init(context.Background()))
+			select {
+			case <-changed:
+			default:
+				t.Fatal("reading the state did not wake the consumers")
+			}
+			for i, want := range tc.want {
+				got, _ := g.Open(i)
+				require.Equal(t, want, got, "consumer %d", i)
+			}
+		})
+	}
+}
+
+func TestObserveClassifiesAnswers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status     int
+		retryAfter time.Duration
+		want       []string
+	}{
+		{200, 0, []string{"success billing"}},
+		{204, 0, []string{"success billing"}},
+		{0, 0, []string{"failure billing"}},
+		{408, 0, []string{"failure billing"}},
+		{500, 0, []string{"failure billing"}},
+		{503, 2 * time.Second, []string{"slow billing", "failure billing"}},
+		{429, time.Hour, []string{"slow billing", "failure billing"}},
+		{429, 0, []string{"failure billing"}},
+		{500, time.Second, []string{"failure billing"}}, // Retry-After counts on 429 and 503 only
+		{404, 0, nil},
+		{400, 0, nil},
+		{301, 0, nil},
+	} {
+		st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}, circuit: Closed}
+		c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
+		require.NoError(t, c.Init(context.Background()))
+		st.calls = nil
+		c.Observe(context.Background(), "billing", tc.status, tc.retryAfter)
+		require.Equal(t, tc.want, st.calls, "status %d retry-after %s", tc.status, tc.retryAfter)
+		if tc.retryAfter == time.Hour {
+			require.Equal(t, 10*time.Minute, st.slowFor, "capped")
+		}
+	}
+
+	// A failure that opens the circuit closes the gate at once, before
+	// any poll.
+	st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}, circuit: Open}
+	c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
+	require.NoError(t, c.Init(context.Background()))
+	open, changed := c.Gate("billing").Open(0)
+	require.True(t, open)
+	c.Observe(context.Background(), "billing", 500, 0)
+	<-changed
+	open, _ = c.Gate("billing").Open(0)
+	require.False(t, open)
+
+	// Breaker off: nothing counted.
+	st = &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}}
+	c = newTest(t, st, Route{Name: "billing"})
+	require.NoError(t, c.Init(context.Background()))
+	st.calls = nil
+	c.Observe(context.Background(), "billing", 500, 0)
+	require.Empty(t, st.calls)
+}
+
+func TestAdmitWaitsForTheRateLimitAndStops(t *testing.T) {
+	t.Parallel()
+	st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}},
+		rateWait: []time.Duration{20 * time.Millisecond, 20 * time.Millisecond}}
+	c := newTest(t, st, Route{Name: "billing", RateLimit: 50, Burst: 1})
+	require.NoError(t, c.Init(context.Background()))
+	start := time.Now()
+	require.NoError(t, c.Admit(context.Background(), "billing", nil))
+	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "waited twice")
+
+	st.rateWait = []time.Duration{time.Hour}
+	stopping := make(chan struct{})
+	close(stopping)
+	require.Error(t, c.Admit(context.Background(), "billing", stopping), "shutdown ends the wait")
+
+	_, err := New(Config{Routes: []Route{{Name: "x", RateLimit: 5}}, Store: st, Owner: "me", Registerer: prometheus.NewRegistry()})
+	require.Error(t, err, "a rate limit needs a burst")
+}

@@ -1,0 +1,272 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RouteStateChannel is the NOTIFY channel that announces a change of a
+// route's row in route_state; the payload is the route.
+const RouteStateChannel = "hookrelay_route_state"
+
+// Circuit states as stored in route_state.circuit.
+const (
+	CircuitClosed   = "closed"
+	CircuitOpen     = "open"
+	CircuitHalfOpen = "half_open"
+)
+
+// RouteState is a route's row of route_state, read together with the
+// database's clock (Now), so callers compare its times without trusting
+// their own clock.
+type RouteState struct {
+	Route               string
+	Paused              bool
+	PausedAt            *time.Time
+	PausedBy            string
+	Circuit             string
+	ConsecutiveFailures int
+	OpenedUntil         *time.Time
+	Cooldown            time.Duration
+	ProbeOwner          string
+	ProbeAt             *time.Time
+	SlowUntil           *time.Time
+	UpdatedAt           time.Time
+	Now                 time.Time
+}
+
+const routeStateColumns = `route, paused, paused_at, COALESCE(paused_by, ''), circuit, consecutive_failures,
+	opened_until, COALESCE(cooldown_ms, 0), COALESCE(probe_owner, ''), probe_at, slow_until, updated_at, now()`
+
+func scanRouteState(row pgx.CollectableRow) (RouteState, error) {
+	var s RouteState
+	var cooldownMS int64
+	err := row.Scan(&s.Route, &s.Paused, &s.PausedAt, &s.PausedBy, &s.Circuit, &s.ConsecutiveFailures,
+		&s.OpenedUntil, &cooldownMS, &s.ProbeOwner, &s.ProbeAt, &s.SlowUntil, &s.UpdatedAt, &s.Now)
+	s.Cooldown = time.Duration(cooldownMS) * time.Millisecond
+	return s, err
+}
+
+// RouteStateEnsure makes sure every route has its row (active, circuit
+// closed); existing rows are left as they are.
+func (db *DB) RouteStateEnsure(ctx context.Context, routes []string) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	if _, err := db.pool.Exec(ctx, `
+		INSERT INTO route_state (route) SELECT unnest($1::text[])
+		ON CONFLICT (route) DO NOTHING`, routes); err != nil {
+		return fmt.Errorf("creating route state rows: %w", err)
+	}
+	return nil
+}
+
+// RouteStateList returns every route's row, ordered by route. A route
+// without a row has never been paused or tripped.
+func (db *DB) RouteStateList(ctx context.Context) ([]RouteState, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `SELECT `+routeStateColumns+` FROM route_state ORDER BY route`)
+	if err != nil {
+		return nil, fmt.Errorf("reading route state: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, scanRouteState)
+	if err != nil {
+		return nil, fmt.Errorf("reading route state: %w", err)
+	}
+	return list, nil
+}
+
+// RoutePause pauses (paused true) or resumes a route, noting who did it,
+// and announces the change. It reports whether the state changed (pausing
+// a paused route changes nothing).
+func (db *DB) RoutePause(ctx context.Context, route string, paused bool, by string) (changed bool, err error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	// The upsert's WHERE leaves a row already in the asked state alone, so
+	// RETURNING says whether anything changed.
+	var n int
+	err = db.pool.QueryRow(ctx, `
+		WITH u AS (
+			INSERT INTO route_state AS r (route, paused, paused_at, paused_by)
+			VALUES ($1, $2, CASE WHEN $2 THEN now() END, CASE WHEN $2 THEN $3 END)
+			ON CONFLICT (route) DO UPDATE SET paused = $2,
+				paused_at = CASE WHEN $2 THEN now() END,
+				paused_by = CASE WHEN $2 THEN $3 END,
+				updated_at = now()
+			WHERE r.paused <> $2
+			RETURNING route
+		)
+		SELECT count(pg_notify('`+RouteStateChannel+`', route)) FROM u`, route, paused, by).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("setting route %s paused=%t: %w", route, paused, err)
+	}
+	return n > 0, nil
+}
+
+// RouteSuccess records a successful attempt: it resets the route's
+// consecutive failures and closes its circuit. A route with no failures
+// and a closed circuit is not written to.
+func (db *DB) RouteSuccess(ctx context.Context, route string) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	if _, err := db.pool.Exec(ctx, `
+		WITH u AS (
+			UPDATE route_state SET consecutive_failures = 0, circuit = 'closed', opened_until = NULL,
+				cooldown_ms = NULL, probe_owner = NULL, probe_at = NULL, updated_at = now()
+			WHERE route = $1 AND (consecutive_failures > 0 OR circuit <> 'closed')
+			RETURNING route, circuit
+		)
+		SELECT pg_notify('`+RouteStateChannel+`', route) FROM u`, route); err != nil {
+		return fmt.Errorf("recording a success on route %s: %w", route, err)
+	}
+	return nil
+}
+
+// RouteFailure records a failed attempt. The count of consecutive failures
+// goes up by one in a single UPDATE, so failures from every dispatcher add
+// up. A closed circuit opens when the count reaches threshold (for
+// cooldown); a half-open circuit (its probe failed) opens again for twice
+// its last cool-down, at most maxCooldown. An open circuit stays open. It
+// returns the circuit afterwards and announces an opening.
+func (db *DB) RouteFailure(ctx context.Context, route string, threshold int, cooldown, maxCooldown time.Duration) (circuit string, failures int, err error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	// In an UPDATE's SET every column reference is the row before the
+	// update; under READ COMMITTED a concurrent update makes Postgres
+	// evaluate the whole statement again on the newest row, so two
+	// dispatchers' failures never count as one.
+	var notified int
+	err = db.pool.QueryRow(ctx, `
+		WITH u AS (
+			UPDATE route_state SET
+				consecutive_failures = consecutive_failures + 1,
+				circuit = CASE
+					WHEN circuit = 'half_open' THEN 'open'
+					WHEN circuit = 'closed' AND consecutive_failures + 1 >= $2 THEN 'open'
+					ELSE circuit END,
+				cooldown_ms = CASE
+					WHEN circuit = 'half_open' THEN least(COALESCE(cooldown_ms, $3) * 2, $4)
+					WHEN circuit = 'closed' AND consecutive_failures + 1 >= $2 THEN $3
+					ELSE cooldown_ms END,
+				opened_until = CASE
+					WHEN circuit = 'half_open' THEN now() + least(COALESCE(cooldown_ms, $3) * 2, $4) * interval '1 millisecond'
+					WHEN circuit = 'closed' AND consecutive_failures + 1 >= $2 THEN now() + $3 * interval '1 millisecond'
+					ELSE opened_until END,
+				probe_owner = CASE WHEN circuit = 'half_open' THEN NULL ELSE probe_owner END,
+				probe_at = CASE WHEN circuit = 'half_open' THEN NULL ELSE probe_at END,
+				-- updated_at marks a change of state only.
+				updated_at = CASE
+					WHEN circuit = 'half_open' OR (circuit = 'closed' AND consecutive_failures + 1 >= $2) THEN now()
+					ELSE updated_at END
+			WHERE route = $1
+			RETURNING route, circuit, consecutive_failures, updated_at = now() AS changed
+		)
+		SELECT circuit, consecutive_failures,
+		       count(pg_notify('`+RouteStateChannel+`', route)) FILTER (WHERE changed)
+		FROM u GROUP BY circuit, consecutive_failures`,
+		route, threshold, cooldown.Milliseconds(), maxCooldown.Milliseconds()).Scan(&circuit, &failures, &notified)
+	if err == pgx.ErrNoRows {
+		return "", 0, fmt.Errorf("recording a failure on route %s: %w", route, ErrNotFound)
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("recording a failure on route %s: %w", route, err)
+	}
+	return circuit, failures, nil
+}
+
+// RouteProbeClaim moves an open circuit whose cool-down is over to
+// half-open with owner as the one dispatcher that may make the probe, or
+// takes over a half-open circuit whose owner stopped refreshing its claim
+// for longer than stale. The conditional UPDATE lets exactly one claimant
+// win. It reports whether owner holds the probe now, and announces it.
+func (db *DB) RouteProbeClaim(ctx context.Context, route, owner string, stale time.Duration) (bool, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	var n int
+	err := db.pool.QueryRow(ctx, `
+		WITH u AS (
+			UPDATE route_state SET circuit = 'half_open', probe_owner = $2, probe_at = now(), updated_at = now()
+			WHERE route = $1 AND (
+				(circuit = 'open' AND opened_until <= now())
+				OR (circuit = 'half_open' AND probe_owner IS DISTINCT FROM $2
+				    AND (probe_at IS NULL OR probe_at < now() - $3 * interval '1 millisecond')))
+			RETURNING route
+		)
+		SELECT count(pg_notify('`+RouteStateChannel+`', route)) FROM u`, route, owner, stale.Milliseconds()).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("claiming the probe of route %s: %w", route, err)
+	}
+	return n > 0, nil
+}
+
+// RouteProbeRefresh renews owner's claim on a half-open route's probe. It
+// reports whether owner still holds it.
+func (db *DB) RouteProbeRefresh(ctx context.Context, route, owner string) (bool, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	tag, err := db.pool.Exec(ctx, `
+		UPDATE route_state SET probe_at = now()
+		WHERE route = $1 AND circuit = 'half_open' AND probe_owner = $2`, route, owner)
+	if err != nil {
+		return false, fmt.Errorf("refreshing the probe of route %s: %w", route, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// RouteSlow holds every delivery of route until now + d (a destination's
+// Retry-After), unless it is held longer already, and announces it.
+func (db *DB) RouteSlow(ctx context.Context, route string, d time.Duration) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	if _, err := db.pool.Exec(ctx, `
+		WITH u AS (
+			UPDATE route_state SET slow_until = now() + $2 * interval '1 millisecond', updated_at = now()
+			WHERE route = $1 AND (slow_until IS NULL OR slow_until < now() + $2 * interval '1 millisecond')
+			RETURNING route
+		)
+		SELECT pg_notify('`+RouteStateChannel+`', route) FROM u`, route, d.Milliseconds()); err != nil {
+		return fmt.Errorf("slowing route %s: %w", route, err)
+	}
+	return nil
+}
+
+// RouteRateTake takes one delivery from route's rate limit, a generic cell
+// rate algorithm kept in Postgres so that the limit holds for the route as
+// a whole, whatever the number of dispatchers: each delivery moves the
+// route's theoretical arrival time (tat) on by interval; a delivery may go
+// when the moved tat is at most burst intervals ahead of now. It returns 0
+// when the delivery may go (and counted it), otherwise how long to wait
+// before asking again (nothing taken).
+func (db *DB) RouteRateTake(ctx context.Context, route string, interval time.Duration, burst int) (time.Duration, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	us := interval.Microseconds()
+	// greatest() ignores NULL: a route with no tat yet starts at now().
+	tag, err := db.pool.Exec(ctx, `
+		UPDATE route_state SET tat = greatest(tat, clock_timestamp()) + $2 * interval '1 microsecond'
+		WHERE route = $1
+		  AND greatest(tat, clock_timestamp()) + $2 * interval '1 microsecond' <= clock_timestamp() + $3 * $2 * interval '1 microsecond'`,
+		route, us, burst)
+	if err != nil {
+		return 0, fmt.Errorf("taking from the rate limit of route %s: %w", route, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return 0, nil
+	}
+	var waitUS float64
+	err = db.pool.QueryRow(ctx, `
+		SELECT EXTRACT(EPOCH FROM greatest(tat, clock_timestamp()) + $2 * interval '1 microsecond'
+		                          - $3 * $2 * interval '1 microsecond' - clock_timestamp()) * 1e6
+		FROM route_state WHERE route = $1`, route, us, burst).Scan(&waitUS)
+	if err == pgx.ErrNoRows {
+		return 0, fmt.Errorf("taking from the rate limit of route %s: %w", route, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the rate limit of route %s: %w", route, err)
+	}
+	// Never 0: the caller asks again after the wait.
+	return max(time.Duration(waitUS)*time.Microsecond, time.Millisecond), nil
+}
