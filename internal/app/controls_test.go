@@ -39,8 +39,9 @@ func (h *harness) routeState(route string) store.RouteState {
 	return store.RouteState{}
 }
 
-// Pausing a route stops both dispatchers' consumers of its queue within
-// 2s; events keep arriving into the queue meanwhile; a dispatcher started
+// Pausing a route stops the consumers of its queue in both dispatcher
+// processes (the built binary, each with its own connections and LISTEN)
+// within 2s; events keep arriving into the queue meanwhile; a dispatcher started
 // while the route is paused does not consume it either; resuming delivers
 // the backlog, each event once.
 func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
@@ -50,10 +51,8 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	h.cfg.Routes[0].URL = dest.url("billing")
 	h.cfg.Routes[0].Concurrency = 2
 	h.start(app.ReceiverOptions{})
-	h.startDispatcher(app.DispatcherOptions{})
-	first := h.dispatcherBase
-	h.startDispatcher(app.DispatcherOptions{})
-	second := h.dispatcherBase
+	first := h.startDispatcherProcess().base
+	second := h.startDispatcherProcess().base
 	queue := h.names.RouteQueue("billing")
 	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 4 }, 10*time.Second, 20*time.Millisecond)
 
@@ -84,8 +83,7 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	// A dispatcher that starts now follows the pause from its first
 	// message: it is ready (consumers would be up by now) and the queue
 	// still has none and keeps its messages.
-	h.startDispatcher(app.DispatcherOptions{})
-	third := h.dispatcherBase
+	third := h.startDispatcherProcess().base
 	require.Equal(t, 1.0, scrape(t, third)[`hookrelay_route_paused{route="billing"}`])
 	require.Equal(t, 0, h.queueConsumers(queue))
 	require.Len(t, dest.snapshot(), 3, "nothing delivered while paused")
@@ -118,7 +116,7 @@ func waitCountCh(t *testing.T, h *harness, queue string, want int, timeout time.
 }
 
 // After circuit.failures consecutive failed attempts across two
-// dispatchers the circuit opens: nobody consumes the route's queue, the
+// dispatcher processes the circuit opens: nobody consumes the route's queue, the
 // retry tiers empty back into it and stay empty; after the cool-down one
 // probe (the destination healed meanwhile) closes the circuit and every
 // event is delivered once.
@@ -139,10 +137,8 @@ func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
 	r.Circuit.Failures = 3
 	r.Circuit.Cooldown = 3 * time.Second
 	h.start(app.ReceiverOptions{})
-	h.startDispatcher(app.DispatcherOptions{})
-	first := h.dispatcherBase
-	h.startDispatcher(app.DispatcherOptions{})
-	second := h.dispatcherBase
+	first := h.startDispatcherProcess().base
+	second := h.startDispatcherProcess().base
 	queue := h.names.RouteQueue("billing")
 
 	const events = 6
@@ -212,8 +208,8 @@ func countReady(t *testing.T, h *harness, queue string) int {
 	return q.Messages
 }
 
-// A rate limit of 20/s holds for the route as a whole: two dispatchers
-// with four consumers each deliver at most 21 in any second (burst 1,
+// A rate limit of 20/s holds for the route as a whole: two dispatcher
+// processes with four consumers each deliver at most 21 in any second (burst 1,
 // plus one for a request that lands on a second's edge).
 func TestRateLimitAcrossTwoDispatchers(t *testing.T) {
 	t.Parallel()
@@ -230,10 +226,8 @@ func TestRateLimitAcrossTwoDispatchers(t *testing.T) {
 	const events = 260
 	h.postAll(events, 8, func(int) string { return "invoice.paid" })
 	waitCountCh(t, h, h.names.RouteQueue("billing"), events, 30*time.Second)
-	h.startDispatcher(app.DispatcherOptions{})
-	first := h.dispatcherBase
-	h.startDispatcher(app.DispatcherOptions{})
-	second := h.dispatcherBase
+	first := h.startDispatcherProcess().base
+	second := h.startDispatcherProcess().base
 
 	dest.waitFor(30*time.Second, "11 seconds of deliveries", func(rs []received) bool {
 		return len(rs) > 0 && rs[len(rs)-1].at.Sub(rs[0].at) >= 11*time.Second
