@@ -225,6 +225,7 @@ func TestRateLimitAcrossTwoDispatchers(t *testing.T) {
 	// faster than 20/s without the limit.
 	const events = 260
 	h.postAll(events, 8, func(int) string { return "invoice.paid" })
+	h.waitOutboxEmpty(30 * time.Second) // the queue exists: a passive declare of a missing one closes the channel
 	waitCountCh(t, h, h.names.RouteQueue("billing"), events, 30*time.Second)
 	first := h.startDispatcherProcess().base
 	second := h.startDispatcherProcess().base
@@ -345,4 +346,63 @@ func TestAdminAPIPausesAndResumesRoute(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"route":"billing","paused":false,"changed":true}`, body)
 	require.False(t, h.routeState("billing").Paused)
+}
+
+// A pause stops deliveries within 2s even when most of them are held for
+// the rate limit: two dispatcher processes with four consumers each on a
+// 1/s route hold a message per consumer; the pause gives every held one
+// back to the queue (none is POSTed later), and the resume delivers all of
+// them once. Giving a message back is not a failed delivery: no error in
+// the dispatchers' logs.
+func TestPauseGivesBackDeliveriesHeldByTheRateLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	r := &h.cfg.Routes[0]
+	r.URL = dest.url("billing")
+	r.Concurrency = 4
+	r.RateLimit = 1
+	r.Burst = 1
+	h.start(app.ReceiverOptions{})
+	queue := h.names.RouteQueue("billing")
+	const events = 10
+	for i := range events {
+		h.postSigned(fmt.Sprintf("evt_held_%d", i), "invoice.paid")
+	}
+	// Published (so the queue exists: a passive declare of a missing one
+	// would close the test's channel), then all in the queue.
+	h.waitOutboxEmpty(15 * time.Second)
+	waitCountCh(t, h, queue, events, 15*time.Second)
+	procs := []*dispatcherProcess{h.startDispatcherProcess(), h.startDispatcherProcess()}
+	dest.waitFor(15*time.Second, "two deliveries at 1/s", func(rs []received) bool { return len(rs) >= 2 })
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 8 }, 5*time.Second, 10*time.Millisecond)
+
+	_, err := h.db.RoutePause(context.Background(), "billing", true, "test")
+	require.NoError(t, err)
+	paused := time.Now()
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
+		"both dispatchers stop consuming within 2s of the pause")
+	// Every message not delivered is back in the queue, none held.
+	require.Eventually(t, func() bool {
+		q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err == nil && q.Messages == events-len(dest.snapshot())
+	}, 15*time.Second, 20*time.Millisecond, "the held messages go back to the queue")
+	sent := dest.snapshot()
+	t.Logf("%d delivered before the pause took hold; the rest back in the queue %s after it", len(sent), time.Since(paused))
+	for _, q := range sent {
+		require.False(t, q.at.After(paused.Add(2*time.Second)), "%s was POSTed %s after the pause", q.eventID, q.at.Sub(paused))
+	}
+	require.Less(t, len(sent), events-4, "the held deliveries did not go")
+	for _, p := range procs {
+		require.NotContains(t, p.output(), "delivery not completed", "a message given back is no failed delivery (log of %s)", p.base)
+	}
+
+	_, err = h.db.RoutePause(context.Background(), "billing", false, "")
+	require.NoError(t, err)
+	dest.waitFor(30*time.Second, "every event delivered", func([]received) bool { return len(dest.successes()) == events })
+	h.waitQueuesEmpty(10 * time.Second)
+	for pair, n := range dest.successes() {
+		require.Equal(t, 1, n, "%s delivered once", pair)
+	}
+	require.Len(t, dest.snapshot(), events, "no second POST of any event")
 }
