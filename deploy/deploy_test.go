@@ -202,6 +202,22 @@ func TestMetricNames(t *testing.T) {
 	require.True(t, used["hookrelay_route_oldest_undelivered_age_seconds"])
 }
 
+// TestDashboardShowsRouteControls: issue 13 asks the dashboard to show
+// each route's circuit state, the paused routes, and the events a
+// drop_stale route recorded stale instead of sending.
+func TestDashboardShowsRouteControls(t *testing.T) {
+	t.Parallel()
+	shown := map[string]bool{}
+	for _, q := range dashboardQueries(loadDashboard(t)) {
+		for _, n := range metricName.FindAllString(q.expr, -1) {
+			shown[n] = true
+		}
+	}
+	for _, m := range []string{"hookrelay_route_circuit_state", "hookrelay_route_paused", "hookrelay_deliveries_stale_total"} {
+		require.True(t, shown[m], "no dashboard panel shows %s", m)
+	}
+}
+
 // TestUnknownMetrics checks the check itself.
 func TestUnknownMetrics(t *testing.T) {
 	t.Parallel()

@@ -29,19 +29,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// built holds the binaries, built once for the tests that need them and
-// removed when the tests end.
-var built struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built.dir != "" {
-		_ = os.RemoveAll(built.dir)
-	}
+	testenv.RemoveBinaries()
 	os.Exit(code)
 }
 
@@ -49,26 +39,7 @@ func TestMain(m *testing.M) {
 // skips under -short.
 func binDir(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binaries; skipped under -short")
-	}
-	built.once.Do(func() {
-		dir, err := os.MkdirTemp("", "hookrelay-bin-")
-		if err != nil {
-			built.err = err
-			return
-		}
-		built.dir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=auto", "-o", dir+string(os.PathSeparator), "./cmd/receiver", "./cmd/dispatcher", "./cmd/hookrelay")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, built.err)
-	return built.dir
+	return testenv.Binaries(t)
 }
 
 // shell is a new shell: a clean environment (PATH and HOME only, plus

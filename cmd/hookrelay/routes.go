@@ -3,39 +3,36 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/spf13/cobra"
 )
 
-// routeControl is one route's columns of `hookrelay routes` beyond the
-// delivery counts.
-type routeControl struct {
-	state, ready, oldest string
-}
-
-type routeControls struct {
-	routes map[string]routeControl
-	// brokerErr says why READY is unknown.
-	brokerErr error
-}
-
-// readRouteControls reads each configured route's state from Postgres, the
-// ready messages of its queue from the broker (a passive declare: it
-// changes nothing) and its oldest undelivered age. A broker that cannot be
-// reached leaves READY as "?" and says why; Postgres errors are returned.
-func readRouteControls(ctx context.Context, cfg *config.Config, db *store.DB) (routeControls, error) {
-	out := routeControls{routes: map[string]routeControl{}}
+// routeList reads the routes listing: each configured route's delivery
+// counts and state from Postgres, the ready messages of its queue from the
+// broker (a passive declare: it changes nothing) and its oldest
+// undelivered age; then the routes with deliveries in Postgres that are
+// not in the config. A broker that cannot be reached leaves Ready nil and
+// says why in BrokerError; Postgres errors are returned.
+func routeList(ctx context.Context, cfg *config.Config, db *store.DB) (*ops.RouteList, error) {
+	counts, err := db.DeliveryCountByRoute(ctx)
+	if err != nil {
+		return nil, err
+	}
 	states, err := db.RouteStateList(ctx)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	byRoute := map[string]store.RouteState{}
 	for _, s := range states {
@@ -43,39 +40,106 @@ func readRouteControls(ctx context.Context, cfg *config.Config, db *store.DB) (r
 	}
 	stats, err := db.RouteStatsList(ctx)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	oldest := map[string]time.Duration{}
+	oldest := map[string]float64{}
 	for _, s := range stats {
 		if s.Undelivered > 0 {
-			oldest[s.Route] = s.OldestUndelivered
+			oldest[s.Route] = s.OldestUndelivered.Seconds()
 		}
 	}
+	out := &ops.RouteList{Routes: []ops.RouteSummary{}}
 	var inspector *amqp.Inspector
 	dialer, err := setup.Dialer(cfg, nil, nopLogger)
 	if err != nil {
-		out.brokerErr = err
+		out.BrokerError = err.Error()
 	} else {
 		inspector = amqp.NewInspector(dialer, "hookrelay-cli-routes")
 		defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
 	}
 	names := setup.Names(cfg)
+	configured := map[string]bool{}
 	for _, r := range cfg.Routes {
-		rc := routeControl{state: routeStateText(byRoute[r.Name]), ready: "?", oldest: "-"}
-		if age, ok := oldest[r.Name]; ok {
-			rc.oldest = age.Round(time.Second).String()
+		configured[r.Name] = true
+		st := byRoute[r.Name]
+		n := counts[r.Name]
+		rs := ops.RouteSummary{
+			Route: r.Name, Queue: names.RouteQueue(r.Name), Bindings: r.Bindings,
+			Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead,
+			State: routeStateText(st), Paused: st.Paused, PausedAt: st.PausedAt, PausedBy: st.PausedBy,
+			Circuit: st.Circuit, ConsecutiveFailures: st.ConsecutiveFailures,
 		}
-		if inspector != nil && out.brokerErr == nil {
-			n, err := inspector.Ready(ctx, names.RouteQueue(r.Name))
+		if rs.Circuit == "" {
+			rs.Circuit = store.CircuitClosed // no row yet: no dispatcher ran since the controls came
+		}
+		if st.Circuit != store.CircuitClosed && st.Circuit != "" {
+			rs.CircuitOpenUntil = st.OpenedUntil
+		}
+		if st.SlowUntil != nil && st.SlowUntil.After(st.Now) {
+			rs.HeldUntil = st.SlowUntil
+		}
+		if age, ok := oldest[r.Name]; ok {
+			rs.OldestUndeliveredSeconds = &age
+		}
+		if inspector != nil && out.BrokerError == "" {
+			ready, err := inspector.Ready(ctx, names.RouteQueue(r.Name))
 			if err != nil {
-				out.brokerErr = err
+				out.BrokerError = err.Error()
 			} else {
-				rc.ready = fmt.Sprint(n)
+				rs.Ready = &ready
 			}
 		}
-		out.routes[r.Name] = rc
+		out.Routes = append(out.Routes, rs)
+	}
+	var others []string
+	for route := range counts {
+		if !configured[route] {
+			others = append(others, route)
+		}
+	}
+	slices.Sort(others)
+	for _, route := range others {
+		n := counts[route]
+		rs := ops.RouteSummary{Route: route, Bindings: []string{}, Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead, Unserved: true}
+		if age, ok := oldest[route]; ok {
+			rs.OldestUndeliveredSeconds = &age
+		}
+		out.Routes = append(out.Routes, rs)
 	}
 	return out, nil
+}
+
+// printRoutes prints the routes listing as a table, then why READY is
+// unknown if it is, then how many routes there are.
+func printRoutes(w io.Writer, list *ops.RouteList) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tREADY\tOLDEST")
+	configured, others := 0, 0
+	for _, r := range list.Routes {
+		if r.Unserved {
+			others++
+			fmt.Fprintf(tw, "%s\t(not configured)\t-\t%d\t%d\t%d\n", r.Route, r.Pending, r.Retrying, r.Dead)
+			continue
+		}
+		configured++
+		ready, oldest := "?", "-"
+		if r.Ready != nil {
+			ready = fmt.Sprint(*r.Ready)
+		}
+		if r.OldestUndeliveredSeconds != nil {
+			oldest = time.Duration(*r.OldestUndeliveredSeconds * float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.Route, r.Queue, strings.Join(r.Bindings, " "), r.Pending, r.Retrying, r.Dead,
+			r.State, ready, oldest)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if list.BrokerError != "" {
+		fmt.Fprintf(w, "READY unknown (?): %s\n", list.BrokerError)
+	}
+	_, err := fmt.Fprintf(w, "%d route(s) configured, %d more with deliveries in the database only\n", configured, others)
+	return err
 }
 
 // routeStateText is a route's state in one word or two: paused wins over

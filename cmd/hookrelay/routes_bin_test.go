@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,4 +55,81 @@ func TestRoutesPauseResumeAndListing(t *testing.T) {
 	require.Nil(t, list[0].PausedAt)
 	res = s.run("hookrelay", "routes")
 	require.Regexp(t, `billing\s+.*\s+active\s+0\s+-\n`, res.stdout)
+}
+
+// hookrelay routes --json prints the listing's data for scripts: each
+// configured route with its counts, its stored pause and circuit, the
+// ready messages of its queue and its oldest undelivered age, then the
+// routes in the database only (unserved); with the broker unreachable,
+// ready is null and broker_error says why, the rest is still there.
+func TestRoutesJSON(t *testing.T) {
+	t.Parallel()
+	s, db, prefix := opsShell(t)
+	require.Equal(t, 0, s.run("hookrelay", "topology", "apply").code)
+	insertEvent(t, db, "evt_routes_json", 2*time.Hour)
+	ctx := context.Background()
+	_, _, err := db.EventInsert(ctx, &webhook.Event{
+		ID: uuid.Must(uuid.NewV7()), Source: "demo", IdempotencyKey: "evt_legacy", EventType: "invoice.paid",
+		ContentType: "application/json", Body: []byte(`{"id":"evt_legacy"}`), ReceivedAt: time.Now(),
+	}, []string{"legacy"})
+	require.NoError(t, err)
+	require.Equal(t, 0, s.run("hookrelay", "routes", "pause", "billing").code)
+	_, err = db.Pool().Exec(ctx, `UPDATE route_state SET circuit = 'open', consecutive_failures = 7,
+		opened_until = now() + interval '1 minute' WHERE route = 'billing'`)
+	require.NoError(t, err)
+
+	read := func() ops.RouteList {
+		t.Helper()
+		res := s.run("hookrelay", "routes", "--json")
+		require.Equal(t, 0, res.code, res)
+		var list ops.RouteList
+		dec := json.NewDecoder(strings.NewReader(res.stdout))
+		dec.DisallowUnknownFields()
+		require.NoError(t, dec.Decode(&list), res.stdout)
+		return list
+	}
+	list := read()
+	require.Empty(t, list.BrokerError)
+	require.Len(t, list.Routes, 2, "billing, then legacy (database only)")
+	b := list.Routes[0]
+	require.Equal(t, "billing", b.Route)
+	require.Equal(t, prefix+".route.billing", b.Queue)
+	require.NotEmpty(t, b.Bindings)
+	require.EqualValues(t, 1, b.Pending)
+	require.Equal(t, "paused", b.State, "the pause wins over the open circuit")
+	require.True(t, b.Paused)
+	require.NotNil(t, b.PausedAt)
+	require.NotEmpty(t, b.PausedBy)
+	require.Equal(t, "open", b.Circuit)
+	require.Equal(t, 7, b.ConsecutiveFailures)
+	require.NotNil(t, b.CircuitOpenUntil)
+	require.WithinDuration(t, time.Now().Add(time.Minute), *b.CircuitOpenUntil, 30*time.Second)
+	require.NotNil(t, b.Ready)
+	require.Equal(t, 0, *b.Ready, "insertEvent publishes nothing")
+	require.NotNil(t, b.OldestUndeliveredSeconds)
+	// The age counts from the delivery row's creation (just now), not the
+	// event's receipt.
+	require.GreaterOrEqual(t, *b.OldestUndeliveredSeconds, 0.0)
+	require.Less(t, *b.OldestUndeliveredSeconds, 60.0)
+	require.False(t, b.Unserved)
+	l := list.Routes[1]
+	require.Equal(t, ops.RouteSummary{
+		Route: "legacy", Bindings: []string{}, Pending: 1, Unserved: true,
+		OldestUndeliveredSeconds: l.OldestUndeliveredSeconds,
+	}, l)
+	require.NotNil(t, l.OldestUndeliveredSeconds)
+
+	// The table tells the same.
+	res := s.run("hookrelay", "routes")
+	require.Equal(t, 0, res.code, res)
+	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+1\s+0\s+0\s+paused\s+0\s+\d+s\n`, res.stdout)
+	require.Regexp(t, `legacy\s+\(not configured\)\s+-\s+1\s+0\s+0\n`, res.stdout)
+	require.Contains(t, res.stdout, "1 route(s) configured, 1 more with deliveries in the database only")
+
+	// No broker: ready is null, and says why.
+	s.env["HOOKRELAY_AMQP_URL"] = "amqp://guest:guest@" + freeAddr(t) + "/"
+	list = read()
+	require.NotEmpty(t, list.BrokerError)
+	require.Nil(t, list.Routes[0].Ready)
+	require.EqualValues(t, 1, list.Routes[0].Pending)
 }

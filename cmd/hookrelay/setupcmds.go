@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/bench"
@@ -138,6 +137,7 @@ func topologyApply(ctx context.Context, cfg *config.Config, c *cli) error {
 }
 
 func (c *cli) routesCmd() *cobra.Command {
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "routes",
 		Short: "List the routes, their state and what waits on each; pause and resume them",
@@ -148,6 +148,7 @@ ready in their queue and the age of the oldest undelivered event; then any
 route that has deliveries in Postgres but is not in the config (no
 dispatcher delivers it).`,
 		Example: `  hookrelay routes
+  hookrelay routes --json
   hookrelay routes pause billing`,
 		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -160,46 +161,17 @@ dispatcher delivers it).`,
 				return err
 			}
 			defer db.Close()
-			counts, err := db.DeliveryCountByRoute(cmd.Context())
+			list, err := routeList(cmd.Context(), cfg, db)
 			if err != nil {
 				return err
 			}
-			names := setup.Names(cfg)
-			controls, err := readRouteControls(cmd.Context(), cfg, db)
-			if err != nil {
-				return err
+			if asJSON {
+				return printJSON(c.out, list)
 			}
-			tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tREADY\tOLDEST")
-			configured := map[string]bool{}
-			for _, r := range cfg.Routes {
-				configured[r.Name] = true
-				n := counts[r.Name]
-				ctl := controls.routes[r.Name]
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.Name, names.RouteQueue(r.Name), strings.Join(r.Bindings, " "), n.Pending, n.Retrying, n.Dead,
-					ctl.state, ctl.ready, ctl.oldest)
-			}
-			var others []string
-			for route := range counts {
-				if !configured[route] {
-					others = append(others, route)
-				}
-			}
-			slices.Sort(others)
-			for _, route := range others {
-				n := counts[route]
-				fmt.Fprintf(tw, "%s\t(not configured)\t-\t%d\t%d\t%d\n", route, n.Pending, n.Retrying, n.Dead)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if controls.brokerErr != nil {
-				fmt.Fprintf(c.out, "READY unknown (?): %v\n", controls.brokerErr)
-			}
-			_, err = fmt.Fprintf(c.out, "%d route(s) configured, %d more with deliveries in the database only\n", len(cfg.Routes), len(others))
-			return err
+			return printRoutes(c.out, list)
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", ...}], "broker_error"}`)
 	cmd.AddCommand(c.routesPauseCmd(true), c.routesPauseCmd(false))
 	return cmd
 }

@@ -23,6 +23,13 @@ import (
 // cancelled: the handler bounds its own work.
 type HandleFunc func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error
 
+// ErrGiveBack, wrapped in a HandleFunc's error, gives the message back to
+// the queue at once (a nack with requeue, without the pause before a
+// failed delivery's requeue) and logs it at debug: the handler has not
+// started the delivery and is not failing (its route was paused while the
+// delivery waited for the rate limit).
+var ErrGiveBack = errors.New("message given back to the queue")
+
 // ConsumerGroup is Concurrency consumers of one route queue, each on its
 // own channel with prefetch 1.
 type ConsumerGroup struct {
@@ -371,6 +378,13 @@ func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle Ha
 		if err := d.Ack(false); err != nil {
 			// The channel is gone: the broker redelivers the message.
 			cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("ack failed; message will be redelivered")
+		}
+		return
+	}
+	if errors.Is(err, ErrGiveBack) {
+		cc.logger.Debug().Err(err).Str("message_id", d.MessageId).Msg("message given back to the queue")
+		if err := d.Nack(false, true); err != nil {
+			cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("nack failed; message will be redelivered")
 		}
 		return
 	}

@@ -39,8 +39,9 @@ func (h *harness) routeState(route string) store.RouteState {
 	return store.RouteState{}
 }
 
-// Pausing a route stops both dispatchers' consumers of its queue within
-// 2s; events keep arriving into the queue meanwhile; a dispatcher started
+// Pausing a route stops the consumers of its queue in both dispatcher
+// processes (the built binary, each with its own connections and LISTEN)
+// within 2s; events keep arriving into the queue meanwhile; a dispatcher started
 // while the route is paused does not consume it either; resuming delivers
 // the backlog, each event once.
 func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
@@ -50,10 +51,8 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	h.cfg.Routes[0].URL = dest.url("billing")
 	h.cfg.Routes[0].Concurrency = 2
 	h.start(app.ReceiverOptions{})
-	h.startDispatcher(app.DispatcherOptions{})
-	first := h.dispatcherBase
-	h.startDispatcher(app.DispatcherOptions{})
-	second := h.dispatcherBase
+	first := h.startDispatcherProcess().base
+	second := h.startDispatcherProcess().base
 	queue := h.names.RouteQueue("billing")
 	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 4 }, 10*time.Second, 20*time.Millisecond)
 
@@ -84,8 +83,7 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	// A dispatcher that starts now follows the pause from its first
 	// message: it is ready (consumers would be up by now) and the queue
 	// still has none and keeps its messages.
-	h.startDispatcher(app.DispatcherOptions{})
-	third := h.dispatcherBase
+	third := h.startDispatcherProcess().base
 	require.Equal(t, 1.0, scrape(t, third)[`hookrelay_route_paused{route="billing"}`])
 	require.Equal(t, 0, h.queueConsumers(queue))
 	require.Len(t, dest.snapshot(), 3, "nothing delivered while paused")
@@ -118,7 +116,7 @@ func waitCountCh(t *testing.T, h *harness, queue string, want int, timeout time.
 }
 
 // After circuit.failures consecutive failed attempts across two
-// dispatchers the circuit opens: nobody consumes the route's queue, the
+// dispatcher processes the circuit opens: nobody consumes the route's queue, the
 // retry tiers empty back into it and stay empty; after the cool-down one
 // probe (the destination healed meanwhile) closes the circuit and every
 // event is delivered once.
@@ -139,10 +137,8 @@ func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
 	r.Circuit.Failures = 3
 	r.Circuit.Cooldown = 3 * time.Second
 	h.start(app.ReceiverOptions{})
-	h.startDispatcher(app.DispatcherOptions{})
-	first := h.dispatcherBase
-	h.startDispatcher(app.DispatcherOptions{})
-	second := h.dispatcherBase
+	first := h.startDispatcherProcess().base
+	second := h.startDispatcherProcess().base
 	queue := h.names.RouteQueue("billing")
 
 	const events = 6
@@ -212,8 +208,8 @@ func countReady(t *testing.T, h *harness, queue string) int {
 	return q.Messages
 }
 
-// A rate limit of 20/s holds for the route as a whole: two dispatchers
-// with four consumers each deliver at most 21 in any second (burst 1,
+// A rate limit of 20/s holds for the route as a whole: two dispatcher
+// processes with four consumers each deliver at most 21 in any second (burst 1,
 // plus one for a request that lands on a second's edge).
 func TestRateLimitAcrossTwoDispatchers(t *testing.T) {
 	t.Parallel()
@@ -229,11 +225,10 @@ func TestRateLimitAcrossTwoDispatchers(t *testing.T) {
 	// faster than 20/s without the limit.
 	const events = 260
 	h.postAll(events, 8, func(int) string { return "invoice.paid" })
+	h.waitOutboxEmpty(30 * time.Second) // the queue exists: a passive declare of a missing one closes the channel
 	waitCountCh(t, h, h.names.RouteQueue("billing"), events, 30*time.Second)
-	h.startDispatcher(app.DispatcherOptions{})
-	first := h.dispatcherBase
-	h.startDispatcher(app.DispatcherOptions{})
-	second := h.dispatcherBase
+	first := h.startDispatcherProcess().base
+	second := h.startDispatcherProcess().base
 
 	dest.waitFor(30*time.Second, "11 seconds of deliveries", func(rs []received) bool {
 		return len(rs) > 0 && rs[len(rs)-1].at.Sub(rs[0].at) >= 11*time.Second
@@ -351,4 +346,63 @@ func TestAdminAPIPausesAndResumesRoute(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"route":"billing","paused":false,"changed":true}`, body)
 	require.False(t, h.routeState("billing").Paused)
+}
+
+// A pause stops deliveries within 2s even when most of them are held for
+// the rate limit: two dispatcher processes with four consumers each on a
+// 1/s route hold a message per consumer; the pause gives every held one
+// back to the queue (none is POSTed later), and the resume delivers all of
+// them once. Giving a message back is not a failed delivery: no error in
+// the dispatchers' logs.
+func TestPauseGivesBackDeliveriesHeldByTheRateLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	r := &h.cfg.Routes[0]
+	r.URL = dest.url("billing")
+	r.Concurrency = 4
+	r.RateLimit = 1
+	r.Burst = 1
+	h.start(app.ReceiverOptions{})
+	queue := h.names.RouteQueue("billing")
+	const events = 10
+	for i := range events {
+		h.postSigned(fmt.Sprintf("evt_held_%d", i), "invoice.paid")
+	}
+	// Published (so the queue exists: a passive declare of a missing one
+	// would close the test's channel), then all in the queue.
+	h.waitOutboxEmpty(15 * time.Second)
+	waitCountCh(t, h, queue, events, 15*time.Second)
+	procs := []*dispatcherProcess{h.startDispatcherProcess(), h.startDispatcherProcess()}
+	dest.waitFor(15*time.Second, "two deliveries at 1/s", func(rs []received) bool { return len(rs) >= 2 })
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 8 }, 5*time.Second, 10*time.Millisecond)
+
+	_, err := h.db.RoutePause(context.Background(), "billing", true, "test")
+	require.NoError(t, err)
+	paused := time.Now()
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
+		"both dispatchers stop consuming within 2s of the pause")
+	// Every message not delivered is back in the queue, none held.
+	require.Eventually(t, func() bool {
+		q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err == nil && q.Messages == events-len(dest.snapshot())
+	}, 15*time.Second, 20*time.Millisecond, "the held messages go back to the queue")
+	sent := dest.snapshot()
+	t.Logf("%d delivered before the pause took hold; the rest back in the queue %s after it", len(sent), time.Since(paused))
+	for _, q := range sent {
+		require.False(t, q.at.After(paused.Add(2*time.Second)), "%s was POSTed %s after the pause", q.eventID, q.at.Sub(paused))
+	}
+	require.Less(t, len(sent), events-4, "the held deliveries did not go")
+	for _, p := range procs {
+		require.NotContains(t, p.output(), "delivery not completed", "a message given back is no failed delivery (log of %s)", p.base)
+	}
+
+	_, err = h.db.RoutePause(context.Background(), "billing", false, "")
+	require.NoError(t, err)
+	dest.waitFor(30*time.Second, "every event delivered", func([]received) bool { return len(dest.successes()) == events })
+	h.waitQueuesEmpty(10 * time.Second)
+	for pair, n := range dest.successes() {
+		require.Equal(t, 1, n, "%s delivered once", pair)
+	}
+	require.Len(t, dest.snapshot(), events, "no second POST of any event")
 }

@@ -289,6 +289,11 @@ func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *cont
 			Concurrency: r.Concurrency,
 			Handle: func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error {
 				if err := controls.Admit(ctx, route, stopping); err != nil {
+					if errors.Is(err, control.ErrGateClosed) || errors.Is(err, control.ErrStopping) {
+						// Paused, tripped or stopping while held: not a
+						// failure, and nothing was sent.
+						return fmt.Errorf("%w: %w", amqp.ErrGiveBack, err)
+					}
 					return err
 				}
 				return handler.Handle(ctx, route, m, stopping)

@@ -33,7 +33,9 @@ func TestMain(m *testing.M) {
 		runDispatcherChild()
 		return
 	}
-	m.Run() // the test binary exits with its status
+	code := m.Run()
+	testenv.RemoveBinaries()
+	os.Exit(code)
 }
 
 // runKillAfterPublishChild runs a receiver that SIGKILLs itself right after

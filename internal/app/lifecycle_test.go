@@ -350,11 +350,7 @@ func TestReceiverBinaryExitsWhenAdminAddressInUse(t *testing.T) {
 	amqptest.DeleteTopology(t, setup.Topology(cfg))
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "receiver")
-	bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer bcancel()
-	out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, "github.com/hookrelay/hookrelay/cmd/receiver").CombinedOutput()
-	require.NoError(t, err, "building the receiver: %s", out)
+	bin := filepath.Join(testenv.Binaries(t), "receiver")
 
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

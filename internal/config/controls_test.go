@@ -47,3 +47,28 @@ func TestRouteControlsInvalid(t *testing.T) {
 		require.Contains(t, err.Error(), tc.want, tc.add)
 	}
 }
+
+// A rate so slow that a consumer's message waits past the 11 minutes a
+// held message may wait is never delivered: each consumer takes a message,
+// waits its turn, gives it back at the bound, and the message walks toward
+// dispatcher.delivery_limit. Such a rate is refused at load, naming the
+// least that works for the route's concurrency.
+func TestRateLimitTooSlowForTheConsumers(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	for _, tc := range []struct{ add, want string }{
+		{"    rate_limit: 0.001\n", `routes[0].rate_limit: 0.001/s with concurrency 1`},
+		{"    rate_limit: 0.01\n    concurrency: 8\n", `set at least 0.0133`},
+	} {
+		_, err := Load(writeConfig(t, validYAML+tc.add), env)
+		require.Error(t, err, tc.add)
+		require.Contains(t, err.Error(), tc.want, tc.add)
+	}
+	for _, ok := range []string{
+		"    rate_limit: 0.002\n",                   // one consumer: 500s for its turn
+		"    rate_limit: 0.1\n    concurrency: 8\n", // 80s
+	} {
+		_, err := Load(writeConfig(t, validYAML+ok), env)
+		require.NoError(t, err, ok)
+	}
+}

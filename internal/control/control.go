@@ -176,6 +176,15 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+// ErrGateClosed is Admit's answer for a delivery it held (for the rate
+// limit or a Retry-After hold) while the route was paused or its circuit
+// opened: the message goes back to the queue instead of being sent.
+var ErrGateClosed = errors.New("the route was paused or its circuit opened while the delivery was held; giving the message back")
+
+// ErrStopping is Admit's answer for a delivery it held when the dispatcher
+// began to stop: the message goes back to the queue.
+var ErrStopping = errors.New("stopping while the route holds deliveries")
+
 const (
 	reasonRate       = "rate_limit"
 	reasonRetryAfter = "retry_after"
@@ -394,16 +403,24 @@ func (g *RouteGate) Open(i int) (bool, <-chan struct{}) {
 }
 
 // Admit holds a delivery of route until it may go: past the route's
-// Retry-After hold and within its rate limit. It returns an error when
+// Retry-After hold and within its rate limit. It returns ErrGateClosed
+// when the route is paused, or its circuit opens, before the delivery goes
+// (a pause stops the route's deliveries within 2s, however long the hold
+// would have been); the probe of a half-open circuit that this dispatcher
+// held already when it was taken still goes. It returns another error when
 // stopping closes or ctx is done first, when the message was held for
-// longer than MaxSlow and a minute in all (a slow rate shared by many consumers; the
-// message must not reach RabbitMQ's 30-minute consumer timeout), or when
-// Postgres cannot be asked: the message then goes back to the queue.
+// longer than MaxSlow and a minute in all (a slow rate shared by many
+// consumers; the message must not reach RabbitMQ's 30-minute consumer
+// timeout), or when Postgres cannot be asked. In every case but nil the
+// message goes back to the queue.
 func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan struct{}) error {
 	r := c.routes[name]
 	if r == nil {
 		return nil
 	}
+	r.mu.Lock()
+	taken := r.view // what the consumer went by when it took the message
+	r.mu.Unlock()
 	waitedFor := map[string]bool{}
 	// A full Retry-After hold (at most MaxSlow) still lets the message go.
 	deadline := time.Now().Add(c.cfg.MaxSlow + time.Minute)
@@ -413,7 +430,11 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 		}
 		r.mu.Lock()
 		hold := time.Until(r.slowUntil)
+		v, changed := r.view, r.changed
 		r.mu.Unlock()
+		if r.stops(taken, v) {
+			return ErrGateClosed
+		}
 		reason := reasonRetryAfter
 		if hold <= 0 {
 			if r.cfg.RateLimit <= 0 {
@@ -436,15 +457,38 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 		t := time.NewTimer(hold)
 		select {
 		case <-t.C:
+		case <-changed:
+			// Paused, the circuit moved, or the hold changed: look again.
+			t.Stop()
 		case <-stopping:
 			t.Stop()
-			return errors.New("stopping while the route holds deliveries")
+			return ErrStopping
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		}
 		c.waited.WithLabelValues(name, reason).Add(time.Since(started).Seconds())
 	}
+}
+
+// stops reports whether a delivery taken while the route's consumers went
+// by taken must not go now that they go by v: the route is paused, or
+// (with the breaker on here) its circuit is open, or half-open and this
+// delivery is not the probe this dispatcher held when it was taken.
+func (r *route) stops(taken, v view) bool {
+	if v.paused {
+		return true
+	}
+	if r.cfg.Failures <= 0 {
+		return false // breaker off for this dispatcher's config
+	}
+	switch v.circuit {
+	case Open:
+		return true
+	case HalfOpen:
+		return !(taken.circuit == HalfOpen && taken.owner && v.owner)
+	}
+	return false
 }
 
 // Observe counts one attempt's outcome on route: status is the HTTP

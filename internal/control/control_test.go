@@ -175,8 +175,65 @@ func TestAdmitWaitsForTheRateLimitAndStops(t *testing.T) {
 	st.rateWait = []time.Duration{time.Hour}
 	stopping := make(chan struct{})
 	close(stopping)
-	require.Error(t, c.Admit(context.Background(), "billing", stopping), "shutdown ends the wait")
+	require.ErrorIs(t, c.Admit(context.Background(), "billing", stopping), ErrStopping, "shutdown ends the wait")
 
 	_, err := New(Config{Routes: []Route{{Name: "x", RateLimit: 5}}, Store: st, Owner: "me", Registerer: prometheus.NewRegistry()})
 	require.Error(t, err, "a rate limit needs a burst")
+}
+
+// A delivery held for the rate limit (or a Retry-After hold) when the
+// route is paused, or its circuit opens, must not go: the pause stops the
+// route's deliveries within 2s, however long the hold. Admit gives the
+// message back (ErrGateClosed) as soon as the controller sees the change.
+func TestAdmitGivesBackAHeldDeliveryWhenTheRouteStops(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		change State
+	}{
+		{"paused", State{Route: "billing", Circuit: Closed, Paused: true}},
+		{"circuit open", State{Route: "billing", Circuit: Open, OpenedUntil: time.Now().Add(time.Minute)}},
+		{"half-open elsewhere", State{Route: "billing", Circuit: HalfOpen, ProbeOwner: "other", ProbeAt: time.Now()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}},
+				rateWait: []time.Duration{time.Hour}}
+			c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second, RateLimit: 1, Burst: 1})
+			require.NoError(t, c.Init(context.Background()))
+			done := make(chan error, 1)
+			go func() { done <- c.Admit(context.Background(), "billing", nil) }()
+			require.Eventually(t, func() bool {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				return len(st.rateWait) == 0
+			}, 5*time.Second, time.Millisecond, "Admit asked the rate limit")
+
+			st.mu.Lock()
+			tc.change.Now = time.Now()
+			st.states = []State{tc.change}
+			st.mu.Unlock()
+			_, err := c.refresh(context.Background())
+			require.NoError(t, err)
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, ErrGateClosed)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the held delivery still waits for its hour after the route stopped")
+			}
+		})
+	}
+
+	// The probe itself (half-open here) is not given back, nor a delivery
+	// of a route whose breaker is off here.
+	st := &fakeStore{states: []State{{Route: "billing", Circuit: HalfOpen, ProbeOwner: "me", ProbeAt: time.Now(), Now: time.Now()}},
+		rateWait: []time.Duration{20 * time.Millisecond}}
+	c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second, RateLimit: 1, Burst: 1})
+	require.NoError(t, c.Init(context.Background()))
+	require.NoError(t, c.Admit(context.Background(), "billing", nil))
+	st = &fakeStore{states: []State{{Route: "billing", Circuit: Open, OpenedUntil: time.Now().Add(time.Minute), Now: time.Now()}},
+		rateWait: []time.Duration{20 * time.Millisecond}}
+	c = newTest(t, st, Route{Name: "billing", RateLimit: 1, Burst: 1})
+	require.NoError(t, c.Init(context.Background()))
+	require.NoError(t, c.Admit(context.Background(), "billing", nil))
 }

@@ -202,3 +202,49 @@ func convert[From, To any](in []From, f func(From) To) []To {
 	}
 	return out
 }
+
+// RouteList is `hookrelay routes --json`: every configured route in the
+// config's order, then each route that has deliveries in Postgres but is
+// not in the config (Unserved, no queue and no state).
+type RouteList struct {
+	Routes []RouteSummary `json:"routes"`
+	// BrokerError says why Ready is null: the broker could not be asked.
+	BrokerError string `json:"broker_error,omitempty"`
+}
+
+// RouteSummary is one route of the routes listing.
+type RouteSummary struct {
+	Route    string   `json:"route"`
+	Queue    string   `json:"queue,omitempty"`
+	Bindings []string `json:"bindings"`
+	// Pending, Retrying and Dead count the route's deliveries in those
+	// states in Postgres.
+	Pending  int64 `json:"pending"`
+	Retrying int64 `json:"retrying"`
+	Dead     int64 `json:"dead"`
+	// State is active, paused, circuit-open, circuit-half-open or
+	// held(retry-after): paused wins over the circuit, which wins over a
+	// Retry-After hold. Empty for an unserved route.
+	State string `json:"state,omitempty"`
+	// Paused, PausedAt and PausedBy are the pause as stored.
+	Paused   bool       `json:"paused"`
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	PausedBy string     `json:"paused_by,omitempty"`
+	// Circuit is closed, open or half_open; ConsecutiveFailures counts
+	// toward opening it; CircuitOpenUntil is the end of its cool-down.
+	Circuit             string     `json:"circuit,omitempty"`
+	ConsecutiveFailures int        `json:"consecutive_failures"`
+	CircuitOpenUntil    *time.Time `json:"circuit_open_until,omitempty"`
+	// HeldUntil is the end of a destination's Retry-After hold, while it
+	// lasts.
+	HeldUntil *time.Time `json:"held_until,omitempty"`
+	// Ready is the messages ready in the route's queue; null when the
+	// broker could not be asked (see RouteList.BrokerError).
+	Ready *int `json:"ready"`
+	// OldestUndeliveredSeconds is the age of the route's oldest pending or
+	// retrying delivery; null when there is none.
+	OldestUndeliveredSeconds *float64 `json:"oldest_undelivered_seconds"`
+	// Unserved marks a route that is not in the config: no dispatcher
+	// delivers it.
+	Unserved bool `json:"unserved,omitempty"`
+}

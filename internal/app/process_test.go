@@ -1,0 +1,209 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/stretchr/testify/require"
+)
+
+// configFile writes cfg as a config file the binaries load and returns its
+// path. Each key is the field's mapstructure name; a duration is written
+// with its unit; a zero value is left out, so the loader's default applies
+// to it (as it would to a key an operator leaves out). The file is JSON,
+// which the YAML loader reads as it is.
+func configFile(t tb, dir string, cfg *config.Config) string {
+	t.Helper()
+	raw, err := json.MarshalIndent(configValue(reflect.ValueOf(*cfg)), "", "  ")
+	require.NoError(t, err)
+	f, err := os.CreateTemp(dir, "config-*.yaml")
+	require.NoError(t, err)
+	_, err = f.Write(raw)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return f.Name()
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// configValue turns a config value into what the loader decodes back into
+// it; struct fields with a zero value are left out.
+func configValue(v reflect.Value) any {
+	switch {
+	case v.Type() == durationType:
+		return config.FormatDuration(time.Duration(v.Int()))
+	case v.Kind() == reflect.Pointer:
+		return configValue(v.Elem())
+	case v.Kind() == reflect.Struct:
+		out := map[string]any{}
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			key, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+			if key == "" || key == "-" || v.Field(i).IsZero() {
+				continue
+			}
+			out[key] = configValue(v.Field(i))
+		}
+		return out
+	case v.Kind() == reflect.Slice:
+		out := make([]any, v.Len())
+		for i := range v.Len() {
+			out[i] = configValue(v.Index(i))
+		}
+		return out
+	case v.Kind() == reflect.Map:
+		out := map[string]any{}
+		for _, k := range v.MapKeys() {
+			out[k.String()] = configValue(v.MapIndex(k))
+		}
+		return out
+	default:
+		return v.Interface()
+	}
+}
+
+// dispatcherProcess is a dispatcher binary the test started.
+type dispatcherProcess struct {
+	base string // http://host:port of its /healthz, /readyz, /metrics
+	cmd  *exec.Cmd
+	done chan struct{}
+	// waitErr is what Wait returned, set before done is closed.
+	waitErr error
+	mu      sync.Mutex
+	log     bytes.Buffer
+}
+
+func (p *dispatcherProcess) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Write(b)
+}
+
+func (p *dispatcherProcess) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// processConfig is the harness's config (as it is now) for a dispatcher
+// process listening on addr.
+func (h *harness) processConfig(addr string) config.Config {
+	cfg := *h.cfg
+	cfg.Dispatcher.Listen = addr
+	// The harness's receiver listens on 127.0.0.1:0, which a file may not
+	// say; the dispatcher has no use for it.
+	cfg.Receiver = config.Receiver{}
+	return cfg
+}
+
+// startDispatcherProcess runs the built dispatcher binary on the harness's
+// config (as it is now) until the test ends, and waits until it is ready.
+// When the test ends it gets SIGTERM and must exit 0 within 30s; its log
+// is shown when the test failed.
+func (h *harness) startDispatcherProcess() *dispatcherProcess {
+	h.t.Helper()
+	bin := filepath.Join(testenv.Binaries(h.t), "dispatcher")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(h.t, err)
+	addr := ln.Addr().String()
+	require.NoError(h.t, ln.Close()) // the process binds it again at once
+	cfg := h.processConfig(addr)
+	path := configFile(h.t, h.t.TempDir(), &cfg)
+
+	p := &dispatcherProcess{base: "http://" + addr, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "--config", path)
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + h.t.TempDir()}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	require.NoError(h.t, p.cmd.Start())
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	h.t.Cleanup(func() {
+		select {
+		case <-p.done:
+			h.t.Errorf("dispatcher process %s exited before the test ended (%s):\n%s", p.base, p.cmd.ProcessState, p.output())
+			return
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			if p.waitErr != nil {
+				h.t.Errorf("dispatcher process %s after SIGTERM: %v:\n%s", p.base, p.waitErr, p.output())
+			}
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			h.t.Errorf("dispatcher process %s did not stop within 30s of SIGTERM; killed:\n%s", p.base, p.output())
+		}
+		if h.t.Failed() {
+			h.t.Logf("dispatcher process %s log:\n%s", p.base, p.output())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for !answersReady(p.base) {
+		select {
+		case <-p.done:
+			h.t.Fatalf("dispatcher process exited at start (%s):\n%s", p.cmd.ProcessState, p.output())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("dispatcher process %s not ready within 20s:\n%s", p.base, p.output())
+		}
+	}
+	return p
+}
+
+// answersReady reports whether base/readyz answers 200.
+func answersReady(base string) bool {
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(base + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// The file startDispatcherProcess writes loads back into the harness's
+// config: what the dispatcher process runs with is what the test set.
+func TestConfigFileLoadsBackTheHarnessConfig(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := &h.cfg.Routes[0]
+	r.Concurrency = 3
+	r.RateLimit = 20
+	r.Burst = 2
+	r.Circuit = config.Circuit{Failures: 3, Cooldown: 1500 * time.Millisecond}
+	r.Headers = map[string]string{"x-team": "billing"} // viper lowers keys; header names ignore case
+	cfg := h.processConfig("127.0.0.1:8081")
+	got, err := config.Load(configFile(t, t.TempDir(), &cfg), func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	require.Equal(t, h.cfg.Database.URL, got.Database.URL)
+	require.Equal(t, h.cfg.AMQP.Prefix, got.AMQP.Prefix)
+	require.Equal(t, h.cfg.Retry.Backoff, got.Retry.Backoff)
+	require.Equal(t, h.cfg.Dispatcher.DeliveryLimit, got.Dispatcher.DeliveryLimit)
+	require.Equal(t, h.cfg.Sources[0].Verify.Secrets, got.Sources[0].Verify.Secrets)
+	require.Len(t, got.Routes, 1)
+	g := got.Routes[0]
+	require.Equal(t, *r, config.Route{
+		Name: g.Name, URL: g.URL, Bindings: g.Bindings, Timeout: g.Timeout, Concurrency: g.Concurrency,
+		SigningSecret: g.SigningSecret, MaxAttempts: g.MaxAttempts, Circuit: g.Circuit,
+		RateLimit: g.RateLimit, Burst: g.Burst, Headers: g.Headers,
+	})
+	require.Empty(t, g.Ordering)
+}
