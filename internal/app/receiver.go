@@ -90,8 +90,10 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	}
 	handler, err := ingest.New(ingest.Config{
 		Sources:      sources,
-		Store:        db,
+		Store:        ingestStore{db},
 		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
+		BatchSize:    cfg.Receiver.BatchSize,
+		BatchWait:    cfg.Receiver.BatchWait,
 		RoutesFunc:   setup.RoutesFor(cfg),
 		Metrics:      ingest.NewMetrics(reg),
 		Logger:       logger,

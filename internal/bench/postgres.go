@@ -18,7 +18,7 @@ import (
 // the whole page to the WAL), and synchronous_commit and fsync decide
 // whether a commit waits for the disk.
 var pgSettings = []string{
-	"synchronous_commit", "fsync", "full_page_writes", "wal_level",
+	"synchronous_commit", "fsync", "full_page_writes", "wal_level", "wal_compression",
 	"checkpoint_timeout", "checkpoint_completion_target", "max_wal_size", "shared_buffers",
 	"autovacuum", "max_connections",
 }

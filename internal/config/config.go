@@ -141,6 +141,18 @@ type Receiver struct {
 	// for this long. Default 60s: senders that post often keep their
 	// connection, and idle ones do not pile up.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
+	// BatchSize is the most webhook requests stored together in one
+	// statement and one transaction (group commit): requests that arrive
+	// while a batch commits are stored by the next one, and each is
+	// answered after its batch committed. At most two batches are in
+	// Postgres at once. Default 64; 1 stores every request on its own
+	// (two at a time). At most 1000.
+	BatchSize int `mapstructure:"batch_size" validate:"gte=1,lte=1000"`
+	// BatchWait is how long a batch that already holds more than one
+	// request, but fewer than batch_size, waits for more before it is
+	// stored; a request that arrives alone is stored at once. Default 1ms;
+	// 0s for no wait; at most 100ms (it adds to every answer under load).
+	BatchWait time.Duration `mapstructure:"batch_wait" validate:"gte=0,lte=100ms"`
 }
 
 // Dispatcher configures the delivery process.
@@ -446,6 +458,8 @@ func setDefaults(set func(key string, value any)) {
 	set("receiver.read_timeout", "10s")
 	set("receiver.write_timeout", "20s")
 	set("receiver.idle_timeout", "60s")
+	set("receiver.batch_size", 64)
+	set("receiver.batch_wait", "1ms")
 	set("dispatcher.listen", "127.0.0.1:8081")
 	set("dispatcher.shutdown_timeout", "30s")
 	set("dispatcher.delivery_limit", 20)

@@ -448,7 +448,8 @@ func TestListenerTimeouts(t *testing.T) {
 	cfg, err := Load(writeConfig(t, validYAML), env)
 	require.NoError(t, err)
 	require.Equal(t, Receiver{Listen: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: time.Minute}, cfg.Receiver)
+		ReadTimeout: 10 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: time.Minute,
+		BatchSize: 64, BatchWait: time.Millisecond}, cfg.Receiver)
 	require.Equal(t, 10*time.Second, cfg.Dispatcher.ReadTimeout)
 	require.Equal(t, 30*time.Second, cfg.Dispatcher.WriteTimeout)
 	require.Equal(t, 2*time.Minute, cfg.Dispatcher.IdleTimeout)
@@ -465,6 +466,32 @@ func TestListenerTimeouts(t *testing.T) {
 			"admin.write_timeout: 20s must be longer than admin.read_timeout (30s)"},
 		{"dispatcher write shorter than read", "dispatcher: {read_timeout: 30s, write_timeout: 20s}\n",
 			"dispatcher.write_timeout: 20s must be longer than dispatcher.read_timeout (30s)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(writeConfig(t, validYAML+tt.yaml), env)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+// Issue 11: the group commit's settings have defaults, and a wait without
+// a unit or out of range is refused naming the key.
+func TestReceiverBatchSettings(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	cfg, err := Load(writeConfig(t, validYAML+"receiver: {batch_size: 1, batch_wait: 0s}\n"), env)
+	require.NoError(t, err)
+	require.Equal(t, 1, cfg.Receiver.BatchSize)
+	require.Zero(t, cfg.Receiver.BatchWait, "0s turns the wait off")
+
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"wait without unit", "receiver: {batch_wait: 1}\n", "receiver.batch_wait: duration 1 has no unit"},
+		{"negative wait", "receiver: {batch_wait: -1ms}\n", "receiver.batch_wait: -1ms is less than 0"},
+		{"wait too long", "receiver: {batch_wait: 1s}\n", "receiver.batch_wait: 1s is more than 100ms"},
+		{"size zero", "receiver: {batch_size: 0}\n", "receiver.batch_size: 0 is less than 1"},
+		{"size too big", "receiver: {batch_size: 5000}\n", "receiver.batch_size: 5000 is more than 1000"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

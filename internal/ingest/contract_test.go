@@ -33,25 +33,33 @@ type fakeStore struct {
 	byKey  map[string]uuid.UUID
 	events []*webhook.Event
 	routes [][]string
-	// ctxErr is the context's error when EventInsert was called.
+	// ctxErr is the context's error when EventInsertBatch was called.
 	ctxErr error
 }
 
-func (s *fakeStore) EventInsert(ctx context.Context, ev *webhook.Event, routes []string) (uuid.UUID, bool, error) {
+func (s *fakeStore) EventInsertBatch(ctx context.Context, batch []Insert) ([]Stored, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ctxErr = ctx.Err()
 	if s.err != nil {
-		return uuid.Nil, false, s.err
+		return nil, s.err
 	}
+	out := make([]Stored, len(batch))
+	for i, in := range batch {
+		out[i].ID, out[i].Duplicate = s.insertLocked(in.Event, in.Routes)
+	}
+	return out, nil
+}
+
+func (s *fakeStore) insertLocked(ev *webhook.Event, routes []string) (uuid.UUID, bool) {
 	key := ev.Source + "/" + ev.IdempotencyKey
 	if id, ok := s.byKey[key]; ok {
-		return id, true, nil
+		return id, true
 	}
 	s.byKey[key] = ev.ID
 	s.events = append(s.events, ev)
 	s.routes = append(s.routes, routes)
-	return ev.ID, false, nil
+	return ev.ID, false
 }
 
 func (s *fakeStore) stored() []*webhook.Event {

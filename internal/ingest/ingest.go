@@ -1,8 +1,10 @@
 // Package ingest is the receiver's HTTP handler for POST /webhooks/{source}:
 // size limit, signature verification on the raw bytes, idempotency key and
 // event type extraction, then one transaction that stores the event and its
-// outbox row. It answers 200 only after that transaction committed, and 503
-// when it did not, so the sender retries.
+// outbox row. Concurrent requests share that transaction (group commit, see
+// batcher): one statement stores a whole batch. It answers 200 only after
+// the transaction committed, and 503 when it did not, so the sender
+// retries; 400 when Postgres refused the event's data.
 package ingest
 
 import (
@@ -29,10 +31,14 @@ import (
 
 // Store is what ingest needs from Postgres.
 type Store interface {
-	// EventInsert stores the event, its outbox row and a pending delivery
-	// per route in one transaction, or returns the id of the event already
-	// stored under the same key.
-	EventInsert(ctx context.Context, ev *webhook.Event, routes []string) (id uuid.UUID, duplicate bool, err error)
+	// EventInsertBatch stores every item (its event, its outbox row and a
+	// pending delivery per route) in one transaction, or nothing. An item
+	// whose event exists already (an earlier item of the batch included)
+	// stores nothing and gets the existing event's id, Duplicate true. A
+	// non-nil error means nothing was stored; it wraps a *RefusedError
+	// when Postgres refused the data of some row. Otherwise it returns one
+	// Stored per item, in order.
+	EventInsertBatch(ctx context.Context, batch []Insert) ([]Stored, error)
 }
 
 // Source is one configured sender.
@@ -56,8 +62,16 @@ type Config struct {
 	Logger       zerolog.Logger
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
-	// StoreTimeout bounds the event transaction. Default 5s.
+	// StoreTimeout bounds storing one request's event, from the moment it
+	// is queued for its batch to the batch's commit. Default 5s.
 	StoreTimeout time.Duration
+	// BatchSize is the most requests one batch stores (group commit).
+	// Default DefaultBatchSize; 1 stores each request on its own.
+	BatchSize int
+	// BatchWait is how long a batch that holds more than one request but
+	// is not full waits for more before it is stored. A request alone is
+	// stored at once whatever it says. Zero: no wait.
+	BatchWait time.Duration
 	// RoutesFunc names the routes whose bindings match a routing key. Nil
 	// means none are recorded at ingest.
 	RoutesFunc func(routingKey string) []string
@@ -66,13 +80,13 @@ type Config struct {
 // Handler serves POST /webhooks/{source}.
 type Handler struct {
 	sources      map[string]Source
-	store        Store
 	maxBody      int64
 	metrics      *Metrics
 	logger       zerolog.Logger
 	now          func() time.Time
 	storeTimeout time.Duration
 	routes       func(string) []string
+	batcher      *batcher
 }
 
 // New returns a Handler for cfg.
@@ -85,7 +99,6 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{
 		sources:      make(map[string]Source, len(cfg.Sources)),
-		store:        cfg.Store,
 		maxBody:      cfg.MaxBodyBytes,
 		metrics:      cfg.Metrics,
 		logger:       cfg.Logger.With().Str("component", "ingest").Logger(),
@@ -99,6 +112,14 @@ func New(cfg Config) (*Handler, error) {
 	if h.storeTimeout == 0 {
 		h.storeTimeout = 5 * time.Second
 	}
+	size := cfg.BatchSize
+	if size == 0 {
+		size = DefaultBatchSize
+	}
+	if size < 0 || cfg.BatchWait < 0 {
+		return nil, errors.New("ingest: BatchSize and BatchWait must not be negative")
+	}
+	h.batcher = newBatcher(cfg.Store, size, cfg.BatchWait, cfg.Metrics, h.logger)
 	for _, s := range cfg.Sources {
 		if s.Verifier == nil || s.Extractor == nil {
 			return nil, fmt.Errorf("ingest: source %q needs a verifier and an extractor", s.Name)
@@ -242,23 +263,29 @@ func (h *Handler) event(r *http.Request, src Source, body []byte, signedID strin
 	return ev, ""
 }
 
-// commit stores ev with its outbox row and answers 200 once committed, or
-// 503 when it was not, so the sender retries.
-func (h *Handler) commit(w http.ResponseWriter, r *http.Request, ev *webhook.Event, log zerolog.Logger) (outcome, reason string) {
-	// The sender hanging up must not abort a commit half-way: the outcome
-	// would be unknown to both sides. Bound it with its own timeout instead.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.storeTimeout)
-	defer cancel()
+// commit stores ev with its outbox row, in a batch with the requests that
+// arrive meanwhile (group commit), and answers 200 once committed; 503
+// when it was not, so the sender retries; 400 when Postgres refused the
+// event's data, which no retry would change. The batch is not bound to the
+// request's context: a sender hanging up must not abort a commit half-way
+// (the outcome would be unknown to both sides); the store timeout bounds it.
+func (h *Handler) commit(w http.ResponseWriter, _ *http.Request, ev *webhook.Event, log zerolog.Logger) (outcome, reason string) {
 	var routes []string
 	if h.routes != nil {
 		routes = h.routes(ev.RoutingKey())
 	}
-	id, dup, err := h.store.EventInsert(ctx, ev, routes)
-	if err != nil {
-		log.Error().Err(err).Msg("storing event")
+	// The wall clock, not h.now: the deadline bounds real waits.
+	a := h.batcher.storeOne(Insert{Event: ev, Routes: routes}, time.Now().Add(h.storeTimeout))
+	if a.refused != "" {
+		log.Warn().Err(a.err).Msg("storage refused the event")
+		return reject(w, http.StatusBadRequest, "event cannot be stored: "+a.refused, "storage_refused")
+	}
+	if a.err != nil {
+		log.Error().Err(a.err).Msg("storing event")
 		httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable, retry later")
 		return "error", "storage"
 	}
+	id, dup := a.id, a.duplicate
 	httpserver.WriteJSON(w, http.StatusOK, Response{ID: id, Duplicate: dup})
 	if dup {
 		log.Debug().Stringer("event_id", id).Msg("duplicate event")
@@ -338,8 +365,11 @@ func storedHeaders(h http.Header, v signature.Verifier) (stored http.Header, dro
 
 // Metrics are the ingest counters.
 type Metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	batchSize prometheus.Histogram
+	fallbacks prometheus.Counter
+	queued    prometheus.Gauge
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -356,6 +386,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"source", "outcome"}),
 	}
-	reg.MustRegister(m.requests, m.duration)
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "hookrelay_ingest_batch_size",
+		Help: "Requests stored per group-commit batch (one statement, one transaction).",
+		// Powers of two up to receiver.batch_size's largest sensible values.
+		Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+	})
+	m.fallbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hookrelay_ingest_batch_fallbacks_total",
+		Help: "Batches in which Postgres refused a row's data, so their requests were stored one by one.",
+	})
+	m.queued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hookrelay_ingest_batch_queue",
+		Help: "Requests waiting for a group-commit batch to take them.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.batchSize, m.fallbacks, m.queued)
 	return m
 }

@@ -4,18 +4,16 @@ import (
 	"context"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/signature"
-	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
 type nopStore struct{}
 
-func (nopStore) EventInsert(context.Context, *webhook.Event, []string) (uuid.UUID, bool, error) {
-	return uuid.Nil, false, nil
+func (nopStore) EventInsertBatch(_ context.Context, batch []Insert) ([]Stored, error) {
+	return make([]Stored, len(batch)), nil
 }
 
 // A source keyed on the signed id with a verifier that signs none would

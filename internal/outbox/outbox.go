@@ -152,7 +152,13 @@ func New(cfg Config) (*Relay, error) {
 // Run drains the outbox until ctx is done, then returns nil. A batch already
 // claimed when ctx is cancelled is still published and completed (bounded by
 // PublishTimeout). Failures are retried with exponential backoff and jitter;
-// Run returns only when ctx is done.
+// Run returns only when ctx is done, after the batch it was completing.
+//
+// Batches are pipelined: while one batch's confirmed rows are deleted (its
+// transaction commits), the next batch is claimed and published. The rows
+// of the completing batch stay locked until its commit, so the next claim
+// (SKIP LOCKED) never takes them; at most one batch completes at a time,
+// in claim order. A row is still deleted only after its confirm.
 func (r *Relay) Run(ctx context.Context) error {
 	// A failed batch (Postgres or RabbitMQ unreachable, the broker
 	// blocking) is tried again with backoff capped at 5s, so publishing
@@ -161,9 +167,32 @@ func (r *Relay) Run(ctx context.Context) error {
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	ticker := time.NewTicker(r.cfg.PollInterval)
 	defer ticker.Stop()
+	var completing <-chan error // the previous batch's completion, or nil
+	finish := func() error {
+		if completing == nil {
+			return nil
+		}
+		err := <-completing
+		completing = nil
+		return err
+	}
+	defer func() { _ = finish() }() // logged below when it matters; on return only waited for
 	for {
-		n, err := r.RunOnce(ctx)
+		p, err := r.claimPublish(ctx)
+		// The previous batch completes before this one starts completing:
+		// completions stay one at a time and in order.
+		if cerr := finish(); cerr != nil && err == nil {
+			err = cerr
+		}
+		if p != nil {
+			done := make(chan error, 1)
+			go func() { done <- p.complete() }()
+			completing = done
+		}
 		if ctx.Err() != nil {
+			if cerr := finish(); cerr != nil {
+				r.logger.Warn().Err(cerr).Msg("outbox batch failed at shutdown; its rows stay for the next publisher")
+			}
 			return nil
 		}
 		if err != nil {
@@ -175,8 +204,18 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		retry.Reset()
-		if n == r.cfg.BatchSize {
+		if p != nil && p.n == r.cfg.BatchSize {
 			continue // probably more waiting
+		}
+		// Idle: let the last batch finish first, so its failure is not
+		// left unreported until the next wake-up.
+		if cerr := finish(); cerr != nil {
+			wait := retry.Next()
+			r.logger.Warn().Err(cerr).Str("retry_in", wait.String()).Msg("outbox batch failed")
+			if !backoff.Sleep(ctx, wait) {
+				return nil
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -187,24 +226,52 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// RunOnce claims and publishes one batch and returns how many rows it
-// claimed.
+// RunOnce claims, publishes and completes one batch and returns how many
+// rows it claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	p, err := r.claimPublish(ctx)
+	if p == nil {
+		return 0, err
+	}
+	if cerr := p.complete(); cerr != nil {
+		return p.n, cerr
+	}
+	return p.n, err
+}
+
+// published is a batch whose publish is over, waiting to be completed.
+type published struct {
+	r         *Relay
+	batch     Batch
+	msgs      []webhook.Message
+	n         int
+	confirmed []int64
+	failed    []Failure
+	// pubErr and unanswered are reported once the batch completed.
+	pubErr     error
+	unanswered int
+}
+
+// claimPublish claims a batch and publishes it. It returns nil and the
+// error when there was nothing to publish or the claim failed; otherwise
+// the batch to complete, and the error of its publish (the batch must be
+// completed all the same: confirmed rows are deleted, refused ones
+// counted).
+func (r *Relay) claimPublish(ctx context.Context) (*published, error) {
 	batch, err := r.cfg.Store.OutboxClaim(ctx, r.cfg.BatchSize)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	msgs := batch.Messages()
 	if len(msgs) == 0 {
-		return 0, batch.Release(ctx)
+		return nil, batch.Release(ctx)
 	}
 	// From here the batch finishes even if shutdown begins.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 	defer cancel()
 
 	results, pubErr := r.cfg.Publisher.Publish(ctx, msgs)
-	confirmed := make([]int64, 0, len(msgs))
-	var failed []Failure
+	p := &published{r: r, batch: batch, msgs: msgs, n: len(msgs), confirmed: make([]int64, 0, len(msgs)), pubErr: pubErr}
 	for i, m := range msgs {
 		var res Result
 		if i < len(results) {
@@ -212,33 +279,43 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 		switch {
 		case res.Acked:
-			confirmed = append(confirmed, m.OutboxID)
+			p.confirmed = append(p.confirmed, m.OutboxID)
 		case res.Failure != "":
-			failed = append(failed, Failure{OutboxID: m.OutboxID, Reason: res.Failure, RetryIn: retryDelay(m.OutboxAttempts + 1)})
+			p.failed = append(p.failed, Failure{OutboxID: m.OutboxID, Reason: res.Failure, RetryIn: retryDelay(m.OutboxAttempts + 1)})
 		}
 	}
+	p.unanswered = len(msgs) - len(p.confirmed) - len(p.failed)
 
 	if r.cfg.AfterPublishFunc != nil {
 		r.cfg.AfterPublishFunc()
 	}
+	if pubErr != nil {
+		return p, pubErr
+	}
+	if p.unanswered > 0 {
+		return p, fmt.Errorf("publisher reported no outcome for %d of %d messages; they stay in the outbox", p.unanswered, len(msgs))
+	}
+	return p, nil
+}
+
+// complete deletes the confirmed rows in one statement, records the
+// refused ones and releases the rest, in the batch's transaction.
+func (p *published) complete() error {
+	r := p.r
 	// Its own deadline: a slow publish must not leave confirmed rows
 	// undeleted (they would all be published again).
-	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer ccancel()
-	if err := batch.Complete(cctx, confirmed, failed); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.batch.Complete(ctx, p.confirmed, p.failed); err != nil {
 		// The rows stay as they were; their messages will be published
 		// again.
-		return len(msgs), err
+		return err
 	}
-	r.recordFailures(msgs, failed)
-	if pubErr != nil {
-		return len(msgs), pubErr
+	r.recordFailures(p.msgs, p.failed)
+	if p.pubErr == nil && p.unanswered == 0 {
+		r.logger.Debug().Int("published", len(p.confirmed)).Int("refused", len(p.failed)).Msg("outbox batch published")
 	}
-	if unanswered := len(msgs) - len(confirmed) - len(failed); unanswered > 0 {
-		return len(msgs), fmt.Errorf("publisher reported no outcome for %d of %d messages; they stay in the outbox", unanswered, len(msgs))
-	}
-	r.logger.Debug().Int("published", len(confirmed)).Int("refused", len(failed)).Msg("outbox batch published")
-	return len(msgs), nil
+	return nil
 }
 
 // recordFailures counts and logs the refused rows once their backoff is

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -281,3 +284,167 @@ type storeOfBatch struct{ b Batch }
 func (s storeOfBatch) OutboxClaim(context.Context, int) (Batch, error) { return s.b, nil }
 
 func storeOf(b Batch) Store { return storeOfBatch{b} }
+
+// pipeStore hands out `full` full batches of two rows, then empty ones.
+// Each batch's Complete waits (up to 5s) for the next claim, so it only
+// succeeds when the relay claims and publishes the next batch while the
+// previous one completes.
+type pipeStore struct {
+	mu      sync.Mutex
+	full    int
+	claims  int
+	claimed chan int // claim numbers, buffered
+	order   []int    // completion order
+}
+
+type pipeBatch struct {
+	s   *pipeStore
+	n   int
+	ids []int64
+	// overlapped: the next claim came before this Complete returned.
+	overlapped bool
+}
+
+func (s *pipeStore) OutboxClaim(context.Context, int) (Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims++
+	n := s.claims
+	s.claimed <- n
+	if n > s.full {
+		return &pipeBatch{s: s, n: n}, nil
+	}
+	return &pipeBatch{s: s, n: n, ids: []int64{int64(2*n - 1), int64(2 * n)}}, nil
+}
+
+func (b *pipeBatch) Messages() []webhook.Message {
+	out := make([]webhook.Message, len(b.ids))
+	for i, id := range b.ids {
+		out[i] = webhook.Message{OutboxID: id, RoutingKey: "acme.x"}
+	}
+	return out
+}
+
+func (b *pipeBatch) Complete(_ context.Context, confirmed []int64, _ []Failure) error {
+	deadline := time.After(5 * time.Second)
+	for {
+		b.s.mu.Lock()
+		next := b.s.claims > b.n
+		if next {
+			b.s.order = append(b.s.order, b.n)
+		}
+		b.s.mu.Unlock()
+		if next {
+			b.overlapped = true
+			if !slices.Equal(confirmed, b.ids) {
+				return fmt.Errorf("batch %d confirmed %v, want %v", b.n, confirmed, b.ids)
+			}
+			return nil
+		}
+		select {
+		case <-b.s.claimed:
+		case <-deadline:
+			return fmt.Errorf("batch %d: no next claim while it completed", b.n)
+		}
+	}
+}
+
+func (b *pipeBatch) Release(context.Context) error { return nil }
+
+// ackAll acks every message.
+type ackAll struct{}
+
+func (ackAll) Publish(_ context.Context, msgs []webhook.Message) ([]Result, error) {
+	out := make([]Result, len(msgs))
+	for i := range out {
+		out[i].Acked = true
+	}
+	return out, nil
+}
+
+// Issue 11: Run claims and publishes the next batch while the previous
+// one's rows are deleted, completes batches one at a time in claim order,
+// and deletes each batch's confirmed rows in one call.
+func TestRunPipelinesBatches(t *testing.T) {
+	t.Parallel()
+	s := &pipeStore{full: 3, claimed: make(chan int, 100)}
+	var logs syncBuffer
+	r, err := New(Config{Store: s, Publisher: ackAll{}, BatchSize: 2, PollInterval: time.Hour, PublishTimeout: time.Second,
+		Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		n := len(s.order)
+		s.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("3 batches not completed; logs: %s", logs.String())
+		case <-time.After(5 * time.Millisecond): // polling an observable condition
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, []int{1, 2, 3}, s.order, "completed one at a time, in claim order")
+	require.Empty(t, logs.String(), "no batch failed")
+}
+
+// seqStore hands out its batches in turn, then empty ones.
+type seqStore struct {
+	mu      sync.Mutex
+	batches []Batch
+}
+
+func (s *seqStore) OutboxClaim(context.Context, int) (Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.batches) == 0 {
+		return &fakeBatch{}, nil
+	}
+	b := s.batches[0]
+	s.batches = s.batches[1:]
+	return b, nil
+}
+
+// syncBuffer is a bytes.Buffer safe for the relay's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A batch that fails to complete while the next one is claimed (pipelined)
+// is still reported, and the relay backs off; Run returns nil on shutdown.
+func TestRunReportsAPipelinedCompleteFailure(t *testing.T) {
+	t.Parallel()
+	failing := &countingBatch{fakeBatch: fakeBatch{msgs: messages(0, 0)}, completeErr: errors.New("commit failed")}
+	var logs syncBuffer
+	r, err := New(Config{Store: &seqStore{batches: []Batch{failing}}, Publisher: ackAll{}, BatchSize: 2,
+		PollInterval: time.Hour, PublishTimeout: time.Second, Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "commit failed") }, 10*time.Second, 5*time.Millisecond,
+		"the failed completion is logged")
+	require.Contains(t, logs.String(), "outbox batch failed")
+	cancel()
+	require.NoError(t, <-done)
+}

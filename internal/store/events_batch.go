@@ -1,0 +1,293 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// EventInsertItem is one event to store with the routes whose bindings
+// match it (a pending delivery is recorded for each).
+type EventInsertItem struct {
+	Event  *webhook.Event
+	Routes []string
+}
+
+// EventInsertResult is what storing one item came to: the id of the event
+// (the existing one when Duplicate), or Err when the item's duplicate could
+// not be resolved after the commit (its own rows are not stored then, since
+// a duplicate writes none).
+type EventInsertResult struct {
+	ID        uuid.UUID
+	Duplicate bool
+	Err       error
+}
+
+// ErrRowRefused is wrapped (by a *RefusedError) when Postgres refused an
+// insert because of the data of a row that passed ingest's checks: an
+// invalid value (SQLSTATE class 22), a violated constraint (class 23) or a
+// limit such as the size of an index entry (class 54). Storing the rows one
+// by one finds which; that row would be refused on every retry, so it is
+// the sender's error.
+var ErrRowRefused = errors.New("postgres refused a row")
+
+// RefusedError is an insert Postgres refused for its data. Reason is
+// Postgres' message, without its detail (which may quote the row).
+type RefusedError struct {
+	Reason string
+	Err    error
+}
+
+func (e *RefusedError) Error() string { return "postgres refused the row: " + e.Reason }
+
+// Unwrap returns ErrRowRefused and the driver's error.
+func (e *RefusedError) Unwrap() []error { return []error{ErrRowRefused, e.Err} }
+
+// refused wraps err in a *RefusedError when it is Postgres refusing a row's
+// data.
+func refused(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "54":
+		return &RefusedError{Reason: pgErr.Message, Err: err}
+	}
+	return err
+}
+
+// eventColumn is one column of events that an insert writes: its name, the
+// Postgres type of its parameter, how to read the column's value of every
+// event of a batch as one array (unnest takes one array per column), and
+// the expression that turns the parameter into the column's value (the
+// name itself unless set with as).
+type eventColumn struct {
+	name   string
+	pgType string
+	values func(items []EventInsertItem) any
+	expr   string
+}
+
+// as sets the expression that computes the column from its parameter,
+// which the expression names by the column's name.
+func (c eventColumn) as(expr string) eventColumn {
+	c.expr = expr
+	return c
+}
+
+// column builds an eventColumn from the value of one event.
+func column[T any](name, pgType string, value func(ev *webhook.Event) T) eventColumn {
+	return eventColumn{name: name, pgType: pgType, values: func(items []EventInsertItem) any {
+		out := make([]T, len(items))
+		for i, it := range items {
+			out[i] = value(it.Event)
+		}
+		return out
+	}}
+}
+
+// eventColumns is the one list of the columns an event insert writes; a new
+// events column is added here and nowhere else.
+var eventColumns = []eventColumn{
+	column("id", "uuid", func(ev *webhook.Event) uuid.UUID { return ev.ID }),
+	column("source", "text", func(ev *webhook.Event) string { return ev.Source }),
+	column("idempotency_key", "text", func(ev *webhook.Event) string { return ev.IdempotencyKey }),
+	column("event_type", "text", func(ev *webhook.Event) string { return ev.EventType }),
+	column("content_type", "text", func(ev *webhook.Event) string { return ev.ContentType }),
+	// jsonb as its text: one array of jsonb values.
+	column("headers", "jsonb", func(ev *webhook.Event) string { return headersJSON(ev.Headers) }),
+	column("body", "bytea", func(ev *webhook.Event) []byte { return ev.Body }),
+	// NULL (a nil slice) for sources that do not deduplicate on the body.
+	column("body_sha256", "bytea", func(ev *webhook.Event) []byte { return ev.BodySHA256 }),
+	column("received_at", "timestamptz", func(ev *webhook.Event) time.Time { return ev.ReceivedAt }),
+	// "" (no ordering declared, or a field missing) is stored as NULL.
+	column("ordering_resource", "text", func(ev *webhook.Event) string { return ev.OrderingResource }).
+		as("NULLIF(ordering_resource, '')"),
+	column("ordering_version", "text", func(ev *webhook.Event) string { return ev.OrderingVersion }).
+		as("NULLIF(ordering_version, '')"),
+	column("ordering_version_num", "text", func(ev *webhook.Event) string { return ev.OrderingVersionNum }).
+		as("NULLIF(ordering_version_num, '')::numeric"),
+}
+
+func headersJSON(h http.Header) string {
+	if h == nil {
+		return "{}"
+	}
+	b, err := json.Marshal(h)
+	if err != nil { // map[string][]string always marshals
+		panic(fmt.Sprintf("marshalling headers: %v", err))
+	}
+	return string(b)
+}
+
+// eventInsertSQL is the statement that stores a whole batch, built once
+// from eventColumns. Its parameters are one array per event column, then
+// the routing keys, then the deliveries as two arrays (the 1-based position
+// of the event in the batch, the route).
+//
+// Rows go in sorted by (source, idempotency_key), so two batches that share
+// keys take their index entries in the same order and wait for each other
+// instead of deadlocking. Outbox rows go in in batch order. Only the events
+// the insert returned (not duplicates) get outbox rows and deliveries. The
+// outbox trigger is per statement: one NOTIFY for the whole batch.
+var eventInsertSQL = func() string {
+	var names, exprs, params []string
+	for i, c := range eventColumns {
+		names = append(names, c.name)
+		expr := c.name
+		if c.expr != "" {
+			expr = c.expr
+		}
+		exprs = append(exprs, expr)
+		params = append(params, fmt.Sprintf("$%d::%s[]", i+1, c.pgType))
+	}
+	n := len(eventColumns)
+	cols := strings.Join(names, ", ")
+	return fmt.Sprintf(`
+		WITH input AS (
+			SELECT * FROM unnest(%s, $%d::text[]) WITH ORDINALITY AS i(%s, routing_key, n)
+		), ins AS (
+			INSERT INTO events (%s)
+			SELECT %s FROM input ORDER BY source, idempotency_key
+			ON CONFLICT DO NOTHING
+			RETURNING id
+		), ob AS (
+			INSERT INTO outbox (event_id, routing_key)
+			SELECT input.id, input.routing_key FROM input JOIN ins ON ins.id = input.id
+			ORDER BY input.n
+		), dl AS (
+			-- Pending from the moment of acceptance: "which events have not
+			-- arrived" has an answer even before a dispatcher saw them.
+			INSERT INTO deliveries (event_id, route)
+			SELECT input.id, d.route
+			FROM unnest($%d::bigint[], $%d::text[]) AS d(n, route)
+			JOIN input ON input.n = d.n
+			JOIN ins ON ins.id = input.id
+		)
+		SELECT id FROM ins`,
+		strings.Join(params, ", "), n+1, cols, cols, strings.Join(exprs, ", "), n+2, n+3)
+}()
+
+// EventInsertBatch stores every item (its event, its outbox row and a
+// pending delivery per route) in ONE statement, so all of it commits or
+// nothing does. An item whose event exists already (same source and
+// idempotency key, or same body hash for sources that set BodySHA256, an
+// earlier item of the same batch included) writes nothing and is answered
+// with the existing event's id, Duplicate true; one matching the key wins
+// over one matching only the body. Every ev.ID and ev.ReceivedAt must be set.
+//
+// A non-nil error means nothing was stored; it wraps ErrRowRefused (a
+// *RefusedError) when Postgres refused the data of some row. Otherwise
+// results holds one entry per item, in order.
+//
+// Concurrency: ON CONFLICT DO NOTHING without a conflict target checks
+// every unique index and waits for a concurrent transaction holding the
+// same key; the duplicates' ids are read afterwards by a second statement,
+// whose new snapshot (READ COMMITTED) sees the rows that transaction or
+// this batch committed.
+func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]EventInsertResult, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, len(eventColumns)+3)
+	for _, c := range eventColumns {
+		args = append(args, c.values(items))
+	}
+	keys := make([]string, len(items))
+	var delivN []int64
+	var delivRoute []string
+	for i, it := range items {
+		keys[i] = it.Event.RoutingKey()
+		for _, r := range it.Routes {
+			delivN = append(delivN, int64(i+1))
+			delivRoute = append(delivRoute, r)
+		}
+	}
+	args = append(args, keys, delivN, delivRoute)
+
+	rows, err := db.pool.Query(ctx, eventInsertSQL, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inserting events: %w", refused(err))
+	}
+	inserted := make(map[uuid.UUID]bool, len(items))
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading inserted events: %w", err)
+		}
+		inserted[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inserting events: %w", refused(err))
+	}
+
+	results := make([]EventInsertResult, len(items))
+	var dups []int
+	for i, it := range items {
+		if inserted[it.Event.ID] {
+			results[i].ID = it.Event.ID
+			continue
+		}
+		dups = append(dups, i)
+	}
+	if len(dups) > 0 {
+		db.resolveDuplicates(ctx, items, dups, results)
+	}
+	return results, nil
+}
+
+// resolveDuplicates sets the existing event's id on results[i] for every i
+// of dups, or its Err when none can be read.
+func (db *DB) resolveDuplicates(ctx context.Context, items []EventInsertItem, dups []int, results []EventInsertResult) {
+	sources := make([]string, len(dups))
+	keys := make([]string, len(dups))
+	sums := make([][]byte, len(dups))
+	for j, i := range dups {
+		ev := items[i].Event
+		sources[j], keys[j], sums[j] = ev.Source, ev.IdempotencyKey, ev.BodySHA256
+	}
+	found := make(map[int64]uuid.UUID, len(dups))
+	rows, err := db.pool.Query(ctx, `
+		SELECT DISTINCT ON (d.n) d.n, e.id
+		FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS d(source, key, sha, n)
+		JOIN events e ON e.source = d.source AND (e.idempotency_key = d.key OR e.body_sha256 = d.sha)
+		ORDER BY d.n, e.idempotency_key = d.key DESC`,
+		sources, keys, sums)
+	if err == nil {
+		for rows.Next() {
+			var n int64
+			var id uuid.UUID
+			if err = rows.Scan(&n, &id); err != nil {
+				rows.Close()
+				break
+			}
+			found[n] = id
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	for j, i := range dups {
+		results[i].Duplicate = true
+		id, ok := found[int64(j+1)]
+		switch {
+		case err != nil:
+			results[i].Err = fmt.Errorf("reading duplicate event: %w", err)
+		case !ok:
+			// Deleted between the insert and this read (a purge).
+			results[i].Err = fmt.Errorf("reading duplicate event: %w", ErrNotFound)
+		default:
+			results[i].ID = id
+		}
+	}
+}
