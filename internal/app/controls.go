@@ -54,7 +54,7 @@ func (s controlStore) StateList(ctx context.Context) ([]control.State, error) {
 	for i, r := range list {
 		out[i] = control.State{
 			Route: r.Route, Paused: r.Paused, Circuit: r.Circuit, ProbeOwner: r.ProbeOwner,
-			OpenedUntil: deref(r.OpenedUntil), ProbeAt: deref(r.ProbeAt), SlowUntil: deref(r.SlowUntil), Now: r.Now,
+			OpenedUntil: deref(r.OpenedUntil), ProbeAt: deref(r.ProbeAt), SlowUntil: deref(r.SlowUntil), Failures: r.ConsecutiveFailures, Now: r.Now,
 		}
 	}
 	return out, nil

@@ -35,7 +35,9 @@ type State struct {
 	ProbeOwner  string
 	ProbeAt     time.Time // zero when nobody holds the probe
 	SlowUntil   time.Time // zero when never slowed
-	Now         time.Time
+	// Failures is the stored count of consecutive failed attempts.
+	Failures int
+	Now      time.Time
 }
 
 // Store is what the controls need from Postgres. Every method is one
@@ -121,6 +123,13 @@ type route struct {
 	view      view
 	slowUntil time.Time // local clock
 	changed   chan struct{}
+	// unsettled: the stored state may have failures to reset or a circuit
+	// to close (the last read said so, or this dispatcher has recorded a
+	// failure since). While it is false a success writes nothing: most
+	// deliveries succeed on a closed circuit, and the store announces a
+	// route's first failure, so every dispatcher reads it within
+	// milliseconds and resets it on its next success.
+	unsettled bool
 }
 
 // New returns a Controller for cfg's routes.
@@ -276,6 +285,9 @@ func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 				next = min(next, s.SlowUntil.Sub(s.Now))
 			}
 			c.apply(r, view{known: true, paused: s.Paused, circuit: s.Circuit, owner: s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner}, slowUntil)
+			r.mu.Lock()
+			r.unsettled = s.Failures > 0 || s.Circuit != Closed
+			r.mu.Unlock()
 			claimed, err := c.probe(ctx, s)
 			if err != nil {
 				return 0, err
@@ -527,12 +539,24 @@ func (c *Controller) Observe(ctx context.Context, name string, status int, retry
 	failure := status == 0 || status == 408 || status == 429 || status >= 500
 	switch {
 	case success:
+		r.mu.Lock()
+		unsettled := r.unsettled
+		r.mu.Unlock()
+		if !unsettled {
+			return
+		}
 		if err := c.cfg.Store.Success(ctx, name); err != nil {
 			log.Warn().Err(err).Msg("recording a success for the circuit breaker")
 			return
 		}
+		r.mu.Lock()
+		r.unsettled = false
+		r.mu.Unlock()
 		c.applyCircuit(r, Closed)
 	case failure:
+		r.mu.Lock()
+		r.unsettled = true
+		r.mu.Unlock()
 		circuit, failures, err := c.cfg.Store.Failure(ctx, name, r.cfg.Failures, r.cfg.Cooldown, c.cfg.MaxCooldown)
 		if err != nil {
 			log.Warn().Err(err).Msg("recording a failure for the circuit breaker")

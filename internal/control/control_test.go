@@ -110,6 +110,34 @@ func TestGate(t *testing.T) {
 	}
 }
 
+// A success on a route with nothing to reset (no failures stored, circuit
+// closed) writes nothing: the common case costs no round trip. After a
+// failure of this dispatcher's, or a read that finds failures stored by
+// another, the next success resets them, once.
+func TestObserveSuccessWritesOnlyWhenSomethingToReset(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}, circuit: Closed}
+	c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
+	require.NoError(t, c.Init(ctx))
+	st.calls = nil
+	c.Observe(ctx, "billing", 200, 0)
+	require.Empty(t, st.calls, "settled: nothing to write")
+	c.Observe(ctx, "billing", 500, 0)
+	c.Observe(ctx, "billing", 200, 0)
+	c.Observe(ctx, "billing", 200, 0)
+	require.Equal(t, []string{"failure billing", "success billing"}, st.calls, "own failure: one reset")
+
+	st.mu.Lock()
+	st.states[0].Failures = 2 // another dispatcher's failures
+	st.calls = nil
+	st.mu.Unlock()
+	_, err := c.refresh(ctx)
+	require.NoError(t, err)
+	c.Observe(ctx, "billing", 204, 0)
+	require.Equal(t, []string{"success billing"}, st.calls, "read failures: reset on the next success")
+}
+
 func TestObserveClassifiesAnswers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -130,7 +158,8 @@ func TestObserveClassifiesAnswers(t *testing.T) {
 		{400, 0, nil},
 		{301, 0, nil},
 	} {
-		st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}, circuit: Closed}
+		// One failure stored: a success has a count to reset.
+		st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Failures: 1, Now: time.Now()}}, circuit: Closed}
 		c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
 		require.NoError(t, c.Init(context.Background()))
 		st.calls = nil

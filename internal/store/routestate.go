@@ -130,7 +130,8 @@ func (db *DB) RouteSuccess(ctx context.Context, route string) error {
 // up. A closed circuit opens when the count reaches threshold (for
 // cooldown); a half-open circuit (its probe failed) opens again for twice
 // its last cool-down, at most maxCooldown. An open circuit stays open. It
-// returns the circuit afterwards and announces an opening.
+// returns the circuit afterwards and announces an opening and a first
+// failure (so every dispatcher knows its next success must reset it).
 func (db *DB) RouteFailure(ctx context.Context, route string, threshold int, cooldown, maxCooldown time.Duration) (circuit string, failures int, err error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
@@ -162,7 +163,10 @@ func (db *DB) RouteFailure(ctx context.Context, route string, threshold int, coo
 					WHEN circuit = 'half_open' OR (circuit = 'closed' AND consecutive_failures + 1 >= $2) THEN now()
 					ELSE updated_at END
 			WHERE route = $1
-			RETURNING route, circuit, consecutive_failures, updated_at = now() AS changed
+			RETURNING route, circuit, consecutive_failures,
+				-- A change of state, or the first failure after a success: every
+				-- dispatcher reads it, so its next success resets the count.
+				updated_at = now() OR consecutive_failures = 1 AS changed
 		)
 		SELECT circuit, consecutive_failures,
 		       count(pg_notify('`+RouteStateChannel+`', route)) FILTER (WHERE changed)
