@@ -198,7 +198,8 @@ func (pp *phaseProfile) finish(ctx context.Context) error {
 func writeTopStatements(ctx context.Context, conn *pgx.Conn, phase, database, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	const dbFilter = `dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	// The relay's database, less this file's own statements.
+	const dbFilter = `dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`
 	var total float64
 	var statements, calls int64
 	if err := conn.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time), 0), count(*), coalesce(sum(calls), 0)::bigint
