@@ -32,9 +32,16 @@
 #       --receiver-bin /tmp/old/bin/receiver --dispatcher-bin /tmp/old/bin/dispatcher --compat-old
 #   git worktree remove /tmp/old
 #
-# For CPU profiles of old code too, build the old binaries from a tree that
-# has debug.pprof cherry-picked onto it (the commit adding
-# internal/app/pprof.go) and leave --compat-old out.
+# For CPU profiles of the old code too, give the old tree debug.pprof before
+# building it, and leave --compat-old out (done this way for 71697bb):
+#
+#   git -C /tmp/old cherry-pick --no-commit "$(git log --diff-filter=A --format=%h -- internal/app/pprof.go)"
+#       # with 71697bb, internal/app/dispatcher.go conflicts on one line: keep
+#       # the new `status` lines and drop `controls: controls` (the old
+#       # dispatcher has no route controls)
+#   (cd /tmp/old && go build -o bin/ ./cmd/receiver ./cmd/dispatcher)
+#   PROFILE_OUT=/work/notes/profiles/before scripts/profile.sh \
+#       --receiver-bin /tmp/old/bin/receiver --dispatcher-bin /tmp/old/bin/dispatcher
 #
 # Environment: PROFILE_OUT (the output folder), PROFILE_PG_PORT (25442),
 # PROFILE_SHARED_BUFFERS (default a quarter of RAM, at most 8GB),
