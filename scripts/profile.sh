@@ -13,6 +13,7 @@
 #   <phase>-receiver.pprof, <phase>-dispatcher.pprof   CPU profiles (go tool pprof -http=: FILE)
 #   <phase>-{receiver,dispatcher}.top.txt              go tool pprof -top -nodecount=25
 #   <phase>-pg_stat_statements.txt                      top 15 statements by total_exec_time
+#   bench.txt                                           the bench's table (its stdout)
 #
 #   scripts/profile.sh                           # OUT = PROFILE_OUT or a new /tmp/hookrelay-profile-* folder
 #   PROFILE_OUT=/work/notes/profiles/after scripts/profile.sh --clients 16
@@ -122,8 +123,8 @@ done
 
 log "bin/hookrelay bench --quick --profile $out $*"
 set +e
-bin/hookrelay bench --quick --profile "$out" --database-url "$url" "$@"
-status=$?
+bin/hookrelay bench --quick --profile "$out" --database-url "$url" "$@" | tee "$out/bench.txt"
+status=${PIPESTATUS[0]}
 set -e
 log "profiles in $out"
 exit $status
