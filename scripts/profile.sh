@@ -11,7 +11,7 @@
 # then holds, for the ingest phase with the dispatcher running and for the
 # delivery drain:
 #   <phase>-receiver.pprof, <phase>-dispatcher.pprof   CPU profiles (go tool pprof -http=: FILE)
-#   <phase>-{receiver,dispatcher}.top.txt              go tool pprof -top -nodecount=25
+#   <phase>-{receiver,dispatcher}.top.txt              go tool pprof -top -nodecount=25 (.cum.txt: with -cum)
 #   <phase>-pg_stat_statements.txt                      top 15 statements by total_exec_time
 #   bench.txt                                           the bench's table (its stdout)
 #

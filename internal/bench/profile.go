@@ -329,12 +329,17 @@ func (r *runner) profileTops(ctx context.Context) error {
 	}
 	if r.prof.goBin != "" {
 		for _, path := range r.prof.tops {
-			out, err := exec.CommandContext(ctx, r.prof.goBin, "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("profile: go tool pprof -top %s: %w: %s", path, err, oneLine(string(out), 300))
-			}
-			if err := os.WriteFile(strings.TrimSuffix(path, ".pprof")+".top.txt", out, 0o644); err != nil {
-				return fmt.Errorf("profile: %w", err)
+			// By own time (-top), and by time including callees (.cum.txt:
+			// which code paths the time goes through).
+			for suffix, flags := range map[string][]string{".top.txt": {"-top"}, ".cum.txt": {"-top", "-cum"}} {
+				args := append(append([]string{"tool", "pprof"}, flags...), "-nodecount=25", path)
+				out, err := exec.CommandContext(ctx, r.prof.goBin, args...).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("profile: go tool pprof %s %s: %w: %s", strings.Join(flags, " "), path, err, oneLine(string(out), 300))
+				}
+				if err := os.WriteFile(strings.TrimSuffix(path, ".pprof")+suffix, out, 0o644); err != nil {
+					return fmt.Errorf("profile: %w", err)
+				}
 			}
 		}
 	}

@@ -86,6 +86,9 @@ func TestProfileRunAgainstRealServices(t *testing.T) {
 			top, err := os.ReadFile(name + ".top.txt")
 			require.NoError(t, err)
 			require.Contains(t, string(top), "flat%", "%s.top.txt is pprof -top's text", name)
+			cum, err := os.ReadFile(name + ".cum.txt")
+			require.NoError(t, err)
+			require.Contains(t, string(cum), "cum%", "%s.cum.txt is pprof -top -cum's text", name)
 		}
 		_, err := os.Stat(filepath.Join(dir, phase+"-pg_stat_statements.txt"))
 		if strings.Contains(preload, "pg_stat_statements") {
