@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -306,10 +307,11 @@ func profileSeconds(d time.Duration) int {
 }
 
 // deliverySeconds guesses how long the drain of the backlog lasts, for its
-// CPU profile: at this run's last ingest rate with the dispatcher running
-// (delivery keeps pace with it there, and drains at least as fast), else
-// 500/s. A guess too long costs only wall time (an idle process adds
-// almost no samples); one too short leaves the end of the drain out.
+// CPU profile: half as long again as at this run's last ingest rate with
+// the dispatcher running (else 500/s). A guess too long costs only wall
+// time (an idle process adds almost no samples); one too short leaves the
+// end of the drain out, which happens when delivery is slower than ingest
+// (with group commit at ingest it is).
 func (r *runner) deliverySeconds() int {
 	rate := 500.0
 	for i := len(r.res.Phases) - 1; i >= 0; i-- {
@@ -318,7 +320,7 @@ func (r *runner) deliverySeconds() int {
 			break
 		}
 	}
-	return min(max(int(float64(r.o.backlog)/rate*0.9), 1), 120)
+	return min(max(int(math.Ceil(float64(r.o.backlog)/rate*1.5)), 1), 120)
 }
 
 // profileTops writes `go tool pprof -top -nodecount=25` next to each
