@@ -39,6 +39,10 @@ fuzz: ## every fuzz target for $(FUZZTIME) (a count like 20000x, or a duration)
 bench: build ## the relay benchmark against its bare references (BENCH_FLAGS=--quick: about a minute)
 	bin/hookrelay bench $(BENCH_FLAGS)
 
+.PHONY: profile
+profile: ## bench --quick --profile on a scratch Postgres with pg_stat_statements (PROFILE_OUT=dir, BENCH_FLAGS)
+	scripts/profile.sh $(BENCH_FLAGS)
+
 .PHONY: bench/go
 bench/go: ## Go micro-benchmarks (compare runs with benchstat)
 	go test -run '^$$' -bench . -benchmem -count 5 ./...

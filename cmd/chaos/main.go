@@ -8,6 +8,9 @@
 //
 //	scripts/chaos.sh          (builds, starts the cluster, runs this)
 //	chaos --bin DIR --cluster scripts/cluster.sh [--rate 100] [--work DIR]
+//	chaos postgres --work DIR [--pg-port N] [--setting name=value ...]
+//	                          (only the suite's scratch Postgres, until SIGTERM;
+//	                          scripts/profile.sh runs the benchmark on it)
 //
 // The cluster's URLs come from the environment that `cluster.sh env`
 // prints (CLUSTER_AMQP_URLS, CLUSTER_MANAGEMENT_URLS).
@@ -53,6 +56,9 @@ func (e *failedError) Error() string {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
+	if len(args) > 0 && args[0] == "postgres" {
+		return servePostgres(ctx, args[1:], out)
+	}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	opts := options{}
 	fs.StringVar(&opts.bin, "bin", "bin", "folder with the receiver, dispatcher and hookrelay binaries")

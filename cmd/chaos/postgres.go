@@ -21,7 +21,14 @@ type postgres struct {
 	dir  string
 	port int
 	log  string
+	// settings are the server's -c name=value settings besides the port,
+	// listen address and socket folder.
+	settings []string
 }
+
+// chaosSettings are the fault suite's: room for its connections, and no
+// fsync (it counts events, not speed).
+var chaosSettings = []string{"max_connections=200", "fsync=off", "synchronous_commit=on"}
 
 // findPostgresBin returns the folder of Debian's Postgres server binaries.
 func findPostgresBin() (string, error) {
@@ -40,7 +47,7 @@ func newPostgres(workDir string, port int) (*postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := &postgres{bin: bin, dir: filepath.Join(workDir, "pgdata"), port: port, log: filepath.Join(workDir, "postgres.log")}
+	pg := &postgres{bin: bin, dir: filepath.Join(workDir, "pgdata"), port: port, log: filepath.Join(workDir, "postgres.log"), settings: chaosSettings}
 	if err := os.MkdirAll(pg.dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -73,7 +80,10 @@ func (pg *postgres) run(tool string, args ...string) error {
 
 // start starts the server and waits until it accepts connections.
 func (pg *postgres) start() error {
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200 -c fsync=off -c synchronous_commit=on", pg.port, pg.dir)
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s", pg.port, pg.dir)
+	for _, s := range pg.settings {
+		opts += " -c " + s
+	}
 	if err := pg.run("pg_ctl", "-D", pg.dir, "-l", pg.log, "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		return err
 	}

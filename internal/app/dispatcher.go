@@ -151,7 +151,12 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		}},
 	)
 
-	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: mux, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
+	var status http.Handler = mux
+	if cfg.Debug.Pprof {
+		status = withPprof(mux, "")
+		logger.Warn().Str("listen", ln.Addr().String()).Msg("debug.pprof: profiles served under /debug/pprof/ on the health and metrics listener; keep it private")
+	}
+	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: status, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
 }
 
 // dispatcher is a dispatcher's parts, built before any of them runs.
@@ -159,7 +164,7 @@ type dispatcher struct {
 	cfg        *config.Config
 	logger     zerolog.Logger
 	ln         net.Listener
-	mux        *http.ServeMux
+	mux        http.Handler
 	consumers  *amqp.Consumers
 	reconciler *deliver.Reconciler
 	metrics    *deliver.Metrics

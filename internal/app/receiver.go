@@ -150,6 +150,12 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	}
 	if aln != nil {
 		rc.admin = ops.Handler(setup.Ops(cfg, db, dialer), cfg.Admin.Token, logger)
+		if cfg.Debug.Pprof {
+			rc.admin = withPprof(rc.admin, cfg.Admin.Token)
+			logger.Warn().Msg("debug.pprof: profiles served under /debug/pprof/ on the admin listener")
+		}
+	} else if cfg.Debug.Pprof {
+		logger.Warn().Msg("debug.pprof is set but admin.listen is not: the receiver serves no profiles")
 	}
 	return rc.run(ctx)
 }

@@ -156,6 +156,12 @@ func (r *runner) ingestPhases(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		var prof *phaseProfile
+		if running {
+			if prof, err = r.profilePhase(ctx, p.Key, profileSeconds(r.o.duration), false); err != nil {
+				return err
+			}
+		}
 		l, err := r.runLoad(ctx, p.Title, nil, func(ctx context.Context, l *loadRun) error {
 			return closedLoop(ctx, r.relaySender, r.o.clients, r.o.duration, 0, l)
 		})
@@ -164,6 +170,9 @@ func (r *runner) ingestPhases(ctx context.Context) error {
 		}
 		u, err := r.end(ctx, m)
 		if err != nil {
+			return err
+		}
+		if err := prof.finish(ctx); err != nil {
 			return err
 		}
 		fillFromLoad(p, l, m.at)
@@ -299,12 +308,19 @@ func (r *runner) deliveryPhase(ctx context.Context) error {
 	if _, err := r.startDispatcher(ctx); err != nil {
 		return err
 	}
+	prof, err := r.profilePhase(ctx, p.Key, r.deliverySeconds(), true)
+	if err != nil {
+		return err
+	}
 	dump, err := r.awaitPairs(ctx, p.Title, benchRoute, want)
 	if err != nil {
 		return err
 	}
 	u, err := r.end(ctx, m)
 	if err != nil {
+		return err
+	}
+	if err := prof.finish(ctx); err != nil {
 		return err
 	}
 	r.drained(p, dump, benchRoute, want, m.at)

@@ -61,7 +61,8 @@ type runner struct {
 	postmaster, beamPID int
 	relaySender         *sender
 	checked             *checkedPhase
-	round               int // the round running, from 1
+	round               int       // the round running, from 1
+	prof                *profiler // --profile; nil without it
 }
 
 // Group names of the per-process table.
@@ -121,6 +122,9 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		}
 	}
 	if err := r.recheck(ctx); err != nil {
+		return err
+	}
+	if err := r.profileTops(ctx); err != nil {
 		return err
 	}
 	r.res.WallS = time.Since(r.res.Started).Seconds()
@@ -208,6 +212,9 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 	}
 	if r.relay, err = connect(ctx, r.relayURL); err != nil {
+		return err
+	}
+	if err := r.setupProfiler(ctx); err != nil {
 		return err
 	}
 
@@ -303,6 +310,7 @@ func (r *runner) teardown(passed bool) error {
 			errs = append(errs, err)
 		}
 	}
+	r.closeProfiler(ctx)
 	if r.relay != nil {
 		_ = r.relay.Close(ctx)
 	}
@@ -372,6 +380,7 @@ func (r *runner) writeConfig() error {
 			"concurrency": r.o.concurrency, "signing_secret": r.signingSecret,
 		}},
 	}
+	r.profileConfig(cfg)
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("encoding config: %w", err)

@@ -24,6 +24,7 @@ type Config struct {
 	Admin      Admin      `mapstructure:"admin"`
 	Retention  Retention  `mapstructure:"retention"`
 	Reconcile  Reconcile  `mapstructure:"reconcile"`
+	Debug      Debug      `mapstructure:"debug"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -233,6 +234,16 @@ type Admin struct {
 	// IdleTimeout closes a keep-alive connection that sends no new request
 	// for this long. Default 60s.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
+}
+
+// Debug configures diagnostics that expose the process's internals.
+type Debug struct {
+	// Pprof serves net/http/pprof under /debug/pprof/ on the receiver's
+	// admin listener (behind admin.token; nothing without admin.listen) and
+	// on the dispatcher's health and metrics listener (no token there: keep
+	// that listener private). Never on the public webhook listener.
+	// Default false.
+	Pprof bool `mapstructure:"pprof"`
 }
 
 // Retention configures what purge keeps.
@@ -481,4 +492,5 @@ func setDefaults(set func(key string, value any)) {
 	set("reconcile.margin", "1m")
 	set("log.level", "info")
 	set("log.format", "json")
+	set("debug.pprof", false)
 }
