@@ -370,8 +370,8 @@ func routeStats(db *store.DB) deliver.RouteStatsFunc {
 // deliverStore adapts *store.DB to deliver.Store.
 type deliverStore struct{ db *store.DB }
 
-func (s deliverStore) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (deliver.Lease, error) {
-	l, err := s.db.DeliveryClaim(ctx, eventID, route, attempt, gen, ttl)
+func (s deliverStore) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (deliver.Lease, error) {
+	l, err := s.db.DeliveryClaim(ctx, owner, eventID, route, attempt, gen, ttl)
 	if err != nil {
 		return nil, deliverErr(err)
 	}

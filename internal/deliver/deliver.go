@@ -78,7 +78,10 @@ type Store interface {
 	// another generation (the copy is stale), is returned unclaimed (State
 	// and Gen say so; Release does nothing); a pair in flight elsewhere
 	// fails with a *LeaseBusyError; a purged event with ErrEventMissing.
-	DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (Lease, error)
+	// owner names the claimant: a lease that owner holds already is taken
+	// again, so a claim whose answer was lost (its deadline passed after
+	// Postgres had taken the lease) is not then kept waiting for itself.
+	DeliveryClaim(ctx context.Context, owner uuid.UUID, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (Lease, error)
 }
 
 // Publisher publishes the copy of a message that its outcome calls for and

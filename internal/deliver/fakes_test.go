@@ -53,7 +53,7 @@ func newFakeStore() *fakeStore {
 	return &fakeStore{state: webhook.StatePending, locked: make(chan struct{}, 64)}
 }
 
-func (s *fakeStore) DeliveryClaim(_ context.Context, _ uuid.UUID, _ string, _ int, _ int64, ttl time.Duration) (deliver.Lease, error) {
+func (s *fakeStore) DeliveryClaim(_ context.Context, _, _ uuid.UUID, _ string, _ int, _ int64, ttl time.Duration) (deliver.Lease, error) {
 	s.locked <- struct{}{}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/backoff"
 )
 
@@ -66,11 +67,14 @@ func (d *delivery) leaseTTL() time.Duration { return d.route.Timeout + d.cfg.Lea
 func (d *delivery) claim(ctx context.Context) (Lease, error) {
 	deadline := time.Now().Add(d.cfg.StoreRetryFor)
 	wait := backoff.Backoff{Min: leaseWaitMin, Max: leaseWaitMax}
+	// One owner for every try: a try that timed out after Postgres took
+	// the lease leaves it to this delivery, not to a stranger.
+	owner := uuid.New()
 	waited := false
 	for {
 		var lease Lease
 		err := d.retryStore(ctx, "claiming delivery", func() (err error) {
-			lease, err = d.cfg.Store.DeliveryClaim(ctx, d.msg.EventID, d.route.Name, d.msg.Attempt, d.msg.Gen, d.leaseTTL())
+			lease, err = d.cfg.Store.DeliveryClaim(ctx, owner, d.msg.EventID, d.route.Name, d.msg.Attempt, d.msg.Gen, d.leaseTTL())
 			var busy *LeaseBusyError
 			if errors.As(err, &busy) {
 				return permanent{err}

@@ -63,15 +63,19 @@ const leaseExpiredError = "lease expired: the dispatcher making this attempt " +
 // is taken over: the dead holder's attempt is recorded as 'lease_expired'
 // and counted in the pair's attempts, in the same statement. The delivery row is created if
 // the event has none; an event that is gone fails with ErrNotFound.
-func (db *DB) DeliveryClaim(ctx context.Context, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (*DeliveryLease, error) {
-	return db.claim(ctx, eventID, route, attempt, &gen, ttl)
+//
+// owner names the claimant. A lease owner holds already is taken again (not
+// a takeover, not busy): a claim whose deadline passed after Postgres had
+// taken the lease, tried again by the same delivery, claims the pair
+// instead of waiting out its own lease.
+func (db *DB) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (*DeliveryLease, error) {
+	return db.claim(ctx, owner, eventID, route, attempt, &gen, ttl)
 }
 
 // claim is DeliveryClaim; a nil gen claims whatever the pair's generation.
-func (db *DB) claim(ctx context.Context, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
+func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
-	owner := uuid.New()
 	for range 2 {
 		var (
 			claimed, tookOver bool
@@ -93,14 +97,14 @@ func (db *DB) claim(ctx context.Context, eventID uuid.UUID, route string, attemp
 					lease_at      = now(),
 					lease_until   = now() + $4::interval,
 					lease_attempt = $5,
-					attempts      = d.attempts + CASE WHEN prev.lease_owner IS NULL THEN 0 ELSE 1 END,
-					last_status   = CASE WHEN prev.lease_owner IS NULL THEN d.last_status ELSE NULL END,
-					last_error    = CASE WHEN prev.lease_owner IS NULL THEN d.last_error ELSE $6 END,
+					attempts      = d.attempts + CASE WHEN taken.over THEN 1 ELSE 0 END,
+					last_status   = CASE WHEN taken.over THEN NULL ELSE d.last_status END,
+					last_error    = CASE WHEN taken.over THEN $6 ELSE d.last_error END,
 					updated_at    = now()
-				FROM prev
+				FROM prev, LATERAL (SELECT prev.lease_owner IS NOT NULL AND prev.lease_owner <> $3 AS over) taken
 				WHERE d.id = prev.id AND prev.state <> 'delivered' AND ($7::bigint IS NULL OR prev.gen = $7)
-				  AND (prev.lease_until IS NULL OR prev.lease_until <= now())
-				RETURNING d.id, d.state, d.gen, d.series, prev.lease_owner IS NOT NULL AS took_over,
+				  AND (prev.lease_until IS NULL OR prev.lease_until <= now() OR prev.lease_owner = $3)
+				RETURNING d.id, d.state, d.gen, d.series, taken.over AS took_over,
 				          prev.lease_at, prev.lease_until, prev.lease_attempt
 			), expired AS (
 				INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error, outcome, series)
@@ -222,7 +226,7 @@ func (l *DeliveryLease) Release(ctx context.Context) error {
 // generation afterwards. A pair in flight fails with a *LeaseBusyError, a
 // delivered one records nothing and fails.
 func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
-	l, err := db.claim(ctx, a.EventID, a.Route, a.Number, nil, time.Minute)
+	l, err := db.claim(ctx, uuid.New(), a.EventID, a.Route, a.Number, nil, time.Minute)
 	if err != nil {
 		return 0, false, err
 	}

@@ -59,15 +59,36 @@ func TestDeliveryClaimLease(t *testing.T) {
 		return id
 	}
 
+	// A claim whose answer was lost (its deadline passed after Postgres
+	// took the lease) is tried again by the same delivery, with the same
+	// owner: it gets the pair at once instead of waiting out its own
+	// lease, and it is no takeover (no attempt counted as expired).
+	t.Run("the owner claims again", func(t *testing.T) {
+		id := insert("evt_again")
+		owner := uuid.New()
+		_, err := db.DeliveryClaim(ctx, owner, id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		again, err := db.DeliveryClaim(ctx, owner, id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err, "its own lease does not make the pair busy")
+		require.False(t, again.TookOver)
+		require.Zero(t, readLease(t, db, id).attempts, "no attempt counted")
+		_, err = db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
+		var busy *store.LeaseBusyError
+		require.ErrorAs(t, err, &busy, "anyone else still finds it busy")
+		_, _, err = again.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, Status: 200,
+			StartedAt: time.Now(), Outcome: webhook.StateDelivered})
+		require.NoError(t, err)
+	})
+
 	t.Run("live, recorded, delivered", func(t *testing.T) {
 		id := insert("evt_live")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, webhook.StatePending, a.State())
 		require.False(t, a.TookOver)
 		require.NotNil(t, readLease(t, db, id).owner)
 
-		_, err = db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		_, err = db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		var busy *store.LeaseBusyError
 		require.ErrorAs(t, err, &busy)
 		require.Greater(t, busy.Remaining, 50*time.Second)
@@ -84,7 +105,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.Nil(t, r.owner, "the record released the lease")
 		require.Equal(t, []string{"delivered"}, r.outcomes)
 
-		c, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		c, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, webhook.StateDelivered, c.State())
 		require.Nil(t, readLease(t, db, id).owner, "a delivered pair is read, not leased")
@@ -93,11 +114,11 @@ func TestDeliveryClaimLease(t *testing.T) {
 
 	t.Run("expired, taken over, lost", func(t *testing.T) {
 		id := insert("evt_expired")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 3, 0, time.Minute)
+		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 3, 0, time.Minute)
 		require.NoError(t, err)
 		expireLease(t, db, id)
 
-		b, err := db.DeliveryClaim(ctx, id, "billing", 3, 0, time.Minute)
+		b, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 3, 0, time.Minute)
 		require.NoError(t, err)
 		require.True(t, b.TookOver)
 		r := readLease(t, db, id)
@@ -127,10 +148,10 @@ func TestDeliveryClaimLease(t *testing.T) {
 
 	t.Run("released without a record", func(t *testing.T) {
 		id := insert("evt_released")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		require.NoError(t, a.Release(ctx))
-		b, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		b, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err, "a released lease is free at once")
 		require.False(t, b.TookOver, "a released lease is no abandoned attempt")
 		require.Zero(t, readLease(t, db, id).attempts)
@@ -138,12 +159,12 @@ func TestDeliveryClaimLease(t *testing.T) {
 
 	t.Run("stale copy", func(t *testing.T) {
 		id := insert("evt_stale")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		owner := readLease(t, db, id).owner
 		// A copy of another generation has nothing to deliver: it reads
 		// the pair, even while a lease is live, and takes no lease.
-		stale, err := db.DeliveryClaim(ctx, id, "billing", 1, 7, time.Minute)
+		stale, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 7, time.Minute)
 		require.NoError(t, err)
 		require.Zero(t, stale.Gen())
 		require.NoError(t, stale.Release(ctx))
@@ -153,7 +174,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 
 	t.Run("moved on during the attempt", func(t *testing.T) {
 		id := insert("evt_moved")
-		a, err := db.DeliveryClaim(ctx, id, "billing", 1, 0, time.Minute)
+		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		// A replay sends a new copy while the attempt is in flight.
 		_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET gen = gen + 1 WHERE event_id = $1`, id)
@@ -169,7 +190,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 	})
 
 	t.Run("purged event", func(t *testing.T) {
-		_, err := db.DeliveryClaim(ctx, uuid.New(), "billing", 1, 0, time.Minute)
+		_, err := db.DeliveryClaim(ctx, uuid.New(), uuid.New(), "billing", 1, 0, time.Minute)
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
 }
@@ -190,7 +211,7 @@ func TestReconcileAndRetrySkipLiveLease(t *testing.T) {
 		_, err = db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
 		require.NoError(t, err)
 		// A dispatcher holds it: the retry tier's copy is being delivered.
-		_, err = db.DeliveryClaim(ctx, id, "billing", 2, 1, time.Minute)
+		_, err = db.DeliveryClaim(ctx, uuid.New(), id, "billing", 2, 1, time.Minute)
 		require.NoError(t, err)
 		return id
 	}
