@@ -51,14 +51,19 @@ func scanRouteState(row pgx.CollectableRow) (RouteState, error) {
 }
 
 // RouteStateEnsure makes sure every route has its row (active, circuit
-// closed); existing rows are left as they are.
+// closed); existing rows are left as they are. One statement a route:
+// dispatchers starting together each insert the same rows, and one
+// multi-row insert each could deadlock on them (it did, in the fault
+// suite); a single-row insert only waits for the other's.
 func (db *DB) RouteStateEnsure(ctx context.Context, routes []string) error {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
-	if _, err := db.pool.Exec(ctx, `
-		INSERT INTO route_state (route) SELECT unnest($1::text[])
-		ON CONFLICT (route) DO NOTHING`, routes); err != nil {
-		return fmt.Errorf("creating route state rows: %w", err)
+	for _, r := range routes {
+		if _, err := db.pool.Exec(ctx, `
+			INSERT INTO route_state (route) VALUES ($1)
+			ON CONFLICT (route) DO NOTHING`, r); err != nil {
+			return fmt.Errorf("creating route state row of %s: %w", r, err)
+		}
 	}
 	return nil
 }

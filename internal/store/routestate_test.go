@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,4 +204,44 @@ func TestRoutePauseNotifies(t *testing.T) {
 	s = routeRow(t, db, "billing")
 	require.False(t, s.Paused)
 	require.Empty(t, s.PausedBy)
+}
+
+// Dispatchers starting together each make sure every route has its row:
+// however their route lists are ordered, none fails (a deadlock between
+// two multi-row inserts stopped a dispatcher in the fault suite).
+func TestRouteStateEnsureConcurrently(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	routes := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for round := range 5 {
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := range 8 {
+			list := make([]string, len(routes))
+			for j, r := range routes {
+				if i%2 == 0 {
+					list[j] = r
+				} else {
+					list[len(routes)-1-j] = r
+				}
+			}
+			for j := range list {
+				list[j] = fmt.Sprintf("r%d-%s", round, list[j])
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- db.RouteStateEnsure(ctx, list)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	}
+	list, err := db.RouteStateList(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 5*len(routes))
 }
