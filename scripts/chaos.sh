@@ -13,6 +13,7 @@
 # CLUSTER_BASE_PORT (default 5731), and Postgres runs from a temporary folder
 # on port 25432. The work folder (logs of every process) is kept when the
 # suite fails, or with CHAOS_KEEP_LOGS=1, and its path printed.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

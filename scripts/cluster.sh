@@ -52,6 +52,7 @@
 # Progress and errors go to stderr; stdout carries only what status, leader and env print.
 # Needs bash, curl, jq, procps (pgrep) and the rabbitmq-server package (tried with
 # Debian's 3.10.8).
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 
 RABBIT_BIN=/usr/lib/rabbitmq/bin

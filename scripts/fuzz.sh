@@ -12,6 +12,7 @@
 #
 # Targets whose inputs are cheap to build get a larger share of a count
 # budget (see scale below); a duration is used as given.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget="${1:-20000x}"

@@ -47,6 +47,7 @@
 # Environment: PROFILE_OUT (the output folder), PROFILE_PG_PORT (25442),
 # PROFILE_SHARED_BUFFERS (default a quarter of RAM, at most 8GB),
 # PROFILE_KEEP_PG=1 keeps the scratch Postgres's folder (its log).
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

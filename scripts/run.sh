@@ -7,6 +7,7 @@
 # The default config.yaml reads two secrets from the environment. For a local
 # try-out this script sets demo values when they are unset and says so; set
 # real ones in any shared or production environment.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

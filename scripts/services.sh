@@ -14,6 +14,7 @@
 #
 # Local servers (host 127.0.0.1, localhost or ::1) are installed and started when needed;
 # for a remote host the script only waits for it and prepares the database.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"

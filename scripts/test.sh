@@ -6,6 +6,7 @@
 #
 # With CI=true a test that cannot reach Postgres or RabbitMQ fails instead of
 # skipping.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
