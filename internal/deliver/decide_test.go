@@ -241,6 +241,25 @@ func TestHandleDeliversOnlyTheCurrentCopy(t *testing.T) {
 	}
 }
 
+// A moved-back dead letter whose restart fails gives its lease back: the
+// message's next try claims at once, instead of waiting the lease out as
+// if a dispatcher had died (and counting an attempt nobody made).
+func TestHandleRestartFailureReleasesTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute, status(200))
+	b.store.state, b.store.gen = webhook.StateDead, 3
+	b.store.restartErr = errors.New("connection reset")
+	msg := message()
+	msg.Gen, msg.MovedBack = 3, true
+	err := b.handler.Handle(context.Background(), "billing", msg, make(chan struct{}))
+	require.ErrorContains(t, err, "restarting a moved-back dead letter")
+	_, released, restarts, recorded := b.store.snapshot()
+	require.Equal(t, 1, released, "the lease is given back")
+	require.Zero(t, restarts)
+	require.Empty(t, recorded)
+	require.Empty(t, b.posts, "no POST")
+}
+
 // While Postgres fails, the message is held (unacked, no POST) and the
 // claim retried; the delivery goes on once it answers.
 func TestHandleHoldsWhileTheStoreIsDown(t *testing.T) {

@@ -311,6 +311,11 @@ func (d *delivery) current(ctx context.Context, lease Lease) (done bool, err err
 	case d.msg.MovedBack && state == webhook.StateDead && d.msg.Gen == gen:
 		ng, err := lease.Restart(ctx)
 		if err != nil {
+			// The lease is given back, so the message's next try claims at
+			// once instead of waiting it out as if a dispatcher had died.
+			if !errors.Is(err, ErrLeaseLost) {
+				release()
+			}
 			return true, fmt.Errorf("restarting a moved-back dead letter: %w", err)
 		}
 		d.log.Info().Int64("gen", ng).Msg("dead letter moved back by an operator; starting a new series")
@@ -321,10 +326,13 @@ func (d *delivery) current(ctx context.Context, lease Lease) (done bool, err err
 		d.cfg.Metrics.outcome(d.route.Name, "superseded")
 		d.log.Info().Int64("gen", d.msg.Gen).Int64("current_gen", gen).Msg("stale copy of the pair; dropped without a POST")
 		return true, nil
-	case state == webhook.StateDelivered:
+	case state == webhook.StateDelivered, state == webhook.StateStale:
+		// Both are final: a copy that comes back (its ack was lost) is a
+		// duplicate. Only replay --include-stale sends a stale pair again,
+		// as a new generation.
 		release()
 		d.cfg.Metrics.outcome(d.route.Name, "skipped_duplicate")
-		d.log.Debug().Msg("already delivered; skipping")
+		d.log.Debug().Str("state", string(state)).Msg("already delivered or recorded stale; skipping")
 		return true, nil
 	case state == webhook.StateDead:
 		// This copy was dead-lettered in Postgres, but its dead letter was

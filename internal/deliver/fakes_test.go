@@ -45,8 +45,10 @@ type fakeStore struct {
 	locked chan struct{}
 
 	locks, released, restarts int
-	recorded, lost            []*webhook.Attempt
-	ttls                      []time.Duration
+	// restartErr fails Restart, when set.
+	restartErr     error
+	recorded, lost []*webhook.Attempt
+	ttls           []time.Duration
 }
 
 func newFakeStore() *fakeStore {
@@ -113,6 +115,9 @@ func (l *fakeLock) Gen() int64 {
 func (l *fakeLock) Restart(context.Context) (int64, error) {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
+	if l.s.restartErr != nil {
+		return 0, l.s.restartErr
+	}
 	l.s.restarts++
 	l.s.state = webhook.StatePending
 	l.s.gen++

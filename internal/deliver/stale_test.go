@@ -61,6 +61,11 @@ func TestHandleDropsStaleEvents(t *testing.T) {
 		{name: "the check fails: held, then made", dropStale: true, stale: older, errs: []error{errors.New("connection refused")}, calls: 2, outcome: "stale"},
 		{name: "route without drop_stale: not asked", stale: older, post: true, outcome: "delivered"},
 		{name: "already delivered: not asked", dropStale: true, state: webhook.StateDelivered, stale: older, outcome: "skipped_duplicate"},
+		// A copy of a pair already recorded stale (its ack was lost) is a
+		// duplicate: not checked, not recorded again, and not POSTed even
+		// if the route stopped dropping stale events meanwhile.
+		{name: "already stale: not asked", dropStale: true, state: webhook.StateStale, stale: older, outcome: "skipped_duplicate"},
+		{name: "already stale, route no longer drops: not sent", state: webhook.StateStale, outcome: "skipped_duplicate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

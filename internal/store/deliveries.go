@@ -102,7 +102,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 					last_error    = CASE WHEN taken.over THEN $6 ELSE d.last_error END,
 					updated_at    = now()
 				FROM prev, LATERAL (SELECT prev.lease_owner IS NOT NULL AND prev.lease_owner <> $3 AS over) taken
-				WHERE d.id = prev.id AND prev.state <> 'delivered' AND ($7::bigint IS NULL OR prev.gen = $7)
+				WHERE d.id = prev.id AND prev.state NOT IN ('delivered', 'stale') AND ($7::bigint IS NULL OR prev.gen = $7)
 				  AND (prev.lease_until IS NULL OR prev.lease_until <= now() OR prev.lease_owner = $3)
 				RETURNING d.id, d.state, d.gen, d.series, taken.over AS took_over,
 				          prev.lease_at, prev.lease_until, prev.lease_attempt
@@ -129,9 +129,10 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 		}
 		l := &DeliveryLease{db: db, id: id, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, TookOver: tookOver}
 		switch {
-		case claimed, l.state == webhook.StateDelivered, copyGen != nil && *copyGen != gen:
-			// Claimed; or delivered, or the copy is stale: read, not
-			// claimed (there is nothing to deliver, so nothing to wait for).
+		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, copyGen != nil && *copyGen != gen:
+			// Claimed; or delivered or recorded stale (both final), or the
+			// copy is of another generation: read, not claimed (there is
+			// nothing to deliver, so nothing to wait for).
 			return l, nil
 		case remaining > 0:
 			return nil, &LeaseBusyError{Remaining: time.Duration(remaining * float64(time.Second))}

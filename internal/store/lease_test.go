@@ -80,6 +80,21 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	// A pair recorded stale is final like a delivered one: a copy that
+	// comes back (its ack was lost) reads it without taking a lease.
+	t.Run("stale is final", func(t *testing.T) {
+		id := insert("evt_stale_final")
+		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		_, _, err = a.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1,
+			StartedAt: time.Now(), Error: "stale", Outcome: webhook.StateStale})
+		require.NoError(t, err)
+		again, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, webhook.StateStale, again.State())
+		require.Nil(t, readLease(t, db, id).owner, "read, not claimed")
+	})
+
 	t.Run("live, recorded, delivered", func(t *testing.T) {
 		id := insert("evt_live")
 		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
