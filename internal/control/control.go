@@ -284,10 +284,11 @@ func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 				slowUntil = local.Add(s.SlowUntil.Sub(s.Now))
 				next = min(next, s.SlowUntil.Sub(s.Now))
 			}
-			c.apply(r, view{known: true, paused: s.Paused, circuit: s.Circuit, owner: s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner}, slowUntil)
-			r.mu.Lock()
-			r.unsettled = s.Failures > 0 || s.Circuit != Closed
-			r.mu.Unlock()
+			read := view{known: true, paused: s.Paused, circuit: s.Circuit, owner: s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner}
+			c.apply(r, func(v *view, until *time.Time) {
+				*v, *until = read, slowUntil
+				r.unsettled = s.Failures > 0 || s.Circuit != Closed // under r.mu, as apply holds it
+			})
 			claimed, err := c.probe(ctx, s)
 			if err != nil {
 				return 0, err
@@ -331,10 +332,16 @@ func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
 // apply makes v (and the Retry-After hold until slowUntil) route r's
 // state: it wakes the consumers when what they go by changed, logs the
 // change and sets the metrics.
-func (c *Controller) apply(r *route, v view, slowUntil time.Time) {
-	v.slowed = time.Now().Before(slowUntil)
+//
+// change edits the route's view and hold under the route's lock, so a
+// change made here (a circuit this dispatcher just opened, a Retry-After)
+// and one read from Postgres meanwhile cannot overwrite each other.
+func (c *Controller) apply(r *route, change func(v *view, slowUntil *time.Time)) {
 	r.mu.Lock()
 	old := r.view
+	v, slowUntil := r.view, r.slowUntil
+	change(&v, &slowUntil)
+	v.slowed = time.Now().Before(slowUntil)
 	r.view, r.slowUntil = v, slowUntil
 	if old != v {
 		close(r.changed)
@@ -523,13 +530,12 @@ func (c *Controller) Observe(ctx context.Context, name string, status int, retry
 		if err := c.cfg.Store.Slow(ctx, name, hold); err != nil {
 			log.Warn().Err(err).Msg("recording a Retry-After hold")
 		} else {
-			r.mu.Lock()
-			v, until := r.view, time.Now().Add(hold)
-			if until.Before(r.slowUntil) {
-				until = r.slowUntil
-			}
-			r.mu.Unlock()
-			c.apply(r, v, until)
+			until := time.Now().Add(hold)
+			c.apply(r, func(_ *view, slowUntil *time.Time) {
+				if until.After(*slowUntil) {
+					*slowUntil = until
+				}
+			})
 		}
 	}
 	if r.cfg.Failures <= 0 {
@@ -574,13 +580,11 @@ func (c *Controller) Observe(ctx context.Context, name string, status int, retry
 // without waiting for the next read, so its consumers stop (or go on)
 // before the next message. It reports whether it changed.
 func (c *Controller) applyCircuit(r *route, circuit string) bool {
-	r.mu.Lock()
-	v, until := r.view, r.slowUntil
-	r.mu.Unlock()
-	if v.circuit == circuit {
-		return false
-	}
-	v.circuit, v.owner = circuit, false
-	c.apply(r, v, until)
-	return true
+	changed := false
+	c.apply(r, func(v *view, _ *time.Time) {
+		if v.circuit != circuit {
+			v.circuit, v.owner, changed = circuit, false, true
+		}
+	})
+	return changed
 }

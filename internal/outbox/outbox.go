@@ -181,9 +181,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		p, err := r.claimPublish(ctx)
 		// The previous batch completes before this one starts completing:
 		// completions stay one at a time and in order.
-		if cerr := finish(); cerr != nil && err == nil {
-			err = cerr
-		}
+		// Both failures are reported: a completion that failed left its
+		// confirmed rows undeleted (they will be published again).
+		err = errors.Join(err, finish())
 		if p != nil {
 			done := make(chan error, 1)
 			go func() { done <- p.complete() }()
@@ -199,6 +199,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			wait := retry.Next()
 			r.logger.Warn().Err(err).Str("retry_in", wait.String()).Msg("outbox batch failed")
 			if !backoff.Sleep(ctx, wait) {
+				if cerr := finish(); cerr != nil {
+					r.logger.Warn().Err(cerr).Msg("outbox batch failed at shutdown; its rows stay for the next publisher")
+				}
 				return nil
 			}
 			continue
