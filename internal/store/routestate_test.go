@@ -37,15 +37,18 @@ func TestRouteFailuresAddUpAcrossConcurrentCallers(t *testing.T) {
 	require.NoError(t, db.RouteStateEnsure(ctx, []string{"billing", "other"}))
 
 	var wg sync.WaitGroup
-	for range 20 {
+	errs := make([]error, 20)
+	for i := range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := db.RouteFailure(ctx, "billing", 10, 30*time.Second, 10*time.Minute)
-			require.NoError(t, err)
+			_, _, errs[i] = db.RouteFailure(ctx, "billing", 10, 30*time.Second, 10*time.Minute)
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	s := routeRow(t, db, "billing")
 	require.Equal(t, 20, s.ConsecutiveFailures, "every failure counted")
 	require.Equal(t, store.CircuitOpen, s.Circuit)
@@ -98,13 +101,14 @@ func TestRouteProbeClaimIsExclusiveAndCooldownDoubles(t *testing.T) {
 		var wins atomic.Int32
 		var winner atomic.Value
 		var wg sync.WaitGroup
+		errs := make([]error, 10)
 		for i := range 10 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				owner := string(rune('a' + i))
 				ok, err := db.RouteProbeClaim(ctx, "billing", owner, 5*time.Second)
-				require.NoError(t, err)
+				errs[i] = err
 				if ok {
 					wins.Add(1)
 					winner.Store(owner)
@@ -112,6 +116,9 @@ func TestRouteProbeClaimIsExclusiveAndCooldownDoubles(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
 		require.EqualValues(t, 1, wins.Load(), "exactly one probe")
 		s := routeRow(t, db, "billing")
 		require.Equal(t, store.CircuitHalfOpen, s.Circuit)
