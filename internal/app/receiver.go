@@ -142,7 +142,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
 	)
 	handler.Register(mux)
-	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), sources: len(sources), rabbitmq: rabbitmq}
+	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), rabbitmq: rabbitmq}
 	if !opts.DisablePublisher {
 		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
 			return err
@@ -162,12 +162,11 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 
 // receiver is a receiver's parts, built before any of them runs.
 type receiver struct {
-	cfg     *config.Config
-	logger  zerolog.Logger
-	ln      net.Listener
-	db      *store.DB
-	mux     *http.ServeMux
-	sources int
+	cfg    *config.Config
+	logger zerolog.Logger
+	ln     net.Listener
+	db     *store.DB
+	mux    *http.ServeMux
 	// rabbitmq is what the start-up check found: ok or unreachable.
 	rabbitmq string
 	// relay drains the outbox, woken on wake; nil when disabled.

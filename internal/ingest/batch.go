@@ -26,21 +26,14 @@ type Stored struct {
 	Err       error
 }
 
-// ErrRefused is wrapped by a Store's error when Postgres refused the data of
-// a row: the sender's error (it would be refused on every retry), answered
-// 400.
-var ErrRefused = errors.New("storage refused the event")
-
-// RefusedError is a batch refused because of one row's data; Reason says
+// RefusedError is a batch refused because of one row's data: the sender's
+// error (it would be refused on every retry), answered 400. Reason says
 // why, safe to show the sender.
 type RefusedError struct {
 	Reason string
 }
 
 func (e *RefusedError) Error() string { return "storage refused the event: " + e.Reason }
-
-// Is makes errors.Is(err, ErrRefused) true.
-func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // Defaults of the group commit.
 const (

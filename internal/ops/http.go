@@ -218,8 +218,10 @@ func retry(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Lo
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		logger.Info().Err(err).Msg("retry request ended by the caller")
 	case err != nil:
+		// The cause (a driver error names hosts and users) goes to the
+		// log, as replay's does.
 		logger.Error().Err(err).Msg("retrying")
-		httpserver.WriteError(w, http.StatusServiceUnavailable, "retry failed: "+err.Error())
+		httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
 	default:
 		httpserver.WriteJSON(w, http.StatusOK, res)
 	}
