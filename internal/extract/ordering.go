@@ -48,8 +48,10 @@ func (x *Extractor) ordering(h http.Header, body []byte) Ordering {
 	if x.cfg.OrderingResource == (Field{}) || x.cfg.OrderingVersion == (Field{}) {
 		return Ordering{}
 	}
-	// Extract has checked the body already when it needed JSON.
-	bodyIsJSON := x.needJSON || gjson.ValidBytes(body)
+	// Extract has checked the body already when it needed JSON; with both
+	// fields in headers the body is not read (nor scanned) at all.
+	bodyIsJSON := x.needJSON ||
+		((x.cfg.OrderingResource.Header == "" || x.cfg.OrderingVersion.Header == "") && gjson.ValidBytes(body))
 	res, ok := readField(x.cfg.OrderingResource, h, body, bodyIsJSON)
 	if !ok || len(res) > maxResourceLen {
 		return Ordering{}
