@@ -99,6 +99,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}()
 	routeNames := setup.RouteNames(cfg)
 	metrics := deliver.NewMetrics(reg, routeNames)
+	db.GroupDeliveries(cfg.Dispatcher.BatchSize, metrics.ObserveBatch)
 	controls, err := newController(cfg, db, reg, logger)
 	if err != nil {
 		return err

@@ -179,6 +179,10 @@ type Dispatcher struct {
 	// It must cover the claim before the POST and the record after it.
 	// Default 10s.
 	LeaseMargin time.Duration `mapstructure:"lease_margin" validate:"gte=100ms,lte=1h"`
+	// BatchSize is the most claims, and the most records, of concurrent
+	// deliveries written together in one statement (group commit: a lone
+	// delivery waits for nothing). 1 writes each alone. Default 64.
+	BatchSize int `mapstructure:"batch_size" validate:"gte=1,lte=1000"`
 	// ReadTimeout bounds reading one request to the health and metrics
 	// listener (GETs without a body). Default 10s.
 	ReadTimeout time.Duration `mapstructure:"read_timeout" validate:"gt=0"`
@@ -476,6 +480,7 @@ func setDefaults(set func(key string, value any)) {
 	set("dispatcher.delivery_limit", 20)
 	set("dispatcher.max_conns", 0)
 	set("dispatcher.lease_margin", "10s")
+	set("dispatcher.batch_size", 64)
 	set("dispatcher.read_timeout", "10s")
 	set("dispatcher.write_timeout", "30s")
 	set("dispatcher.idle_timeout", "2m")

@@ -441,6 +441,23 @@ func TestDispatcherLeaseMargin(t *testing.T) {
 	}
 }
 
+// Issue 11: grouped delivery writes have a default and a range.
+func TestDispatcherBatchSize(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	cfg, err := Load(writeConfig(t, validYAML), env)
+	require.NoError(t, err)
+	require.Equal(t, 64, cfg.Dispatcher.BatchSize)
+	cfg, err = Load(writeConfig(t, validYAML+"dispatcher: {batch_size: 1}\n"), env)
+	require.NoError(t, err)
+	require.Equal(t, 1, cfg.Dispatcher.BatchSize)
+	for _, bad := range []string{"0", "1001", "ten"} {
+		_, err = Load(writeConfig(t, validYAML+"dispatcher: {batch_size: "+bad+"}\n"), env)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "dispatcher.batch_size", bad)
+	}
+}
+
 // Item 3: the listeners' timeouts have defaults and reject nonsense.
 func TestListenerTimeouts(t *testing.T) {
 	t.Parallel()

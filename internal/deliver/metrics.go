@@ -17,6 +17,7 @@ type Metrics struct {
 	inFlight   *prometheus.GaugeVec
 	stale      *prometheus.CounterVec
 	leases     *prometheus.CounterVec
+	batches    *prometheus.HistogramVec
 }
 
 // NewMetrics registers the delivery metrics on reg, with every route's
@@ -51,7 +52,14 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 		Name: "hookrelay_delivery_leases_total",
 		Help: "Delivery lease events: waited (a message met a live lease on its pair and waited for it), lost (a lease expired and was taken over before its holder recorded).",
 	}, []string{"route", "event"})
-	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight, m.stale, m.leases)
+	m.batches = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "hookrelay_delivery_batch_size",
+		Help:    "Claims (kind claim) or records (kind record) of concurrent deliveries written by one statement.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+	}, []string{"kind"})
+	reg.MustRegister(m.deliveries, m.duration, m.retries, m.inFlight, m.stale, m.leases, m.batches)
+	m.batches.WithLabelValues("claim")
+	m.batches.WithLabelValues("record")
 	for _, r := range routes {
 		for _, o := range outcomes {
 			m.deliveries.WithLabelValues(r, o)
@@ -173,4 +181,10 @@ func (c *RouteCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestUndelivered.Seconds(), r)
 		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(s.Dead), r)
 	}
+}
+
+// ObserveBatch counts one grouped write of n claims or records (kind
+// "claim" or "record").
+func (m *Metrics) ObserveBatch(kind string, n int) {
+	m.batches.WithLabelValues(kind).Observe(float64(n))
 }

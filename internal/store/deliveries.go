@@ -69,6 +69,9 @@ const leaseExpiredError = "lease expired: the dispatcher making this attempt " +
 // taken the lease, tried again by the same delivery, claims the pair
 // instead of waiting out its own lease.
 func (db *DB) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (*DeliveryLease, error) {
+	if db.claims != nil {
+		return db.claimGrouped(ctx, claimItem{owner: owner, eventID: eventID, route: route, attempt: attempt, gen: gen, ttl: ttl})
+	}
 	return db.claim(ctx, owner, eventID, route, attempt, &gen, ttl)
 }
 
@@ -196,7 +199,11 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	gen, current, err = recordAttempt(ctx, l.db, l.id, l.owner, a)
+	if l.db.records != nil {
+		gen, current, err = l.db.recordGrouped(ctx, l.id, l.owner, a)
+	} else {
+		gen, current, err = recordAttempt(ctx, l.db, l.id, l.owner, a)
+	}
 	if err == nil {
 		l.held = false
 	}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/group"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -18,6 +19,10 @@ import (
 type DB struct {
 	pool         *pgxpool.Pool
 	queryTimeout time.Duration
+	// claims and records group the dispatcher's delivery writes when
+	// GroupDeliveries set them (deliveries_batch.go); nil: each alone.
+	claims  *group.Batcher[claimItem, claimOut]
+	records *group.Batcher[recordItem, recordOut]
 }
 
 // Config configures Open.
