@@ -8,8 +8,8 @@
 #   bin/hookrelay bench --quick --profile OUT --database-url <scratch> [your bench flags]
 #
 # against it and RabbitMQ on 5672, stops it, and prints where OUT is. OUT
-# then holds, for the ingest phase with the dispatcher running and for the
-# delivery drain:
+# then holds, for the ingest phase with the dispatcher running, the
+# delivery drain and the end-to-end phase:
 #   <phase>-receiver.pprof, <phase>-dispatcher.pprof   CPU profiles (go tool pprof -http=: FILE)
 #   <phase>-{receiver,dispatcher}.top.txt              go tool pprof -top -nodecount=25 (.cum.txt: with -cum)
 #   <phase>-pg_stat_statements.txt                      top 15 statements by total_exec_time

@@ -150,7 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON (for keeping history) instead of the table")
 	fs.StringVar(&o.work, "work", "", "folder for the config and the children's logs (default: a new temporary folder, removed after a successful run)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work folder")
-	fs.StringVar(&o.profile, "profile", "", "write CPU profiles of the receiver and the dispatcher (the config sets debug.pprof) and, when Postgres loads pg_stat_statements, its top statements, for the ingest phase with the dispatcher running and the delivery phase, into this folder; off by default (profiling costs CPU)")
+	fs.StringVar(&o.profile, "profile", "", "write CPU profiles of the receiver and the dispatcher (the config sets debug.pprof) and, when Postgres loads pg_stat_statements, its top statements, for the ingest phase with the dispatcher running, the delivery phase and the end-to-end phase, into this folder; off by default (profiling costs CPU)")
 	fs.BoolVar(&o.compatOld, "compat-old", false, "with --profile: write no debug.pprof key, for receiver and dispatcher binaries older than it (they refuse it); only pg_stat_statements is profiled")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: hookrelay bench [flags]\n\n"+

@@ -460,6 +460,10 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	prof, err := r.profilePhase(ctx, p.Key, profileSeconds(r.o.e2eDuration), false)
+	if err != nil {
+		return err
+	}
 	extra := func() string {
 		st, err := r.dest.stats(ctx)
 		if err != nil {
@@ -480,6 +484,9 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	}
 	u, err := r.end(ctx, m)
 	if err != nil {
+		return err
+	}
+	if err := prof.finish(ctx); err != nil {
 		return err
 	}
 	fillFromLoad(p, l, m.at)

@@ -28,8 +28,8 @@ func TestProfileFlags(t *testing.T) {
 }
 
 // Issue 11 item 5: --profile saves a CPU profile of the receiver and of the
-// dispatcher for the ingest phase with the dispatcher running and for the
-// delivery drain, with their `go tool pprof -top` text, and the top
+// dispatcher for the ingest phase with the dispatcher running, the
+// delivery drain and the end-to-end phase, with their `go tool pprof -top` text, and the top
 // statements when the server loads pg_stat_statements (else it says how to
 // load it). The shared test server may or may not load it; both are checked.
 func TestProfileRunAgainstRealServices(t *testing.T) {
@@ -70,14 +70,14 @@ func TestProfileRunAgainstRealServices(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "profiles")
 	var stdout, stderr bytes.Buffer
 	err = Main(ctx, []string{
-		"--quick", "--json", "--phases", "ingest,delivery", "--profile", dir,
+		"--quick", "--json", "--phases", "ingest,delivery,e2e", "--profile", dir, "--e2e-duration", "2s", "--rate", "50",
 		"--receiver-bin", filepath.Join(bin, "receiver"), "--dispatcher-bin", filepath.Join(bin, "dispatcher"),
 		"--database-url", testenv.AdminDatabaseURL(), "--amqp-url", testenv.AMQPURL(), "--management-url", testenv.ManagementURL(),
 		"--duration", "3s", "--backlog", "300", "--clients", "8", "--concurrency", "8",
 	}, &stdout, &stderr)
 	require.NoError(t, err, "bench failed; its progress:\n%s", stderr.String())
 
-	for _, phase := range []string{"ingest-running", "delivery"} {
+	for _, phase := range []string{"ingest-running", "delivery", "e2e"} {
 		for _, process := range []string{procReceiver, procDispatcher} {
 			name := filepath.Join(dir, phase+"-"+process)
 			prof, err := os.ReadFile(name + ".pprof")
@@ -101,5 +101,5 @@ func TestProfileRunAgainstRealServices(t *testing.T) {
 		require.Contains(t, stderr.String(), "add pg_stat_statements to shared_preload_libraries")
 	}
 	_, err = os.Stat(filepath.Join(dir, "ingest-stopped-receiver.pprof"))
-	require.ErrorIs(t, err, os.ErrNotExist, "only the two phases are profiled")
+	require.ErrorIs(t, err, os.ErrNotExist, "only those three phases are profiled")
 }
