@@ -89,7 +89,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 		// prev locks the row for this statement only (no transaction is
 		// held afterwards) and reads the lease as it is now, so the update
 		// and the record of an expired lease see the same holder.
-		err := db.pool.QueryRow(ctx, `
+		err := db.lax.QueryRow(ctx, `
 			WITH prev AS (
 				SELECT id, state, gen, lease_owner, lease_at, lease_until, lease_attempt
 				FROM deliveries WHERE event_id = $1 AND route = $2
@@ -146,7 +146,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 }
 
 func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string) error {
-	if _, err := db.pool.Exec(ctx, `
+	if _, err := db.lax.Exec(ctx, `
 		INSERT INTO deliveries (event_id, route) VALUES ($1, $2)
 		ON CONFLICT (event_id, route) DO NOTHING`, eventID, route); err != nil {
 		var pgErr *pgconn.PgError
@@ -218,7 +218,7 @@ func (l *DeliveryLease) Release(ctx context.Context) error {
 	}
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	if _, err := l.db.pool.Exec(ctx, `
+	if _, err := l.db.lax.Exec(ctx, `
 		UPDATE deliveries SET lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL
 		WHERE id = $1 AND lease_owner = $2`, l.id, l.owner); err != nil {
 		return fmt.Errorf("releasing delivery lease: %w", err)

@@ -125,7 +125,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 		gens = append(gens, it.gen)
 		ttls = append(ttls, it.ttl.Milliseconds())
 	}
-	rows, err := db.pool.Query(ctx, `
+	rows, err := db.lax.Query(ctx, `
 		WITH input AS (
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::bigint[], $6::bigint[])
 			       AS t(event_id, route, owner, attempt, copy_gen, ttl_ms)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ClaimArgs is one claim of ClaimTogether.
@@ -65,3 +66,6 @@ func (db *DB) RecordTogether(ctx context.Context, leases []*DeliveryLease, attem
 	}
 	return res, nil
 }
+
+// LaxPool is the pool of writes that need no WAL flush.
+func (db *DB) LaxPool() *pgxpool.Pool { return db.lax }

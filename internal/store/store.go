@@ -19,6 +19,11 @@ import (
 type DB struct {
 	pool         *pgxpool.Pool
 	queryTimeout time.Duration
+	// lax is a small second pool whose connections commit without waiting
+	// for the WAL flush (synchronous_commit off), for the writes whose loss
+	// in a crash of Postgres costs at most a duplicate, never an event or
+	// an outcome: a delivery's claim and its release (see lax.go).
+	lax *pgxpool.Pool
 	// claims and records group the dispatcher's delivery writes when
 	// GroupDeliveries set them (deliveries_batch.go); nil: each alone.
 	claims  *group.Batcher[claimItem, claimOut]
@@ -76,11 +81,17 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	// The health check of an idle connection at acquire: without a bound,
 	// a caller with no deadline of its own would wait on a silent one.
 	pc.PingTimeout = timeout
+	laxConfig := laxPoolConfig(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &DB{pool: pool, queryTimeout: timeout}, nil
+	lax, err := pgxpool.NewWithConfig(ctx, laxConfig)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("creating pool: %w", err)
+	}
+	return &DB{pool: pool, lax: lax, queryTimeout: timeout}, nil
 }
 
 // bound gives one call its deadline: the query timeout, or ctx's own if
@@ -106,7 +117,10 @@ func (db *DB) rollback(ctx context.Context, tx pgx.Tx) {
 // Close closes every connection of the pool. Connections pgx is tearing down
 // after a failed call may take it up to 15s on a silent network; callers
 // that must stop sooner bound the wait.
-func (db *DB) Close() { db.pool.Close() }
+func (db *DB) Close() {
+	db.pool.Close()
+	db.lax.Close()
+}
 
 // Ping checks that Postgres answers a query.
 func (db *DB) Ping(ctx context.Context) error {

@@ -1,0 +1,48 @@
+package store
+
+import (
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Writes that need no WAL flush.
+//
+// With synchronous_commit on (keep it: a 200 to a sender means the event is
+// on disk), every commit waits for its WAL to reach the disk: on the
+// development machine about 150µs of fsync, and a good part of Postgres'
+// CPU per statement. Some writes do not need it. A commit made with
+// synchronous_commit off is visible to every other session at once, exactly
+// as a flushed one; it only may be lost if Postgres itself crashes (not on
+// a clean restart) within the WAL writer's delay (200ms by default), and any
+// later flushed commit flushes it too. That loss is harmless for:
+//
+//   - a delivery's claim (its lease, and the row created for a pair that had
+//     none). If it is lost, the holder's record after the POST finds no
+//     lease of its own: the attempt is stored as lost_lease and the message
+//     is not acked, so it comes back, claims again and POSTs again: a
+//     duplicate POST after a crash of Postgres between the destination's
+//     answer and the record, which the design allows (invariant 5: the
+//     destination drops it by webhook-id). No outcome is ever taken from a
+//     lost claim.
+//   - a lease's release without a record: lost, the lease stays until it
+//     expires, and a redelivered message waits for it (a delay).
+//
+//   - the outbox's completion (deleting the rows the broker confirmed,
+//     counting refused ones). Lost, the rows are published again: a
+//     duplicate message, which a dispatcher acks without a POST once the
+//     pair is delivered. Invariant 2 holds: a row is deleted only after its
+//     confirm. That transaction sets synchronous_commit off itself
+//     (OutboxBatch.Complete); it runs on the main pool.
+//
+// Everything else (ingest, records, restarts, operator commands) commits
+// as before.
+//
+// The pool is lazy (no connection until a claim needs one) and a quarter
+// of the main pool's size, at least 2: grouped claims need one connection
+// at a time.
+func laxPoolConfig(pc *pgxpool.Config) *pgxpool.Config {
+	lax := pc.Copy()
+	lax.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	lax.MaxConns = max(2, pc.MaxConns/4)
+	lax.MinConns = 0
+	return lax
+}
