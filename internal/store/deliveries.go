@@ -118,7 +118,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 			UNION ALL
 			SELECT false, id, state, gen, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8
 			FROM prev WHERE NOT EXISTS (SELECT 1 FROM u)`,
-			eventID, route, owner, ttl, attempt, leaseExpiredError, copyGen,
+			pgUUID(eventID), route, pgUUID(owner), ttl, attempt, leaseExpiredError, copyGen,
 		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No row for the pair yet: create it, then claim.
@@ -148,7 +148,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string) error {
 	if _, err := db.lax.Exec(ctx, `
 		INSERT INTO deliveries (event_id, route) VALUES ($1, $2)
-		ON CONFLICT (event_id, route) DO NOTHING`, eventID, route); err != nil {
+		ON CONFLICT (event_id, route) DO NOTHING`, pgUUID(eventID), route); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
 			// The event row is gone (purged): nothing to record against.
@@ -176,7 +176,7 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 	defer cancel()
 	err := l.db.pool.QueryRow(ctx, `
 		UPDATE deliveries SET state = 'pending', gen = gen + 1, series = series + 1, due_at = now(), updated_at = now()
-		WHERE id = $1 AND lease_owner = $2 RETURNING gen`, l.id, l.owner).Scan(&l.gen)
+		WHERE id = $1 AND lease_owner = $2 RETURNING gen`, l.id, pgUUID(l.owner)).Scan(&l.gen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrLeaseLost
 	}
@@ -220,7 +220,7 @@ func (l *DeliveryLease) Release(ctx context.Context) error {
 	defer cancel()
 	if _, err := l.db.lax.Exec(ctx, `
 		UPDATE deliveries SET lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL
-		WHERE id = $1 AND lease_owner = $2`, l.id, l.owner); err != nil {
+		WHERE id = $1 AND lease_owner = $2`, l.id, pgUUID(l.owner)); err != nil {
 		return fmt.Errorf("releasing delivery lease: %w", err)
 	}
 	l.held = false
@@ -298,7 +298,7 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE id = $1), 1)
 		)
 		SELECT gen, (SELECT gen FROM old) = $6 FROM u`,
-		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, owner,
+		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
 		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody).Scan(&gen, &current)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, ErrLeaseLost
@@ -367,3 +367,9 @@ func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
 		return s, err
 	})
 }
+
+// pgUUID passes a uuid as the 16 bytes pgx encodes directly. A uuid.UUID
+// is a driver.Valuer: pgx would turn it into its text form and parse that
+// back, planning the encoding anew for each call, which showed as several
+// per cent of the dispatcher's CPU at low rates.
+func pgUUID(id uuid.UUID) [16]byte { return id }

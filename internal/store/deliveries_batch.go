@@ -106,7 +106,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 	// join its row twice. It claims alone, after this one.
 	index := make(map[pairKey]int, len(items))
 	var (
-		eventIDs, owners []uuid.UUID
+		eventIDs, owners [][16]byte
 		routes           []string
 		attempts         []int32
 		gens, ttls       []int64
@@ -118,9 +118,9 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 			continue
 		}
 		index[k] = i
-		eventIDs = append(eventIDs, it.eventID)
+		eventIDs = append(eventIDs, pgUUID(it.eventID))
 		routes = append(routes, it.route)
-		owners = append(owners, it.owner)
+		owners = append(owners, pgUUID(it.owner))
 		attempts = append(attempts, int32(it.attempt))
 		gens = append(gens, it.gen)
 		ttls = append(ttls, it.ttl.Milliseconds())
@@ -167,15 +167,17 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 	for rows.Next() {
 		var (
 			k                 pairKey
+			eventID           [16]byte
 			claimed, tookOver bool
 			id, gen           int64
 			state             string
 			remaining         float64
 		)
-		if err := rows.Scan(&k.eventID, &k.route, &claimed, &id, &state, &gen, &tookOver, &remaining); err != nil {
+		if err := rows.Scan(&eventID, &k.route, &claimed, &id, &state, &gen, &tookOver, &remaining); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("taking delivery leases: %w", err)
 		}
+		k.eventID = eventID
 		i, ok := index[k]
 		if !ok {
 			rows.Close()
@@ -264,13 +266,13 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		statuses                          = make([]*int32, n)
 		errTexts, headers                 = make([]*string, n), make([]*string, n)
 		started                           = make([]time.Time, n)
-		owners                            = make([]uuid.UUID, n)
+		owners                            = make([][16]byte, n)
 		numbers                           = make([]int32, n)
 		bodies                            = make([][]byte, n)
 	)
 	for i, it := range items {
 		a := it.a
-		ids[i], owners[i], outcomes[i] = it.deliveryID, it.owner, string(a.Outcome)
+		ids[i], owners[i], outcomes[i] = it.deliveryID, pgUUID(it.owner), string(a.Outcome)
 		gens[i], retryMS[i], durMS[i] = a.Gen, a.RetryIn.Milliseconds(), a.Duration.Milliseconds()
 		started[i], numbers[i], bodies[i] = a.StartedAt, int32(a.Number), a.ResponseBody
 		if a.Status != 0 {

@@ -98,7 +98,7 @@ func column[T any](name, pgType string, value func(ev *webhook.Event) T) eventCo
 // eventColumns is the one list of the columns an event insert writes; a new
 // events column is added here and nowhere else.
 var eventColumns = []eventColumn{
-	column("id", "uuid", func(ev *webhook.Event) uuid.UUID { return ev.ID }),
+	column("id", "uuid", func(ev *webhook.Event) [16]byte { return pgUUID(ev.ID) }),
 	column("source", "text", func(ev *webhook.Event) string { return ev.Source }),
 	column("idempotency_key", "text", func(ev *webhook.Event) string { return ev.IdempotencyKey }),
 	column("event_type", "text", func(ev *webhook.Event) string { return ev.EventType }),
@@ -220,7 +220,7 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 	}
 	inserted := make(map[uuid.UUID]bool, len(items))
 	for rows.Next() {
-		var id uuid.UUID
+		var id [16]byte // not uuid.UUID: see pgUUID
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("reading inserted events: %w", err)

@@ -23,6 +23,7 @@ import (
 //     answer and the record, which the design allows (invariant 5: the
 //     destination drops it by webhook-id). No outcome is ever taken from a
 //     lost claim.
+//
 //   - a lease's release without a record: lost, the lease stays until it
 //     expires, and a redelivered message waits for it (a delay).
 //

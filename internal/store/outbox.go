@@ -7,6 +7,7 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // OutboxChannel is the LISTEN/NOTIFY channel that outbox inserts signal.
@@ -16,9 +17,16 @@ const OutboxChannel = "hookrelay_outbox"
 // batch's transaction (other publishers skip them) until Complete or Release.
 // If the process dies first, Postgres rolls the transaction back and the rows
 // become claimable again: a publish may repeat, it is never lost.
+//
+// The transaction is driven by hand on a pooled connection so that each
+// end of it is one round trip: BEGIN goes with the claim, and the deletes
+// and updates go with the COMMIT (a pgx batch: one write, one Sync). At a
+// few events a second, each event is a batch of its own, and three round
+// trips fewer per event is CPU of every process involved.
 type OutboxBatch struct {
-	db       *DB
-	tx       pgx.Tx
+	db *DB
+	// conn holds the open transaction; nil for an empty batch.
+	conn     *pgxpool.Conn
 	messages []webhook.Message
 }
 
@@ -38,11 +46,13 @@ type OutboxFailure struct {
 func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
-	tx, err := db.pool.Begin(ctx)
+	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("beginning outbox claim: %w", err)
+		return nil, fmt.Errorf("claiming outbox batch: %w", err)
 	}
-	rows, err := tx.Query(ctx, `
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN`)
+	batch.Queue(`
 		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0), COALESCE(o.attempt, 1),
 		       e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
 		FROM outbox o
@@ -51,27 +61,50 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		ORDER BY o.id
 		LIMIT $1
 		FOR UPDATE OF o SKIP LOCKED`, limit)
+	br := conn.SendBatch(ctx, batch)
+	var msgs []webhook.Message
+	_, err = br.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			msgs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
+				var m webhook.Message
+				err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen, &m.Attempt,
+					&m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt)
+				return m, err
+			})
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		db.rollback(ctx, tx)
+		db.endTx(ctx, conn)
 		return nil, fmt.Errorf("claiming outbox batch: %w", err)
 	}
-	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
-		var m webhook.Message
-		err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen, &m.Attempt,
-			&m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt)
-		return m, err
-	})
-	if err != nil {
-		db.rollback(ctx, tx)
-		return nil, fmt.Errorf("reading outbox batch: %w", err)
-	}
 	if len(msgs) == 0 {
-		if err := tx.Rollback(ctx); err != nil {
+		if err := db.endTx(ctx, conn); err != nil {
 			return nil, fmt.Errorf("ending empty outbox claim: %w", err)
 		}
 		return &OutboxBatch{}, nil
 	}
-	return &OutboxBatch{db: db, tx: tx, messages: msgs}, nil
+	return &OutboxBatch{db: db, conn: conn, messages: msgs}, nil
+}
+
+// endTx rolls back the transaction open on conn, if any, and gives the
+// connection back to the pool. It runs even when ctx is done (the failure
+// may be ctx's deadline) but has a deadline of its own. A connection whose
+// transaction could not be ended is discarded by the pool, which rolls it
+// back on the server.
+func (db *DB) endTx(ctx context.Context, conn *pgxpool.Conn) error {
+	defer conn.Release()
+	if conn.Conn().PgConn().TxStatus() == 'I' {
+		return nil
+	}
+	rctx, cancel := db.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	_, err := conn.Exec(rctx, `ROLLBACK`)
+	return err
 }
 
 // Messages returns the claimed rows with their events.
@@ -79,25 +112,22 @@ func (b *OutboxBatch) Messages() []webhook.Message { return b.messages }
 
 // Complete deletes the rows whose publish was confirmed, records each
 // failure on its row (one more attempt, the reason, the next try after its
-// RetryIn), and commits. Rows in neither list are released as they were.
-// Nothing is written unless all of it commits.
+// RetryIn), and commits, in one round trip. Rows in neither list are
+// released as they were. Nothing is written unless all of it commits.
 func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []OutboxFailure) error {
-	if b.tx == nil {
+	if b.conn == nil {
 		return nil
 	}
 	ctx, cancel := b.db.bound(ctx)
 	defer cancel()
+	batch := &pgx.Batch{}
 	// A lost completion only publishes its rows again (lax.go): no need
 	// to wait for the WAL flush.
-	if _, err := b.tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-		b.db.rollback(ctx, b.tx)
-		return fmt.Errorf("completing outbox batch: %w", err)
-	}
+	steps := []string{"completing outbox batch"}
+	batch.Queue(`SET LOCAL synchronous_commit = off`)
 	if len(confirmed) > 0 {
-		if _, err := b.tx.Exec(ctx, `DELETE FROM outbox WHERE id = ANY($1)`, confirmed); err != nil {
-			b.db.rollback(ctx, b.tx)
-			return fmt.Errorf("deleting published outbox rows: %w", err)
-		}
+		steps = append(steps, "deleting published outbox rows")
+		batch.Queue(`DELETE FROM outbox WHERE id = ANY($1)`, confirmed)
 	}
 	if len(failed) > 0 {
 		ids := make([]int64, len(failed))
@@ -108,31 +138,46 @@ func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []
 		}
 		// clock_timestamp(), not now(): now() is when the claim began, and
 		// the publish may have taken most of the confirm timeout since.
-		if _, err := b.tx.Exec(ctx, `
+		steps = append(steps, "recording refused outbox rows")
+		batch.Queue(`
 			UPDATE outbox o SET
 				attempts    = o.attempts + 1,
 				next_try_at = clock_timestamp() + f.delay_ms * interval '1 millisecond',
 				last_error  = f.reason
 			FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS f(id, reason, delay_ms)
-			WHERE o.id = f.id`, ids, reasons, delays); err != nil {
-			b.db.rollback(ctx, b.tx)
-			return fmt.Errorf("recording refused outbox rows: %w", err)
+			WHERE o.id = f.id`, ids, reasons, delays)
+	}
+	steps = append(steps, "committing outbox batch")
+	batch.Queue(`COMMIT`)
+	br := b.conn.SendBatch(ctx, batch)
+	var err error
+	for _, step := range steps {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("%s: %w", step, err)
+			break
 		}
 	}
-	if err := b.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing outbox batch: %w", err)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("committing outbox batch: %w", cerr)
 	}
-	return nil
+	conn := b.conn
+	b.conn = nil
+	if eerr := b.db.endTx(ctx, conn); err == nil && eerr != nil {
+		// COMMIT answered, yet a transaction is still open: nothing is
+		// known to be written.
+		err = fmt.Errorf("committing outbox batch: %w", eerr)
+	}
+	return err
 }
 
 // Release gives every row back without deleting or counting any.
 func (b *OutboxBatch) Release(ctx context.Context) error {
-	if b.tx == nil {
+	if b.conn == nil {
 		return nil
 	}
-	ctx, cancel := b.db.bound(ctx)
-	defer cancel()
-	if err := b.tx.Rollback(ctx); err != nil {
+	conn := b.conn
+	b.conn = nil
+	if err := b.db.endTx(ctx, conn); err != nil {
 		return fmt.Errorf("releasing outbox batch: %w", err)
 	}
 	return nil
