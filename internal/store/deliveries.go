@@ -76,6 +76,7 @@ func (db *DB) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route
 }
 
 // claim is DeliveryClaim; a nil gen claims whatever the pair's generation.
+// Its statement has a grouped twin in claimBatch: change both.
 func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
@@ -250,7 +251,8 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 // statement fenced by owner. It returns the pair's generation afterwards
 // and whether the attempt's copy was current (the pair at a.Gen: a replay
 // may have moved it on meanwhile). When the fence fails, the attempt is inserted as 'lost_lease' and
-// nothing else changes: ErrLeaseLost.
+// nothing else changes: ErrLeaseLost. Its statement has a grouped twin in
+// recordBatch: change both.
 func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUID, a *webhook.Attempt) (int64, bool, error) {
 	var status *int
 	if a.Status != 0 {

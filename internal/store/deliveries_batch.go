@@ -92,7 +92,12 @@ type pairKey struct {
 	route   string
 }
 
-// claimBatch claims items in one statement.
+// claimBatch claims items in one statement: claim's statement over unnest
+// arrays, per row. The two are kept apart on purpose and must change
+// together (TestGroupedClaimsSettleEachPairAsAlone holds the grouped one to
+// the single one's outcomes): a lone claim through this statement cost
+// Postgres about 15% more CPU at 200 events/s (unnest, the sort for the
+// lock order), where every claim is alone.
 func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, error) {
 	out := make([]claimOut, len(items))
 	if len(items) == 1 {
@@ -248,7 +253,9 @@ func (db *DB) recordGrouped(ctx context.Context, deliveryID int64, owner uuid.UU
 	return out.gen, out.current, out.err
 }
 
-// recordBatch records items in one statement: recordAttempt's, per row.
+// recordBatch records items in one statement: recordAttempt's over unnest
+// arrays, per row; kept apart from it for the same reason as claimBatch
+// (TestGroupedRecordsFenceEachLease holds it to the single one's outcomes).
 func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut, error) {
 	out := make([]recordOut, len(items))
 	ctx, cancel := db.bound(ctx)
