@@ -209,13 +209,19 @@ func (b *batcher) commit(batch []*pending) {
 	inserts := make([]Insert, len(batch))
 	for i, p := range batch {
 		inserts[i] = p.ins
-		if p.deadline.Before(deadline) {
+		if p.deadline.After(deadline) {
 			deadline = p.deadline
 		}
 	}
 	// Not the request's context: a sender hanging up must not abort a
-	// commit half-way (the outcome would be unknown to both sides); the
-	// earliest deadline of the batch bounds it instead.
+	// commit half-way (the outcome would be unknown to both sides). The
+	// latest deadline of the batch bounds it: bounded by the earliest, a
+	// request that had queued long (Postgres slow) would leave the fresh
+	// ones of its batch a sliver of time and fail them all. A request whose
+	// own deadline passes first answers 503 on its own (storeOne's timer)
+	// even if its event then commits: its retry is a duplicate, answered
+	// 200 (a 503 for a stored event is allowed; a 200 for an unstored one
+	// never).
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	b.metrics.batchSize.Observe(float64(len(batch)))

@@ -219,3 +219,42 @@ func TestGroupCommitBatcherExpiredWhileQueued(t *testing.T) {
 		require.NotContains(t, c, "late", "never stored")
 	}
 }
+
+// deadlineStore records the deadline each batch is given.
+type deadlineStore struct {
+	*gateStore
+	deadlines chan time.Time
+}
+
+func (s *deadlineStore) EventInsertBatch(ctx context.Context, batch []Insert) ([]Stored, error) {
+	if d, ok := ctx.Deadline(); ok && len(batch) > 1 {
+		s.deadlines <- d
+	}
+	return s.gateStore.EventInsertBatch(ctx, batch)
+}
+
+// A batch is bounded by the latest deadline of its requests, not the
+// earliest: a request that queued long must not leave the fresh requests
+// of its batch a sliver of time.
+func TestGroupCommitBatchIsBoundedByItsLatestDeadline(t *testing.T) {
+	t.Parallel()
+	s := &deadlineStore{gateStore: newGateStore(2), deadlines: make(chan time.Time, 10)}
+	b, _ := newTestBatcher(t, s, 64, 0)
+	first := storeAll(b, []string{"h1"})
+	<-s.started
+	second := storeAll(b, []string{"h2"})
+	<-s.started
+	soon, later := time.Now().Add(20*time.Second), time.Now().Add(time.Minute)
+	answers := make(chan answer, 2)
+	go func() { answers <- b.storeOne(insertOf("old"), soon) }()
+	waitQueued(t, b, 1)
+	go func() { answers <- b.storeOne(insertOf("fresh"), later) }()
+	waitQueued(t, b, 2)
+	close(s.gate)
+	first()
+	second()
+	for range 2 {
+		require.NoError(t, (<-answers).err)
+	}
+	require.WithinDuration(t, later, <-s.deadlines, time.Millisecond, "the batch of both has the later deadline")
+}
