@@ -11,6 +11,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 )
 
 // HandleFunc processes one route message, decoded from the wire (see
@@ -194,14 +195,32 @@ func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connect
 		total += g.Concurrency
 	}
 	lostc := make(chan error, total)
-	for _, g := range c.cfg.Groups {
+	// Open the consumers whose gate is open several at a time: each is
+	// three round trips to the broker (channel, prefetch, consume), and
+	// opened one after another, 600 of them took seconds, during which
+	// the first ones worked alone. On a failure the session closes the
+	// connection, and with it every channel opened here.
+	opened := make([][]*consumer, len(c.cfg.Groups))
+	var eg errgroup.Group
+	eg.SetLimit(openConsumersAtOnce)
+	for gi, g := range c.cfg.Groups {
+		opened[gi] = make([]*consumer, g.Concurrency)
 		for i := range g.Concurrency {
-			var cc *consumer
-			if open, _ := gateOpen(g.Gate, i); open {
-				if cc, err = c.openConsumer(conn, g, i); err != nil {
-					return nil, err
-				}
+			if open, _ := gateOpen(g.Gate, i); !open {
+				continue
 			}
+			eg.Go(func() (err error) {
+				opened[gi][i], err = c.openConsumer(conn, g, i)
+				return err
+			})
+		}
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	for gi, g := range c.cfg.Groups {
+		for i := range g.Concurrency {
+			cc := opened[gi][i]
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -214,6 +233,10 @@ func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connect
 	}
 	return lostc, nil
 }
+
+// openConsumersAtOnce is how many consumers a session opens at the same
+// time.
+const openConsumersAtOnce = 16
 
 func gateOpen(g Gate, i int) (bool, <-chan struct{}) {
 	if g == nil {

@@ -61,6 +61,12 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return err
 	}
 	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
+	// The claims' pool opens on demand; open its first connection now, so
+	// the first deliveries do not pay for it (nor arrive bunched behind it
+	// on a rate-limited route).
+	if err := db.WarmClaims(ctx); err != nil {
+		return err
+	}
 
 	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
 	if err != nil {

@@ -1,6 +1,9 @@
 package store
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -37,7 +40,8 @@ import (
 // Everything else (ingest, records, restarts, operator commands) commits
 // as before.
 //
-// The pool is lazy (no connection until a claim needs one) and a quarter
+// The pool is lazy (no connection until a claim needs one; a dispatcher
+// opens the first at start, WarmClaims) and a quarter
 // of the main pool's size, at least 2: grouped claims need one connection
 // at a time.
 func laxPoolConfig(pc *pgxpool.Config) *pgxpool.Config {
@@ -46,4 +50,15 @@ func laxPoolConfig(pc *pgxpool.Config) *pgxpool.Config {
 	lax.MaxConns = max(2, pc.MaxConns/4)
 	lax.MinConns = 0
 	return lax
+}
+
+// WarmClaims opens the first connection of the claims' pool (the
+// dispatcher calls it at start), within the query timeout.
+func (db *DB) WarmClaims(ctx context.Context) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	if err := db.lax.Ping(ctx); err != nil {
+		return fmt.Errorf("opening the claims' connection to postgres: %w", err)
+	}
+	return nil
 }
