@@ -11,12 +11,13 @@ import (
 //
 // With synchronous_commit on (keep it: a 200 to a sender means the event is
 // on disk), every commit waits for its WAL to reach the disk: on the
-// development machine about 150µs of fsync, and a good part of Postgres'
-// CPU per statement. Some writes do not need it. A commit made with
+// development machine about 150µs of fsync that the commit's caller
+// waits out. Some writes do not need it. A commit made with
 // synchronous_commit off is visible to every other session at once, exactly
 // as a flushed one; it only may be lost if Postgres itself crashes (not on
-// a clean restart) within the WAL writer's delay (200ms by default), and any
-// later flushed commit flushes it too. That loss is harmless for:
+// a clean restart) before the WAL writer flushes it (at most three times
+// wal_writer_delay: 600ms by default), and any later flushed commit
+// flushes it too. That loss is harmless for:
 //
 //   - a delivery's claim (its lease, and the row created for a pair that had
 //     none). If it is lost, the holder's record after the POST finds no
