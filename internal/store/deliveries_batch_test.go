@@ -25,11 +25,7 @@ func TestGroupedClaimsSettleEachPairAsAlone(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
 	ctx := context.Background()
-	insert := func(key string) uuid.UUID {
-		id, _, err := db.EventInsert(ctx, newEvent("acme", key), []string{"billing"})
-		require.NoError(t, err)
-		return id
-	}
+	insert := func(key string) uuid.UUID { return insertBilling(t, db, key) }
 	claim := func(owner, id uuid.UUID, attempt int) *store.DeliveryLease {
 		l, err := db.DeliveryClaim(ctx, owner, id, "billing", attempt, 0, time.Minute)
 		require.NoError(t, err)
@@ -126,11 +122,7 @@ func TestGroupedRecordsFenceEachLease(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
 	ctx := context.Background()
-	insert := func(key string) uuid.UUID {
-		id, _, err := db.EventInsert(ctx, newEvent("acme", key), []string{"billing"})
-		require.NoError(t, err)
-		return id
-	}
+	insert := func(key string) uuid.UUID { return insertBilling(t, db, key) }
 	claim := func(id uuid.UUID) *store.DeliveryLease {
 		l, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)

@@ -35,6 +35,15 @@ func readLease(t *testing.T, db *store.DB, id uuid.UUID) leaseRow {
 	return r
 }
 
+// insertBilling stores an event of source acme with key, routed to
+// billing (a pending pair), and returns its id.
+func insertBilling(t *testing.T, db *store.DB, key string) uuid.UUID {
+	t.Helper()
+	id, _, err := db.EventInsert(context.Background(), newEvent("acme", key), []string{"billing"})
+	require.NoError(t, err)
+	return id
+}
+
 // expireLease moves the pair's lease into the past, as time would.
 func expireLease(t *testing.T, db *store.DB, id uuid.UUID) {
 	t.Helper()
@@ -53,11 +62,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
 	ctx := context.Background()
-	insert := func(key string) uuid.UUID {
-		id, _, err := db.EventInsert(ctx, newEvent("acme", key), []string{"billing"})
-		require.NoError(t, err)
-		return id
-	}
+	insert := func(key string) uuid.UUID { return insertBilling(t, db, key) }
 
 	// A claim whose answer was lost (its deadline passed after Postgres
 	// took the lease) is tried again by the same delivery, with the same
