@@ -235,6 +235,8 @@ func (s *session) bounded(timeout time.Duration, fn func() error) error {
 type confirmChannel struct {
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	// tiers are the retry tiers declared on ch, by delay.
+	tiers map[time.Duration]bool
 }
 
 // openConfirmChannel opens a confirm channel on s; returnBuffer must hold
@@ -257,7 +259,7 @@ func (s *session) openConfirmChannel(timeout time.Duration, returnBuffer int, se
 			_ = ch.Close()
 			return fmt.Errorf("enabling publisher confirms: %w", err)
 		}
-		cc = &confirmChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, returnBuffer))}
+		cc = &confirmChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, returnBuffer)), tiers: map[time.Duration]bool{}}
 		return nil
 	})
 	return cc, err

@@ -8,9 +8,10 @@ import (
 )
 
 // DispatchPublisher publishes what the dispatcher decides about a route
-// message: its retry copy, to a retry tier, or its dead letter. Each
-// publish is confirmed (see ConfirmPublisher.Publish). Safe for concurrent
-// use.
+// message that the outbox does not: its dead letter. (A retry copy is put
+// in the outbox with the record of the failed attempt, and the outbox
+// relay publishes it.) Each publish is confirmed (see
+// ConfirmPublisher.Publish). Safe for concurrent use.
 type DispatchPublisher struct {
 	pub   *ConfirmPublisher
 	names Names
@@ -20,13 +21,6 @@ type DispatchPublisher struct {
 // queues.
 func NewDispatchPublisher(pub *ConfirmPublisher, names Names) *DispatchPublisher {
 	return &DispatchPublisher{pub: pub, names: names}
-}
-
-// Retry publishes next, a message's copy for its next attempt, to the retry
-// tier with delay; the tier dead-letters it back to route's queue when the
-// delay has passed.
-func (p *DispatchPublisher) Retry(ctx context.Context, route string, delay time.Duration, next webhook.RouteMessage) error {
-	return p.pub.Publish(ctx, p.names.Retry(delay), p.names.RouteQueue(route), retryMessage(next, time.Now()))
 }
 
 // DeadLetter publishes m to the dead-letter queue of why.Route.

@@ -68,16 +68,24 @@ const headerPrefix = "x-hookrelay-"
 const appID = "hookrelay"
 
 // eventMessage is the outbox's message for m, with its address: the topic
-// exchange with the event's routing key, or, for a copy addressed to one
-// route (a replay, a reconciled resend), that route's queue through the
-// default exchange, with the pair's generation. corr is the correlation id
-// its return is matched by.
+// exchange with the event's routing key; for a copy addressed to one route
+// (a replay, a reconciled resend), that route's queue through the default
+// exchange, with the pair's generation; for a retry copy, the retry tier
+// of its delay. corr is the correlation id its return is matched by.
 func eventMessage(events string, names Names, m webhook.Message, corr string) (exchange, key string, p amqp.Publishing) {
 	id := m.EventID.String()
 	headers := amqp.Table{
 		HeaderEventID:   id,
 		HeaderSource:    m.Source,
 		HeaderEventType: m.EventType,
+	}
+	if m.Route != "" && m.RetryIn > 0 {
+		// A retry copy recorded with its failed attempt: to the tier of
+		// its delay, which dead-letters it to the route queue (key).
+		return names.Retry(m.RetryIn), names.RouteQueue(m.Route), retryMessage(webhook.RouteMessage{
+			EventID: m.EventID, Source: m.Source, EventType: m.EventType, ContentType: m.ContentType, Body: m.Body,
+			Gen: m.Gen, Attempt: m.Attempt, FirstAttemptAt: m.FirstAttemptAt,
+		}, time.Now(), corr)
 	}
 	exchange, key = events, m.RoutingKey
 	if m.Route != "" {
@@ -102,16 +110,17 @@ func eventMessage(events string, names Names, m webhook.Message, corr string) (e
 }
 
 // retryMessage is next, the copy of a route message for its next attempt,
-// as published to a retry tier.
-func retryMessage(next webhook.RouteMessage, now time.Time) amqp.Publishing {
+// as published to a retry tier; corr as for eventMessage.
+func retryMessage(next webhook.RouteMessage, now time.Time, corr string) amqp.Publishing {
 	id := next.EventID.String()
 	return amqp.Publishing{
-		DeliveryMode: amqp.Persistent,
-		ContentType:  next.ContentType,
-		MessageId:    id,
-		Type:         next.EventType,
-		AppId:        appID,
-		Timestamp:    now,
+		DeliveryMode:  amqp.Persistent,
+		ContentType:   next.ContentType,
+		MessageId:     id,
+		CorrelationId: corr,
+		Type:          next.EventType,
+		AppId:         appID,
+		Timestamp:     now,
 		Headers: amqp.Table{
 			HeaderEventID:        id,
 			HeaderSource:         next.Source,

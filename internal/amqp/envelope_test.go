@@ -53,25 +53,36 @@ func TestEventMessageAddressAndHeaders(t *testing.T) {
 	require.Equal(t, int64(3), decodeRouteMessage(consumed(p)).Gen)
 }
 
-func TestRetryMessageRoundTrip(t *testing.T) {
+// A retry copy, put in the outbox with the record of its failed attempt,
+// goes to the tier of its delay, addressed to its route queue, with its
+// place in the series.
+func TestRetryCopyRoundTrip(t *testing.T) {
 	t.Parallel()
+	names := Names{Prefix: "hr"}
 	first := time.Date(2026, 11, 27, 14, 0, 0, 123456789, time.FixedZone("BRT", -3*3600))
-	next := webhook.RouteMessage{
-		EventID: uuid.New(), Source: "acme", EventType: "invoice.paid", ContentType: "text/plain", Body: []byte("x"),
-		Gen: 2, Attempt: 3, FirstAttemptAt: first,
+	m := webhook.Message{
+		OutboxID: 9, EventID: uuid.New(), RoutingKey: "acme.invoice.paid", Route: "billing",
+		Source: "acme", EventType: "invoice.paid", ContentType: "text/plain", Body: []byte("x"),
+		Gen: 2, Attempt: 3, RetryIn: 5 * time.Minute, FirstAttemptAt: first,
 	}
-	p := retryMessage(next, time.Now())
+	exchange, key, p := eventMessage(names.Events(), names, m, "4.9")
+	require.Equal(t, "hr.retry.5m", exchange, "the tier of the copy's delay")
+	require.Equal(t, "hr.route.billing", key, "the tier dead-letters it by this key to the route queue")
+	require.Equal(t, "4.9", p.CorrelationId, "a return is matched to its outbox row")
 	require.Equal(t, int32(3), p.Headers["x-hookrelay-attempt"], "the attempt is an int32 on the wire")
 	require.Equal(t, int64(2), p.Headers["x-hookrelay-gen"])
 	require.Equal(t, "2026-11-27T17:00:00.123456789Z", p.Headers["x-hookrelay-first-attempt-at"], "UTC, nanoseconds")
-	require.Equal(t, next.EventID.String(), p.MessageId)
+	require.Equal(t, m.EventID.String(), p.MessageId)
 	require.Equal(t, "invoice.paid", p.Type)
+	require.Equal(t, amqp.Persistent, p.DeliveryMode)
 
 	got := decodeRouteMessage(consumed(p))
 	require.NoError(t, got.Malformed)
-	require.Equal(t, next.EventID, got.EventID)
+	require.Equal(t, m.EventID, got.EventID)
 	require.Equal(t, "acme", got.Source)
 	require.Equal(t, "invoice.paid", got.EventType)
+	require.Equal(t, "text/plain", got.ContentType)
+	require.Equal(t, []byte("x"), got.Body)
 	require.Equal(t, 3, got.Attempt)
 	require.Equal(t, int64(2), got.Gen)
 	require.True(t, first.Equal(got.FirstAttemptAt))

@@ -254,6 +254,43 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 	if err != nil {
 		return outcomes, err
 	}
+	refused, err := p.declareTiersLocked(s, msgs)
+	if err != nil {
+		p.resetLocked()
+		return outcomes, err
+	}
+	if len(refused) > 0 {
+		// Copies whose tier the broker refused are returned, as
+		// unroutable: their rows wait out a backoff, and the rest of the
+		// batch goes on a fresh channel.
+		var rest []webhook.Message
+		var at []int
+		for i, m := range msgs {
+			if m.Route != "" && refused[m.RetryIn] {
+				outcomes[i] = Returned
+				continue
+			}
+			rest, at = append(rest, m), append(at, i)
+		}
+		if s, err = p.connectLocked(); err != nil {
+			return outcomes, err
+		}
+		sub, err := p.sendAndAwaitLocked(ctx, s, rest)
+		for j, i := range at {
+			outcomes[i] = sub[j]
+		}
+		return outcomes, err
+	}
+	return p.sendAndAwaitLocked(ctx, s, msgs)
+}
+
+// sendAndAwaitLocked publishes msgs on the current channel and waits for
+// their answers, as Publish describes.
+func (p *Publisher) sendAndAwaitLocked(ctx context.Context, s *session, msgs []webhook.Message) ([]Outcome, error) {
+	outcomes := make([]Outcome, len(msgs))
+	if len(msgs) == 0 {
+		return outcomes, nil
+	}
 	cc := p.cc
 	confirms, index, err := p.sendLocked(ctx, cc, msgs)
 	if err != nil {
@@ -303,6 +340,50 @@ func (p *Publisher) publish(ctx context.Context, msgs []webhook.Message) ([]Outc
 		p.discardChannelLocked()
 	}
 	return outcomes, nil
+}
+
+// declareTiersLocked declares on the current channel the retry tier of
+// each retry copy in msgs that the channel has not declared yet. The tier
+// of a copy is the delay the dispatcher recorded, which this process's own
+// topology may lack (a tier added to the dispatchers' config first). A
+// tier the broker refuses to declare (its queue exists with other
+// arguments) is returned in refused, and the channel, which the broker
+// closed, is given up; any other failure is the whole batch's.
+func (p *Publisher) declareTiersLocked(s *session, msgs []webhook.Message) (refused map[time.Duration]bool, err error) {
+	for _, m := range msgs {
+		if m.Route == "" || m.RetryIn <= 0 || refused[m.RetryIn] {
+			continue
+		}
+		if p.cc == nil {
+			if s, err = p.connectLocked(); err != nil {
+				return refused, err
+			}
+		}
+		cc := p.cc
+		if cc.tiers[m.RetryIn] {
+			continue
+		}
+		tier := p.cfg.Names.TierTopology(m.RetryIn)
+		err := s.bounded(p.cfg.ConfirmTimeout, func() error { return tier.Declare(cc.ch) })
+		var ae *amqp.Error
+		switch {
+		case err == nil:
+			cc.tiers[m.RetryIn] = true
+		case errors.As(err, &ae) && ae.Server && ae.Recover:
+			// A channel exception (406: the queue exists with other
+			// arguments): this tier's, not the connection's.
+			if refused == nil {
+				refused = map[time.Duration]bool{}
+			}
+			refused[m.RetryIn] = true
+			p.logger.Error().Err(err).Str("tier", p.cfg.Names.Retry(m.RetryIn)).
+				Msg("rabbitmq refused to declare a retry tier; its retry copies wait in the outbox")
+			p.discardChannelLocked()
+		default:
+			return refused, fmt.Errorf("declaring retry tier %s: %w", p.cfg.Names.Retry(m.RetryIn), err)
+		}
+	}
+	return refused, nil
 }
 
 // sendLocked publishes every message of a batch on cc without waiting, and

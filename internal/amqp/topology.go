@@ -94,7 +94,25 @@ func (n Names) DeadQueue(route string) string { return n.RouteQueue(route) + ".d
 // Retry is the exchange and the queue of the retry tier with delay d. The
 // name carries the delay, so adding or changing a tier declares a new queue
 // instead of redeclaring an old one with another TTL (which fails).
-func (n Names) Retry(d time.Duration) string { return n.Prefix + ".retry." + FormatDelay(d) }
+func (n Names) Retry(d time.Duration) string { return n.RetryPrefix() + FormatDelay(d) }
+
+// RetryPrefix starts the name of every retry tier.
+func (n Names) RetryPrefix() string { return n.Prefix + ".retry." }
+
+// TierTopology is the retry tier of delay d: its fanout exchange, and its
+// quorum queue bound to it, which holds each message for d and then
+// dead-letters it, at least once, to the default exchange with the
+// routing key it was published with (its route queue's name).
+func (n Names) TierTopology(d time.Duration) Topology {
+	name := n.Retry(d)
+	args := deadLetterArgs(quorumArgs(), "")
+	args["x-message-ttl"] = d.Milliseconds()
+	return Topology{
+		Exchanges: []Exchange{{Name: name, Kind: amqp.ExchangeFanout}},
+		Queues:    []Queue{{Name: name, Args: args}},
+		Bindings:  []Binding{{Exchange: name, Queue: name, RoutingKey: ""}},
+	}
+}
 
 // FormatDelay writes d in the largest unit that divides it: 10s, 5m, 2h,
 // 250ms.
@@ -171,12 +189,10 @@ func BuildTopology(cfg TopologyConfig) Topology {
 		Bindings: []Binding{{Exchange: n.Unrouted(), Queue: n.Unrouted(), RoutingKey: ""}},
 	}
 	for _, d := range cfg.RetryDelays {
-		name := n.Retry(d)
-		args := deadLetterArgs(quorumArgs(), "")
-		args["x-message-ttl"] = d.Milliseconds()
-		t.Exchanges = append(t.Exchanges, Exchange{Name: name, Kind: amqp.ExchangeFanout})
-		t.Queues = append(t.Queues, Queue{Name: name, Args: args})
-		t.Bindings = append(t.Bindings, Binding{Exchange: name, Queue: name, RoutingKey: ""})
+		tier := n.TierTopology(d)
+		t.Exchanges = append(t.Exchanges, tier.Exchanges...)
+		t.Queues = append(t.Queues, tier.Queues...)
+		t.Bindings = append(t.Bindings, tier.Bindings...)
 	}
 	for _, r := range cfg.Routes {
 		q := n.RouteQueue(r.Name)

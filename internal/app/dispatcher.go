@@ -33,6 +33,9 @@ type DispatcherOptions struct {
 	Registry *prometheus.Registry
 	// Client makes the deliveries; nil means deliver.NewClient().
 	Client *http.Client
+	// AfterRecordFunc, when set, runs after each attempt's outcome is
+	// recorded, before the ack; tests use it to kill the process there.
+	AfterRecordFunc func(outcome webhook.DeliveryState)
 }
 
 // RunDispatcher consumes every route queue and delivers until ctx is done.
@@ -128,7 +131,8 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		// breaker; a Retry-After holds the route.
 		ObserveFunc: controls.Observe,
 		// A lease, not a pinned connection, guards each in-flight pair.
-		LeaseMargin: cfg.Dispatcher.LeaseMargin,
+		LeaseMargin:     cfg.Dispatcher.LeaseMargin,
+		AfterRecordFunc: opts.AfterRecordFunc,
 	})
 	if err != nil {
 		return err
@@ -316,20 +320,46 @@ func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *cont
 	return groups
 }
 
-// newReconciler re-sends overdue pairs of cfg's routes, looking at their
-// queues through inspector.
+// newReconciler re-sends overdue pairs of cfg's routes that no copy in the
+// broker can be waiting for, reading their queues through inspector (live)
+// and the retry tiers through the management API.
 func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, reg prometheus.Registerer, logger zerolog.Logger) (*deliver.Reconciler, error) {
 	names := setup.Names(cfg)
+	mgmt, err := amqp.NewManagement(cfg.AMQP.Management(), cfg.AMQP.Nodes()[0])
+	if err != nil {
+		return nil, fmt.Errorf("amqp.management_url: %w", err)
+	}
+	tiers := map[string]bool{}
+	for _, d := range cfg.Retry.Backoff {
+		tiers[names.Retry(d)] = true
+	}
 	return deliver.NewReconciler(deliver.ReconcilerConfig{
 		Routes: setup.RouteNames(cfg),
 		Store:  reconcileStore{db},
 		QueueReady: func(ctx context.Context, route string) (int, error) {
 			return inspector.Ready(ctx, names.RouteQueue(route))
 		},
-		Interval:   cfg.Reconcile.Interval,
-		Margin:     cfg.Reconcile.Margin,
-		Registerer: reg,
-		Logger:     logger,
+		Tiers: func(ctx context.Context) (map[string]int, error) {
+			// Every tier of the prefix, this config's or not: a tier
+			// another dispatcher's config has can hold this route's copies.
+			stats, err := mgmt.QueueStats(ctx, names.RetryPrefix())
+			if err != nil {
+				return nil, err
+			}
+			out := map[string]int{}
+			for name := range tiers {
+				out[name] = 0
+			}
+			for _, q := range stats {
+				out[q.Name] = q.DeadLettering
+			}
+			return out, nil
+		},
+		Interval:    cfg.Reconcile.Interval,
+		Margin:      cfg.Reconcile.Margin,
+		StrandAfter: cfg.Reconcile.StrandAfter,
+		Registerer:  reg,
+		Logger:      logger,
 	})
 }
 

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -31,6 +32,9 @@ func TestMain(m *testing.M) {
 		return
 	case "dispatcher":
 		runDispatcherChild()
+		return
+	case "dispatcher-kill-after-retry":
+		runKillAfterRetryChild()
 		return
 	}
 	code := m.Run()
@@ -91,6 +95,81 @@ func TestPublisherKilledBeforeDeleteRepublishes(t *testing.T) {
 	h.waitOutboxEmpty(15 * time.Second)
 	msgs := amqptest.Drain(t, h.ch, h.names.RouteQueue("billing"))
 	require.Equal(t, []string{id.String(), id.String()}, eventIDs(msgs))
+}
+
+// runKillAfterRetryChild runs a dispatcher (config from the environment)
+// that SIGKILLs itself right after it recorded a failed attempt to retry,
+// before the message is acked.
+func runKillAfterRetryChild() {
+	var cfg config.Config
+	if err := json.Unmarshal([]byte(os.Getenv("HOOKRELAY_TEST_CHILD_CONFIG")), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return
+	}
+	err := app.RunDispatcher(context.Background(), &cfg, app.DispatcherOptions{
+		Logger: zerologStderr(),
+		AfterRecordFunc: func(outcome webhook.DeliveryState) {
+			if outcome == webhook.StateRetrying {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal ends the process
+			}
+		},
+	})
+	fmt.Fprintf(os.Stderr, "dispatcher returned instead of being killed: %v\n", err)
+}
+
+// Issue 25: a dispatcher killed after it recorded a failed attempt and
+// before the ack strands nothing. The record put the retry copy in the
+// outbox in the same statement, so the relay publishes it to its tier and
+// the pair's next attempt is made from there: the message redelivered
+// after the kill is a stale copy, dropped, and the reconciler (its margin
+// short here) has nothing to repair.
+func TestDispatcherKilledAfterRecordingARetryStrandsNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Reconcile = config.Reconcile{Interval: 200 * time.Millisecond, Margin: time.Second}
+	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, _ string, prior int) int {
+		if prior == 0 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.start(app.ReceiverOptions{})
+	r := h.postSigned("evt_killed_after_retry", "invoice.paid")
+	require.Equal(t, http.StatusOK, r.status)
+
+	raw, err := json.Marshal(h.cfg)
+	require.NoError(t, err)
+	cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, os.Args[0])
+	cmd.Env = append(os.Environ(), "HOOKRELAY_TEST_CHILD=dispatcher-kill-after-retry", "HOOKRELAY_TEST_CHILD_CONFIG="+string(raw))
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	require.True(t, errors.As(err, &exitErr), "child must be killed, got %v\n%s", err, out)
+	ws, ok := exitErr.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended by %v\n%s", err, out)
+
+	h.startDispatcher(app.DispatcherOptions{})
+	dest.waitFor(30*time.Second, "the second attempt", func(rs []received) bool { return len(rs) == 2 })
+	require.Equal(t, map[string]int{"billing " + r.ID: 1}, dest.successes())
+	id := uuid.MustParse(r.ID)
+	require.Eventually(t, func() bool {
+		state, attempts, err := h.db.DeliveryGet(context.Background(), id, "billing")
+		return err == nil && state == webhook.StateDelivered && attempts == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	var reconciled int
+	require.NoError(t, h.db.Pool().QueryRow(context.Background(),
+		`SELECT reconciled FROM deliveries WHERE event_id = $1`, id).Scan(&reconciled))
+	require.Zero(t, reconciled, "nothing was lost: the retry copy went out through the outbox")
+	var numbers []string
+	for _, q := range dest.snapshot() {
+		numbers = append(numbers, q.attempt)
+	}
+	require.Equal(t, []string{"1", "2"}, numbers)
+	require.EqualValues(t, 1, scrape(t, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`],
+		"the copy redelivered after the kill is stale")
 }
 
 func zerologStderr() zerolog.Logger { return zerolog.New(os.Stderr).Level(zerolog.WarnLevel) }

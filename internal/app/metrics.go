@@ -28,6 +28,7 @@ func MetricNames() ([]string, error) {
 	amqp.NewBlockedGauge(rec)
 	amqp.NewNodeGauge(rec)
 	deliver.NewReconciledCounter(rec, routes)
+	deliver.NewTierGauge(rec)
 	outbox.NewMetrics(rec)
 	deliver.NewMetrics(rec, routes)
 	// The controls' metrics; the store is never asked here.

@@ -390,6 +390,7 @@ func TestMetricsOfBothBinaries(t *testing.T) {
 		require.Equal(c, 3.0, m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`])
 		require.Equal(c, 2.0, m[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`])
 	}, 10*time.Second, 20*time.Millisecond)
+	h.waitOutboxEmpty(10 * time.Second) // the retry copies, recorded with their attempts
 	_, err := h.db.Pool().Exec(context.Background(),
 		`UPDATE deliveries SET created_at = now() - interval '300 seconds' WHERE route = 'billing'`)
 	require.NoError(t, err)
@@ -397,7 +398,7 @@ func TestMetricsOfBothBinaries(t *testing.T) {
 	rm := scrape(t, h.base)
 	require.Equal(t, 5.0, rm[`hookrelay_ingest_requests_total{outcome="accepted",reason="",source="acme"}`])
 	require.Equal(t, 1.0, rm[`hookrelay_ingest_requests_total{outcome="rejected",reason="signature_missing",source="acme"}`])
-	require.Equal(t, 5.0, rm[`hookrelay_publish_confirms_total{outcome="ack"}`])
+	require.Equal(t, 8.0, rm[`hookrelay_publish_confirms_total{outcome="ack"}`], "5 events and the 3 retry copies")
 	require.Equal(t, 0.0, rm[`hookrelay_outbox_backlog`])
 
 	dm := scrape(t, h.dispatcherBase)

@@ -11,6 +11,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,6 +26,7 @@ func TestReconcilerResendsAPairLostFromItsTier(t *testing.T) {
 	h := newHarness(t)
 	// A long first tier: the copy sits in it while the test removes it.
 	h.cfg.Retry.Backoff = []time.Duration{2 * time.Second}
+	amqptestCleanup(t, h)
 	h.cfg.Reconcile = config.Reconcile{Interval: 200 * time.Millisecond, Margin: time.Second}
 	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, _ string, prior int) int {
 		if prior < 2 {
@@ -66,11 +68,69 @@ func TestReconcilerResendsAPairLostFromItsTier(t *testing.T) {
 	require.NoError(t, h.db.Pool().QueryRow(context.Background(),
 		`SELECT reconciled FROM deliveries WHERE event_id = $1`, id).Scan(&reconciled))
 	require.Equal(t, 1, reconciled)
-	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_reconciled_total{route="billing"}`])
+	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_reconciled_total{reason="lost",route="billing"}`])
 	require.Len(t, dest.snapshot(), 3, "three attempts, none of them the stale copy's")
 	var numbers []string
 	for _, q := range dest.snapshot() {
 		numbers = append(numbers, q.attempt)
 	}
 	require.Equal(t, []string{"1", "2", "3"}, numbers, "the reconciled copy goes on with the series' numbering")
+}
+
+// Issue 25: a backlog is late, not lost. 20,000 pairs of one route wait
+// behind a slow destination for about two minutes, far past the margin:
+// the reconciler re-sends none (hookrelay_reconciled_total stays 0), and
+// every pair is POSTed once.
+func TestReconcilerLeavesALateBacklogAlone(t *testing.T) {
+	t.Parallel()
+	const n = 20000
+	h := newHarness(t)
+	h.cfg.Reconcile = config.Reconcile{Interval: time.Second, Margin: 15 * time.Second, StrandAfter: 5 * time.Minute}
+	// 4 consumers, 25 ms a request: at most 160 a second, so the last
+	// pair waits more than two minutes.
+	dest := newSlowDestination(t, 25*time.Millisecond)
+	h.cfg.Routes[0].URL = dest.srv.URL + "/billing"
+	h.cfg.Routes[0].Concurrency = 4
+	bulkPending(t, h.db, n, "billing")
+	h.start(app.ReceiverOptions{})
+	h.waitOutboxEmpty(2 * time.Minute)
+	started := time.Now()
+	h.startDispatcher(app.DispatcherOptions{})
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, _ := dest.counts()
+		require.Len(c, got, n, "pairs POSTed")
+	}, 5*time.Minute, time.Second)
+	took := time.Since(started)
+	require.Greater(t, took, 6*h.cfg.Reconcile.Margin, "the backlog must outlast the margin by far for the test to mean anything")
+
+	got, _ := dest.counts()
+	for id, k := range got {
+		require.Equal(t, 1, k, "event %s POSTed once", id)
+	}
+	m := scrape(t, h.dispatcherBase)
+	require.Zero(t, m[`hookrelay_reconciled_total{reason="lost",route="billing"}`])
+	require.Zero(t, m[`hookrelay_reconciled_total{reason="stranded",route="billing"}`])
+	var reconciled int64
+	require.NoError(t, h.db.Pool().QueryRow(context.Background(), `SELECT COALESCE(sum(reconciled), 0) FROM deliveries`).Scan(&reconciled))
+	require.Zero(t, reconciled)
+	t.Logf("%d pairs delivered in %s, none re-sent", n, took.Round(time.Second))
+}
+
+// bulkPending stores n events of source acme, each with its outbox row and
+// a pending delivery to route, in one statement.
+func bulkPending(t *testing.T, db *store.DB, n int, route string) {
+	t.Helper()
+	_, err := db.Pool().Exec(context.Background(), `
+		WITH ev AS (
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at)
+			SELECT gen_random_uuid(), 'acme', 'evt_backlog_' || i, 'invoice.paid', 'application/json',
+				convert_to('{"id":"evt_backlog_' || i || '","type":"invoice.paid"}', 'UTF8'), now()
+			FROM generate_series(1, $1::int) AS i
+			RETURNING id
+		), ob AS (
+			INSERT INTO outbox (event_id, routing_key) SELECT id, 'acme.invoice.paid' FROM ev
+		)
+		INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM ev`, n, route)
+	require.NoError(t, err)
 }

@@ -32,10 +32,17 @@ type countingDestination struct {
 	at  map[string]time.Time
 }
 
-func newCountingDestination(t *testing.T) *countingDestination {
+func newCountingDestination(t *testing.T) *countingDestination { return newSlowDestination(t, 0) }
+
+// newSlowDestination is a countingDestination that takes delay to answer
+// each request: a destination slower than the events arrive.
+func newSlowDestination(t *testing.T, delay time.Duration) *countingDestination {
 	d := &countingDestination{n: map[string]int{}, at: map[string]time.Time{}}
 	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if delay > 0 {
+			time.Sleep(delay) // the destination's own slowness, not a wait for the test
+		}
 		now := time.Now()
 		id := r.Header.Get("webhook-id")
 		d.mu.Lock()

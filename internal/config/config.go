@@ -264,12 +264,21 @@ type Reconcile struct {
 	// Interval is the pause between rounds. Default 30s.
 	Interval time.Duration `mapstructure:"interval" validate:"gt=0"`
 	// Margin is how far past its due time (acceptance, or the end of its
-	// retry tier's delay) an undelivered pair must be, with its route's
-	// queue empty, before it is sent again. Default 1m: long enough for a
-	// dispatcher to take a message that just arrived, short enough that a
-	// lost message is repaired long before any sender or destination
-	// notices.
+	// retry tier's delay) an undelivered pair must be before it is sent
+	// again, with its route's queue drained and no retry tier holding a
+	// message to dead-letter (nothing in the broker can hold its copy).
+	// Default 1m, at least 15s: long enough for a dispatcher to take a
+	// message that just arrived and for RabbitMQ's queue statistics to
+	// catch up, short enough that a lost message is repaired long before
+	// any sender or destination notices.
 	Margin time.Duration `mapstructure:"margin" validate:"gt=0"`
+	// StrandAfter is how far past its due time a pair must be to be sent
+	// again while a retry tier holds messages it has not dead-lettered
+	// yet: RabbitMQ can strand such messages after a leader change, until
+	// its dead-letter worker's confirm timeout (dead_letter_worker_
+	// publisher_confirm_timeout, 2 or 3 minutes by default) makes it try
+	// again. Longer than a slow tier's backlog lasts. Default 5m.
+	StrandAfter time.Duration `mapstructure:"strand_after" validate:"gt=0"`
 }
 
 // Log configures the logger.
@@ -495,6 +504,7 @@ func setDefaults(set func(key string, value any)) {
 	set("retention.dedupe_window", "30d")
 	set("reconcile.interval", "30s")
 	set("reconcile.margin", "1m")
+	set("reconcile.strand_after", "5m")
 	set("log.level", "info")
 	set("log.format", "json")
 	set("debug.pprof", false)

@@ -518,3 +518,28 @@ func TestReceiverBatchSettings(t *testing.T) {
 		})
 	}
 }
+
+// Issue 25: the reconciler's margin covers the age of RabbitMQ's queue
+// statistics, and strand_after is at least the margin.
+func TestReconcileSettings(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	cfg, err := Load(writeConfig(t, validYAML), env)
+	require.NoError(t, err)
+	require.Equal(t, Reconcile{Interval: 30 * time.Second, Margin: time.Minute, StrandAfter: 5 * time.Minute}, cfg.Reconcile)
+
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"margin under the statistics' age", "reconcile: {margin: 10s}\n",
+			"reconcile.margin: 10s is shorter than 15s, the age RabbitMQ's queue statistics can have"},
+		{"strand_after under the margin", "reconcile: {margin: 2m, strand_after: 1m}\n",
+			"reconcile.strand_after: 1m0s must be at least reconcile.margin (2m0s)"},
+		{"no unit", "reconcile: {strand_after: 300}\n", "reconcile.strand_after: duration 300 has no unit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(writeConfig(t, validYAML+tt.yaml), env)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}

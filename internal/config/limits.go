@@ -43,3 +43,22 @@ func checkTimeouts(cfg *Config) []string {
 	}
 	return problems
 }
+
+// minReconcileMargin is the least reconcile.margin: the reconciler judges
+// whether a retry tier could still hold a pair's copy by RabbitMQ's queue
+// statistics, which are up to about 10 s old by default (a quorum queue
+// reports every 5 s, the management plugin collects every 5 s).
+const minReconcileMargin = 15 * time.Second
+
+func checkReconcile(cfg *Config) []string {
+	var problems []string
+	r := cfg.Reconcile
+	if r.Margin > 0 && r.Margin < minReconcileMargin {
+		problems = append(problems, fmt.Sprintf("reconcile.margin: %s is shorter than %s, the age RabbitMQ's queue statistics can have plus a few seconds: a late copy could be taken for a lost one",
+			r.Margin, minReconcileMargin))
+	}
+	if r.StrandAfter > 0 && r.Margin > 0 && r.StrandAfter < r.Margin {
+		problems = append(problems, fmt.Sprintf("reconcile.strand_after: %s must be at least reconcile.margin (%s)", r.StrandAfter, r.Margin))
+	}
+	return problems
+}

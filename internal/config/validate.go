@@ -231,6 +231,7 @@ func crossCheck(cfg *Config, operator bool) []string {
 	}
 
 	problems = append(problems, checkTimeouts(cfg)...)
+	problems = append(problems, checkReconcile(cfg)...)
 	problems = append(problems, checkRateLimits(cfg)...)
 
 	seen = map[string]int{}

@@ -76,7 +76,7 @@ func TestHandleDecidesByTheAnswer(t *testing.T) {
 			require.Equal(t, tc.attempt, a.Number)
 			require.Equal(t, tc.retryIn, a.RetryIn)
 
-			retries, deads := b.pub.published()
+			retries, deads := b.published()
 			switch tc.outcome {
 			case webhook.StateDelivered:
 				require.Empty(t, retries)
@@ -132,7 +132,7 @@ func TestHandleRetriesARefusedConnection(t *testing.T) {
 	require.Zero(t, recorded[0].Status)
 	require.Contains(t, recorded[0].Error, "refused")
 	require.NotContains(t, recorded[0].Error, "secret")
-	retries, _ := b.pub.published()
+	retries, _ := b.published()
 	require.Len(t, retries, 1)
 }
 
@@ -150,7 +150,7 @@ func TestHandleParksAMalformedMessage(t *testing.T) {
 	require.Zero(t, locks, "nothing to lock")
 	require.Empty(t, recorded)
 	require.Empty(t, b.posts)
-	retries, deads := b.pub.published()
+	retries, deads := b.published()
 	require.Empty(t, retries)
 	require.Len(t, deads, 1)
 	require.Equal(t, msg.Wire, deads[0].msg.Wire, "parked as it came")
@@ -171,7 +171,7 @@ func TestHandleParksAMessageOfAPurgedEvent(t *testing.T) {
 	require.Empty(t, b.posts)
 	locks, _, _, _ := b.store.snapshot()
 	require.Equal(t, 1, locks, "not retried")
-	_, deads := b.pub.published()
+	_, deads := b.published()
 	require.Len(t, deads, 1)
 	require.Equal(t, "event_missing", deads[0].why.Reason)
 	require.Equal(t, 3, deads[0].why.Attempts)
@@ -224,7 +224,7 @@ func TestHandleDeliversOnlyTheCurrentCopy(t *testing.T) {
 				require.Len(t, recorded, 1)
 				require.Equal(t, tc.pairGen+int64(tc.restarts), recorded[0].Gen, "recorded under the pair's generation")
 			}
-			retries, deads := b.pub.published()
+			retries, deads := b.published()
 			require.Empty(t, retries)
 			if tc.dead != "" {
 				require.Len(t, deads, 1)
@@ -289,7 +289,7 @@ func TestHandleGivesUpAHeldMessageAtShutdown(t *testing.T) {
 	err := recv(t, done, "Handle to return")
 	require.ErrorContains(t, err, "claiming delivery: connection refused (shutting down)")
 	require.Empty(t, b.posts)
-	requireNothingPublished(t, b.pub)
+	requireNothingPublished(t, b)
 }
 
 // A record that fails on a Postgres error is retried (the lease is still
@@ -302,7 +302,7 @@ func TestHandleRetriesAFailedRecord(t *testing.T) {
 	require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
 	_, _, _, recorded := b.store.snapshot()
 	require.Len(t, recorded, 1)
-	retries, _ := b.pub.published()
+	retries, _ := b.published()
 	require.Len(t, retries, 1)
 	require.Equal(t, int64(1), retries[0].next.Gen)
 }
@@ -317,7 +317,7 @@ func TestHandleRecordsAPairMovedOnAsSuperseded(t *testing.T) {
 	require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
 	_, _, _, recorded := b.store.snapshot()
 	require.Len(t, recorded, 1, "the attempt is recorded")
-	requireNothingPublished(t, b.pub)
+	requireNothingPublished(t, b)
 	require.Equal(t, map[string]float64{"superseded": 1}, b.outcomes(t))
 }
 
@@ -338,7 +338,7 @@ func TestHandleLostLeaseIsNotAcked(t *testing.T) {
 			require.Empty(t, recorded, "nothing of the pair changes")
 			require.Len(t, b.store.lost, 1)
 			require.Equal(t, code, b.store.lost[0].Status)
-			requireNothingPublished(t, b.pub)
+			requireNothingPublished(t, b)
 			require.Empty(t, b.outcomes(t), "neither delivered nor failed")
 			require.Equal(t, map[string]float64{"lost": 1}, b.leases(t))
 		})

@@ -2,10 +2,12 @@
 // queue it claims the (event, route) delivery in Postgres with a lease
 // (see lease.go), skips it if it was already delivered, POSTs the event to
 // the route's URL with Standard Webhooks headers holding no database
-// connection, records the attempt, and then either is done (2xx),
-// republishes the message to the next retry tier, or parks it in the route's
-// dead-letter queue. The caller acks only when Handle returns nil, so every
-// outcome is stored (and any republish confirmed) before the ack.
+// connection, and records the attempt. A success is then done; a failure
+// to retry is done too, because its record puts the retry copy in the
+// outbox in the same statement (the outbox relay publishes it to the
+// retry tier); a last failure is parked in the route's dead-letter queue.
+// The caller acks only when Handle returns nil, so every outcome is stored
+// (and a dead letter's publish confirmed) before the ack.
 package deliver
 
 import (
@@ -84,12 +86,10 @@ type Store interface {
 	DeliveryClaim(ctx context.Context, owner uuid.UUID, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (Lease, error)
 }
 
-// Publisher publishes the copy of a message that its outcome calls for and
-// waits, bounded, for the broker's confirm: nil means confirmed and routed.
+// Publisher publishes a message's dead letter and waits, bounded, for the
+// broker's confirm: nil means confirmed and routed. (A retry copy needs no
+// publish here: it goes into the outbox with the record of the attempt.)
 type Publisher interface {
-	// Retry publishes next, the message's copy for its next attempt, to
-	// come back to route's queue after delay (the retry tier's).
-	Retry(ctx context.Context, route string, delay time.Duration, next webhook.RouteMessage) error
 	// DeadLetter parks m in its route's dead-letter queue, saying why.
 	DeadLetter(ctx context.Context, m webhook.RouteMessage, why webhook.DeadLetter) error
 	// Blocked returns nil while the broker accepts publishes. While it
@@ -140,10 +140,10 @@ type Config struct {
 	// stays well under RabbitMQ's 30-minute consumer timeout. Default 10m.
 	StoreRetryFor time.Duration
 	// PublishHoldFor bounds how long a message whose outcome needs a
-	// publish is held while the broker blocks publishing (a resource
-	// alarm): no new POST and no requeue loop meanwhile. After it, the
-	// message is requeued. Default 10m, well under RabbitMQ's 30-minute
-	// consumer timeout.
+	// publish (a dead letter) is held while the broker blocks publishing
+	// (a resource alarm): no requeue loop meanwhile. After it, the message
+	// is requeued. Default 10m, well under RabbitMQ's 30-minute consumer
+	// timeout.
 	PublishHoldFor time.Duration
 	// Ordering serves the stale check of routes with DropStale; nil turns
 	// the check off.
@@ -152,6 +152,10 @@ type Config struct {
 	// none came) and its Retry-After, before the outcome is recorded and
 	// the message acked: the route controls count it (internal/control).
 	ObserveFunc func(ctx context.Context, route string, status int, retryAfter time.Duration)
+	// AfterRecordFunc, when set, runs after an attempt's outcome is
+	// recorded and before anything else (a dead letter's publish, the
+	// ack), with the outcome. Tests use it to kill the process there.
+	AfterRecordFunc func(outcome webhook.DeliveryState)
 	// LeaseMargin is added to a route's timeout for the lease a delivery
 	// holds on its pair: it covers the claim, the request's set-up and the
 	// record after the answer. A dispatcher killed mid-POST leaves a lease
@@ -260,13 +264,16 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
 	}
 	tier, deadReason := d.decide(attempt, retryAfter)
-	gen, done, err := d.record(ctx, lease, attempt)
-	if done || err != nil {
+	attempt.FirstAttemptAt = msg.FirstAttemptAt
+	if _, done, err := d.record(ctx, lease, attempt); done || err != nil {
 		return err
+	}
+	if h.cfg.AfterRecordFunc != nil {
+		h.cfg.AfterRecordFunc(attempt.Outcome)
 	}
 	switch attempt.Outcome {
 	case webhook.StateRetrying:
-		return d.retry(ctx, attempt, tier, gen)
+		d.retried(attempt, tier)
 	case webhook.StateDead:
 		if err := d.deadLetter(ctx, deadReason, attempt); err != nil {
 			return err
@@ -673,24 +680,13 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// retry publishes the message's copy for its next attempt, generation gen,
-// to the tier.
-func (d *delivery) retry(ctx context.Context, a *webhook.Attempt, tier int, gen int64) error {
-	next := d.msg
-	next.Attempt++
-	next.Gen = gen
-	if next.FirstAttemptAt.IsZero() {
-		next.FirstAttemptAt = d.now()
-	}
+// retried counts and logs a failed attempt whose retry copy its record
+// put in the outbox, for the tier.
+func (d *delivery) retried(a *webhook.Attempt, tier int) {
 	t := d.cfg.Tiers[tier]
-	err := d.publish(ctx, func(ctx context.Context) error { return d.cfg.Publisher.Retry(ctx, d.route.Name, t.Delay, next) })
-	if err != nil {
-		return fmt.Errorf("scheduling retry: %w", err)
-	}
 	d.cfg.Metrics.outcome(d.route.Name, "retry_scheduled")
 	d.cfg.Metrics.retries.WithLabelValues(d.route.Name, t.Name).Inc()
 	d.log.Info().Int("status", a.Status).Str("error", a.Error).Dur("retry_in", t.Delay).Msg("delivery failed; retry scheduled")
-	return nil
 }
 
 // deadLetter parks the message in its route's dead-letter queue, for

@@ -9,12 +9,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// While the broker blocks publishing, a failed delivery's retry is held:
-// Handle does not return (the message stays unacked, no new POST), and it
-// publishes the retry once the block lifts.
-func TestHandleHoldsRetryWhilePublishingIsBlocked(t *testing.T) {
+// A retry needs no publish: its copy goes into the outbox with the record
+// of the failed attempt, so a broker that blocks publishing (an alarm)
+// does not hold it, and Handle returns at once (the message is acked).
+func TestHandleRetryNeedsNoPublish(t *testing.T) {
 	t.Parallel()
-	b := setup(t, time.Minute, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	b := setup(t, time.Minute, status(http.StatusInternalServerError))
+	b.pub.Block()
+	require.NoError(t, b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})))
+	require.Empty(t, b.pub.attempts, "nothing published")
+	retries, deads := b.published()
+	require.Len(t, retries, 1, "the retry copy is recorded with the attempt")
+	require.Equal(t, time.Second, retries[0].delay)
+	require.Empty(t, deads)
+}
+
+// While the broker blocks publishing, a dead letter is held: Handle does
+// not return (the message stays unacked, no new POST), and it publishes
+// the dead letter once the block lifts.
+func TestHandleHoldsDeadLetterWhilePublishingIsBlocked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute, status(http.StatusGone))
 	b.pub.Block()
 	done := make(chan error, 1)
 	go func() { done <- b.handler.Handle(context.Background(), "billing", message(), make(chan struct{})) }()
@@ -37,9 +52,9 @@ func TestHandleHoldsRetryWhilePublishingIsBlocked(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Handle did not finish after the block lifted")
 	}
-	retries, _ := b.pub.published()
-	require.Len(t, retries, 1)
-	require.Equal(t, time.Second, retries[0].delay)
+	_, deads := b.published()
+	require.Len(t, deads, 1)
+	require.Equal(t, "no_retry_status", deads[0].why.Reason)
 	require.Len(t, b.posts, 0, "one POST only")
 }
 
@@ -47,17 +62,17 @@ func TestHandleHoldsRetryWhilePublishingIsBlocked(t *testing.T) {
 // requeues the message).
 func TestHandleGivesUpAfterHoldBound(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 200*time.Millisecond, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	b := setup(t, 200*time.Millisecond, status(http.StatusGone))
 	b.pub.Block()
 	err := b.handler.Handle(context.Background(), "billing", message(), make(chan struct{}))
 	require.ErrorContains(t, err, "blocked publishing for longer than 200ms")
-	requireNothingPublished(t, b.pub)
+	requireNothingPublished(t, b)
 }
 
 // Shutdown (stopping) ends a hold early.
 func TestHandleHoldEndsOnShutdown(t *testing.T) {
 	t.Parallel()
-	b := setup(t, time.Minute, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	b := setup(t, time.Minute, status(http.StatusGone))
 	b.pub.Block()
 	stopping := make(chan struct{})
 	done := make(chan error, 1)
@@ -91,5 +106,5 @@ func TestHandleAbortedRecordsNothing(t *testing.T) {
 	_, released, _, recorded := b.store.snapshot()
 	require.Empty(t, recorded, "an aborted attempt is not recorded")
 	require.Equal(t, 1, released, "the delivery lock is released")
-	requireNothingPublished(t, b.pub)
+	requireNothingPublished(t, b)
 }

@@ -48,7 +48,9 @@ type fakeStore struct {
 	// restartErr fails Restart, when set.
 	restartErr     error
 	recorded, lost []*webhook.Attempt
-	ttls           []time.Duration
+	// retries are the retry copies records put in the outbox.
+	retries []retry
+	ttls    []time.Duration
 }
 
 func newFakeStore() *fakeStore {
@@ -81,12 +83,19 @@ func (s *fakeStore) DeliveryClaim(_ context.Context, _, _ uuid.UUID, _ string, _
 }
 
 // record stores a and moves the pair on as Postgres does: a retry starts
-// a new generation.
+// a new generation, whose copy goes into the outbox with the record.
 func (s *fakeStore) record(a *webhook.Attempt) int64 {
 	s.recorded = append(s.recorded, a)
 	s.state = a.Outcome
 	if a.Outcome == webhook.StateRetrying {
 		s.gen++
+		first := a.FirstAttemptAt
+		if first.IsZero() {
+			first = a.StartedAt
+		}
+		s.retries = append(s.retries, retry{route: a.Route, delay: a.RetryIn, next: webhook.RouteMessage{
+			EventID: a.EventID, Gen: s.gen, Attempt: a.Number + 1, FirstAttemptAt: first,
+		}})
 	}
 	return s.gen
 }
@@ -152,7 +161,7 @@ func (l *fakeLock) Release(context.Context) error {
 	return nil
 }
 
-// retry is a confirmed Retry.
+// retry is a retry copy a record put in the outbox.
 type retry struct {
 	route string
 	delay time.Duration
@@ -170,17 +179,12 @@ type dead struct {
 type fakePublisher struct {
 	mu       sync.Mutex
 	lifted   chan struct{} // nil when not blocked
-	retries  []retry
 	dead     []dead
 	attempts chan struct{} // signalled on every publish
 }
 
 func newFakePublisher() *fakePublisher {
 	return &fakePublisher{attempts: make(chan struct{}, 64)}
-}
-
-func (p *fakePublisher) Retry(_ context.Context, route string, delay time.Duration, next webhook.RouteMessage) error {
-	return p.publish(func() { p.retries = append(p.retries, retry{route, delay, next}) })
 }
 
 func (p *fakePublisher) DeadLetter(_ context.Context, m webhook.RouteMessage, why webhook.DeadLetter) error {
@@ -220,12 +224,22 @@ func (p *fakePublisher) Unblock() {
 	p.lifted = nil
 }
 
-// published returns the confirmed retries and dead letters.
-func (p *fakePublisher) published() ([]retry, []dead) {
+// deadLetters returns the confirmed dead letters.
+func (p *fakePublisher) deadLetters() []dead {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]retry(nil), p.retries...), append([]dead(nil), p.dead...)
+	return append([]dead(nil), p.dead...)
 }
+
+// published returns the retry copies recorded and the dead letters
+// published.
+func published(s *fakeStore, p *fakePublisher) ([]retry, []dead) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]retry(nil), s.retries...), p.deadLetters()
+}
+
+func (b *bundle) published() ([]retry, []dead) { return published(b.store, b.pub) }
 
 // post is a request the destination received.
 type post struct {
@@ -340,9 +354,9 @@ func status(code int) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
 }
 
-func requireNothingPublished(t *testing.T, p *fakePublisher) {
+func requireNothingPublished(t *testing.T, b *bundle) {
 	t.Helper()
-	retries, dead := p.published()
+	retries, dead := b.published()
 	require.Empty(t, retries, "no retry")
 	require.Empty(t, dead, "no dead letter")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,28 +21,56 @@ type Reconciled struct {
 	Overdue time.Duration
 }
 
-// ReconcileStore finds overdue pairs of a route and sends each again
-// through the outbox, in one transaction (see store.DeliveryReconcile).
+// ReconcileStore finds pairs of a route overdue by more than a margin and
+// sends each again through the outbox, in one transaction (see
+// store.DeliveryReconcile).
 type ReconcileStore interface {
 	DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]Reconciled, error)
 }
 
-// QueueReadyFunc returns the number of ready messages in a route's queue.
+// QueueReadyFunc returns the number of ready messages in a route's queue,
+// as the broker counts them now.
 type QueueReadyFunc func(ctx context.Context, route string) (int, error)
+
+// TiersFunc returns, for each retry tier, how many of its messages expired
+// and wait to be dead-lettered to their route queues. Its counts may be
+// some seconds old (RabbitMQ's statistics); Margin covers that.
+type TiersFunc func(ctx context.Context) (map[string]int, error)
+
+// Reasons a pair is sent again, as hookrelay_reconciled_total counts them.
+const (
+	// ReconciledLost: overdue by the margin, with its route queue drained
+	// and no retry tier holding a message to dead-letter: no copy of the
+	// pair is left anywhere in the broker.
+	ReconciledLost = "lost"
+	// ReconciledStranded: overdue by strand_after while a retry tier
+	// keeps holding messages it does not dead-letter (RabbitMQ can strand
+	// them after a leader change until its dead-letter worker gives up
+	// waiting for a confirm): its copy is probably one of them.
+	ReconciledStranded = "stranded"
+)
 
 // ReconcilerConfig configures a Reconciler.
 type ReconcilerConfig struct {
 	Routes     []string
 	Store      ReconcileStore
 	QueueReady QueueReadyFunc
+	Tiers      TiersFunc
 	// Interval is the pause between rounds over every route.
 	Interval time.Duration
 	// Margin is how far past its due time a pair must be before it counts
-	// as lost. It covers a dispatcher that is slow to take a message and a
-	// retry tier that expires a little late, and stays far below any
-	// destination's patience.
+	// as lost, when nothing in the broker can hold its copy. It covers a
+	// dispatcher slow to take a message and the age of the broker's
+	// statistics.
 	Margin time.Duration
-	// Batch is the most pairs one transaction re-sends; default 500.
+	// StrandAfter is how far past its due time a pair must be to be sent
+	// again while a retry tier still holds messages waiting to be
+	// dead-lettered: longer than such a backlog lasts when the broker is
+	// merely slow. Default 5m.
+	StrandAfter time.Duration
+	// Batch is the most pairs one round re-sends per route; default 500.
+	// One batch a round, and none while the route's queue holds ready
+	// messages: the re-sent copies are taken before more are sent.
 	Batch int
 	// ActiveFunc reports whether a route's dispatchers take messages now;
 	// a paused route's pairs wait in its queue by design. Nil: always.
@@ -49,46 +79,82 @@ type ReconcilerConfig struct {
 	Logger     zerolog.Logger
 }
 
-// Reconciler repairs what the broker strands. RabbitMQ's at-least-once
-// dead-lettering can leave a message in a retry tier after a leader change
-// (rabbitmq-server issues 12625 and 16652), and a queue purged or deleted
-// by hand loses its messages: Postgres still has the pair pending or
-// retrying with a due time long past. For each route whose queue has no
-// ready messages (so nothing is merely waiting in a backlog), it sends such
-// pairs again as a new generation; the dispatcher drops the stranded copy
-// if it ever turns up. Safe with several dispatchers running.
+// Reconciler repairs what the broker loses, and only that. Postgres knows
+// every undelivered pair and when its copy is due at a dispatcher; a pair
+// long past that, not in flight and with nothing in the outbox, has a copy
+// that is late or lost. Late is the common case (a backlog after an
+// outage, a retry tier dead-lettering slowly), and sending a late pair
+// again only adds to the backlog it waits in. So a pair is sent again only
+// when nothing in the broker can be holding its copy:
+//
+//   - its route queue holds no ready message (read live): a copy that
+//     arrived there was taken by a dispatcher, which would have claimed
+//     the pair; and
+//   - no retry tier holds a message waiting to be dead-lettered back to
+//     its route queue (messages_dlx): a retry copy that expired left its
+//     tier.
+//
+// Then the copy is gone (a queue purged or deleted by hand, a broker that
+// lost it) and the pair is re-sent as a new generation (reason lost). A
+// tier that keeps such messages for long is stranding them (RabbitMQ
+// 3.10–4.x can, after a leader change, until its dead-letter worker's
+// confirm timeout): a pair overdue by StrandAfter is re-sent then, even
+// though a tier still holds messages (reason stranded). A stale copy that
+// turns up later is dropped by the dispatcher. Safe with several
+// dispatchers running.
 type Reconciler struct {
 	cfg        ReconcilerConfig
 	logger     zerolog.Logger
 	reconciled *prometheus.CounterVec
+	tierGauge  *prometheus.GaugeVec
 }
 
 // NewReconciler returns a Reconciler and registers
-// hookrelay_reconciled_total on cfg.Registerer.
+// hookrelay_reconciled_total and hookrelay_retry_tier_dead_lettering on
+// cfg.Registerer.
 func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
-	if cfg.Store == nil || cfg.QueueReady == nil || cfg.Interval <= 0 || cfg.Margin <= 0 || cfg.Registerer == nil {
-		return nil, errors.New("deliver: reconciler needs Store, QueueReady, Registerer, and positive Interval and Margin")
+	if cfg.Store == nil || cfg.QueueReady == nil || cfg.Tiers == nil || cfg.Interval <= 0 || cfg.Margin <= 0 || cfg.Registerer == nil {
+		return nil, errors.New("deliver: reconciler needs Store, QueueReady, Tiers, Registerer, and positive Interval and Margin")
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 500
+	}
+	if cfg.StrandAfter <= 0 {
+		cfg.StrandAfter = 5 * time.Minute
+	}
+	if cfg.StrandAfter < cfg.Margin {
+		cfg.StrandAfter = cfg.Margin
 	}
 	return &Reconciler{
 		cfg:        cfg,
 		logger:     cfg.Logger.With().Str("component", "reconciler").Logger(),
 		reconciled: NewReconciledCounter(cfg.Registerer, cfg.Routes),
+		tierGauge:  NewTierGauge(cfg.Registerer),
 	}, nil
 }
 
+// NewTierGauge registers hookrelay_retry_tier_dead_lettering on reg.
+func NewTierGauge(reg prometheus.Registerer) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookrelay_retry_tier_dead_lettering",
+		Help: "Messages of a retry tier that expired and wait to be dead-lettered back to their route queue (RabbitMQ's messages_dlx, as the reconciler last read it).",
+	}, []string{"tier"})
+	reg.MustRegister(g)
+	return g
+}
+
 // NewReconciledCounter registers hookrelay_reconciled_total on reg, with a
-// series for each route from the start.
+// series for each route and reason from the start.
 func NewReconciledCounter(reg prometheus.Registerer, routes []string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookrelay_reconciled_total",
-		Help: "Pairs sent again because their message was lost by the broker (overdue, not in flight, not in the outbox).",
-	}, []string{"route"})
+		Help: "Pairs sent again because no copy of theirs was left in the broker: reason lost (route queue drained, no retry tier dead-lettering) or stranded (overdue by reconcile.strand_after while a retry tier holds messages it does not dead-letter).",
+	}, []string{"route", "reason"})
 	reg.MustRegister(c)
 	for _, route := range routes {
-		c.WithLabelValues(route)
+		for _, reason := range []string{ReconciledLost, ReconciledStranded} {
+			c.WithLabelValues(route, reason)
+		}
 	}
 	return c
 }
@@ -104,53 +170,109 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		tiers, err := r.readTiers(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.logger.Warn().Err(err).Msg("reading the retry tiers; until they can be read, only pairs overdue by reconcile.strand_after are re-sent")
+		}
 		for _, route := range r.cfg.Routes {
-			if _, err := r.ReconcileRoute(ctx, route); err != nil && ctx.Err() == nil {
+			if _, err := r.reconcileRoute(ctx, route, tiers); err != nil && ctx.Err() == nil {
 				r.logger.Warn().Err(err).Str("route", route).Msg("reconcile round failed; trying again next interval")
 			}
 		}
 	}
 }
 
-// ReconcileRoute runs one round for route and returns how many pairs it
-// sent again.
+// tierState is what a round knows of the retry tiers.
+type tierState struct {
+	// known is false when they could not be read.
+	known bool
+	// deadLettering counts, per tier holding any, the messages waiting
+	// to be dead-lettered.
+	deadLettering map[string]int
+}
+
+// quiet says no tier holds a message waiting to be dead-lettered.
+func (t tierState) quiet() bool { return t.known && len(t.deadLettering) == 0 }
+
+func (t tierState) String() string {
+	if !t.known {
+		return "the retry tiers could not be read"
+	}
+	var parts []string
+	for name, n := range t.deadLettering {
+		parts = append(parts, fmt.Sprintf("%s holds %d", name, n))
+	}
+	sort.Strings(parts)
+	return "messages waiting to be dead-lettered: " + strings.Join(parts, ", ")
+}
+
+func (r *Reconciler) readTiers(ctx context.Context) (tierState, error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	counts, err := r.cfg.Tiers(qctx)
+	if err != nil {
+		return tierState{}, err
+	}
+	st := tierState{known: true, deadLettering: map[string]int{}}
+	for name, n := range counts {
+		r.tierGauge.WithLabelValues(name).Set(float64(n))
+		if n > 0 {
+			st.deadLettering[name] = n
+		}
+	}
+	return st, nil
+}
+
+// ReconcileRoute runs one round for route, reading the retry tiers first,
+// and returns how many pairs it sent again.
 func (r *Reconciler) ReconcileRoute(ctx context.Context, route string) (int, error) {
+	tiers, err := r.readTiers(ctx)
+	if err != nil {
+		r.logger.Warn().Err(err).Msg("reading the retry tiers; only pairs overdue by reconcile.strand_after are re-sent")
+	}
+	return r.reconcileRoute(ctx, route, tiers)
+}
+
+// reconcileRoute re-sends at most one batch of route's pairs that no copy
+// in the broker can be waiting for.
+func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tierState) (int, error) {
 	if r.cfg.ActiveFunc != nil && !r.cfg.ActiveFunc(route) {
 		return 0, nil
 	}
-	total := 0
-	for {
-		// Each step has its own deadline: a stuck broker or database must
-		// not hold the round (and shutdown) for long.
-		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ready, err := r.cfg.QueueReady(qctx, route)
-		cancel()
-		if err != nil {
-			return total, fmt.Errorf("reading the queue of %s: %w", route, err)
-		}
-		if ready > 0 {
-			return total, nil // a backlog: overdue pairs may be waiting in it
-		}
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		done, err := r.cfg.Store.DeliveryReconcile(sctx, route, r.cfg.Margin, r.cfg.Batch)
-		cancel()
-		if err != nil {
-			return total, err
-		}
-		if len(done) == 0 {
-			return total, nil
-		}
-		total += len(done)
-		r.reconciled.WithLabelValues(route).Add(float64(len(done)))
-		var oldest time.Duration
-		for _, d := range done {
-			oldest = max(oldest, d.Overdue)
-		}
-		r.logger.Warn().Str("route", route).Int("pairs", len(done)).Stringer("first_event_id", done[0].EventID).
-			Str("most_overdue", oldest.Round(time.Millisecond).String()).
-			Msg("re-sent pairs whose messages the broker lost; stale copies will be dropped if they turn up")
-		if len(done) < r.cfg.Batch {
-			return total, nil
-		}
+	// Each step has its own deadline: a stuck broker or database must not
+	// hold the round (and shutdown) for long.
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ready, err := r.cfg.QueueReady(qctx, route)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("reading the queue of %s: %w", route, err)
 	}
+	if ready > 0 {
+		return 0, nil // a backlog: overdue pairs may be waiting in it
+	}
+	reason, overdue := ReconciledLost, r.cfg.Margin
+	if !tiers.quiet() {
+		reason, overdue = ReconciledStranded, r.cfg.StrandAfter
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	done, err := r.cfg.Store.DeliveryReconcile(sctx, route, overdue, r.cfg.Batch)
+	cancel()
+	if err != nil || len(done) == 0 {
+		return 0, err
+	}
+	r.reconciled.WithLabelValues(route, reason).Add(float64(len(done)))
+	least, most := done[0].Overdue, done[0].Overdue
+	for _, d := range done {
+		least, most = min(least, d.Overdue), max(most, d.Overdue)
+	}
+	ev := r.logger.Warn().Str("route", route).Str("reason", reason).Int("pairs", len(done)).
+		Stringer("first_event_id", done[0].EventID).
+		Str("overdue_from", least.Round(time.Millisecond).String()).Str("overdue_to", most.Round(time.Millisecond).String())
+	if reason == ReconciledLost {
+		ev.Msg("re-sent pairs with no copy left in the broker: overdue, their route queue drained, no retry tier dead-lettering; a copy that turns up after all is dropped as stale")
+	} else {
+		ev.Str("tiers", tiers.String()).Dur("strand_after", r.cfg.StrandAfter).
+			Msg("re-sent pairs overdue by more than reconcile.strand_after while a retry tier keeps messages it does not dead-letter; their stranded copies are dropped as stale if they turn up")
+	}
+	return len(done), nil
 }

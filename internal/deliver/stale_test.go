@@ -114,7 +114,7 @@ func TestHandleDropsStaleEvents(t *testing.T) {
 				require.Len(t, recorded, 1)
 				require.Equal(t, webhook.StateDelivered, recorded[0].Outcome)
 			}
-			retries, deads := pub.published()
+			retries, deads := published(store, pub)
 			require.Empty(t, retries)
 			require.Empty(t, deads, "never dead-lettered")
 			require.Equal(t, map[string]float64{tc.outcome: 1}, b.outcomes(t))

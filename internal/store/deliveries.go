@@ -190,8 +190,9 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 
 // Record stores the attempt, moves the delivery to a.Outcome and releases
 // the lease, in one statement fenced by the lease: a retrying outcome
-// moves the pair to a new generation, the retry copy's, which it returns.
-// current says whether the pair was still at a.Gen: if not (a replay moved
+// moves the pair to a new generation, the retry copy's, which it returns,
+// and puts that copy in the outbox (for the tier of a.RetryIn, attempt
+// a.Number+1), so a retry is never recorded without its copy. current says whether the pair was still at a.Gen: if not (a replay moved
 // it on while the attempt was in flight), only a success changed its
 // state, and the newer copy owns what comes next. If the lease was taken
 // over meanwhile (it expired), the attempt is stored with outcome
@@ -247,8 +248,9 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 
 // recordAttempt inserts the attempt and, when the pair is still at the
 // attempt's generation, moves it to a.Outcome (a retrying outcome to the
-// next generation, due when its tier expires), releasing the lease, in one
-// statement fenced by owner. It returns the pair's generation afterwards
+// next generation, due when its tier expires, with that generation's
+// retry copy put in the outbox), releasing the lease, in one statement
+// fenced by owner. It returns the pair's generation afterwards
 // and whether the attempt's copy was current (the pair at a.Gen: a replay
 // may have moved it on meanwhile). When the fence fails, the attempt is inserted as 'lost_lease' and
 // nothing else changes: ErrLeaseLost. Its statement has a grouped twin in
@@ -276,32 +278,46 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 		current bool
 	)
 	err := db.pool.QueryRow(ctx, `
-		WITH old AS (SELECT gen FROM deliveries WHERE id = $1), u AS (
-			UPDATE deliveries SET
-				state            = CASE WHEN state = 'delivered' THEN 'delivered'
-				                        WHEN gen = $6 OR $2 = 'delivered' THEN $2 ELSE state END,
-				attempts         = attempts + 1,
+		WITH old AS (
+			-- Locks the row and reads its generation as it is now (a replay
+			-- may have moved it since this statement's snapshot); u joins it
+			-- so that it runs first.
+			SELECT id, gen FROM deliveries WHERE id = $1 FOR UPDATE
+		), u AS (
+			UPDATE deliveries d SET
+				state            = CASE WHEN d.state = 'delivered' THEN 'delivered'
+				                        WHEN d.gen = $6 OR $2 = 'delivered' THEN $2 ELSE d.state END,
+				attempts         = d.attempts + 1,
 				last_status      = $3,
 				last_error       = $4,
-				first_attempt_at = COALESCE(first_attempt_at, $5),
+				first_attempt_at = COALESCE(d.first_attempt_at, $5),
 				last_attempt_at  = $5,
-				delivered_at     = CASE WHEN $2 = 'delivered' AND delivered_at IS NULL THEN now() ELSE delivered_at END,
-				gen              = CASE WHEN gen = $6 AND $2 = 'retrying' THEN gen + 1 ELSE gen END,
-				due_at           = CASE WHEN gen = $6 AND $2 = 'retrying' THEN now() + $7::interval ELSE due_at END,
+				delivered_at     = CASE WHEN $2 = 'delivered' AND d.delivered_at IS NULL THEN now() ELSE d.delivered_at END,
+				gen              = CASE WHEN d.gen = $6 AND $2 = 'retrying' THEN d.gen + 1 ELSE d.gen END,
+				due_at           = CASE WHEN d.gen = $6 AND $2 = 'retrying' THEN now() + $7::interval ELSE d.due_at END,
 				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
 				updated_at       = now()
-			WHERE id = $1 AND lease_owner = $8
-			RETURNING gen, series
+			FROM old
+			WHERE d.id = old.id AND d.lease_owner = $8
+			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AND $2 = 'retrying' AS moved
 		), i AS (
 			INSERT INTO delivery_attempts
 				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series)
 			SELECT $1, $9, $5, $10, $3, $11, $12, $4,
 			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
 			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE id = $1), 1)
+		), r AS (
+			-- The retry copy of the new generation, for the next attempt,
+			-- commits with the record; the outbox relay publishes it to the
+			-- tier of its delay (recordBatch does the same).
+			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at)
+			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, $9 + 1, $13, $14
+			FROM u JOIN events e ON e.id = u.event_id
+			WHERE u.moved
 		)
 		SELECT gen, (SELECT gen FROM old) = $6 FROM u`,
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
-		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody).Scan(&gen, &current)
+		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a)).Scan(&gen, &current)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, ErrLeaseLost
 	}
@@ -313,6 +329,15 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 		return 0, false, fmt.Errorf("recording attempt: %w", err)
 	}
 	return gen, current, nil
+}
+
+// seriesStart is when a's attempt series began, as its retry copy carries
+// it.
+func seriesStart(a *webhook.Attempt) time.Time {
+	if a.FirstAttemptAt.IsZero() {
+		return a.StartedAt
+	}
+	return a.FirstAttemptAt
 }
 
 // DeliveryGet returns the state and attempt count of one pair, or

@@ -272,7 +272,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		outcomes                          = make([]string, n)
 		statuses                          = make([]*int32, n)
 		errTexts, headers                 = make([]*string, n), make([]*string, n)
-		started                           = make([]time.Time, n)
+		started, series                   = make([]time.Time, n), make([]time.Time, n)
 		owners                            = make([][16]byte, n)
 		numbers                           = make([]int32, n)
 		bodies                            = make([][]byte, n)
@@ -281,7 +281,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		a := it.a
 		ids[i], owners[i], outcomes[i] = it.deliveryID, pgUUID(it.owner), string(a.Outcome)
 		gens[i], retryMS[i], durMS[i] = a.Gen, a.RetryIn.Milliseconds(), a.Duration.Milliseconds()
-		started[i], numbers[i], bodies[i] = a.StartedAt, int32(a.Number), a.ResponseBody
+		started[i], numbers[i], bodies[i], series[i] = a.StartedAt, int32(a.Number), a.ResponseBody, seriesStart(a)
 		if a.Status != 0 {
 			s := int32(a.Status)
 			statuses[i] = &s
@@ -308,8 +308,9 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 	rows, err := db.pool.Query(ctx, `
 		WITH input AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[],
-			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[])
-			       WITH ORDINALITY AS t(id, outcome, status, error, started_at, gen, retry_ms, owner, number, duration_ms, headers, body, ord)
+			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[], $13::timestamptz[])
+			       WITH ORDINALITY AS t(id, outcome, status, error, started_at, gen, retry_ms, owner, number, duration_ms, headers, body,
+			                            series_start, ord)
 		), old AS (
 			-- Locks the rows in id order before u changes them, and reads
 			-- each one's generation before the change. u joins it so that
@@ -336,7 +337,14 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 				updated_at       = now()
 			FROM input i JOIN old o ON o.id = i.id
 			WHERE d.id = i.id AND d.lease_owner = i.owner
-			RETURNING i.ord, d.gen, d.series
+			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AND i.outcome = 'retrying' AS moved
+		), r AS (
+			-- As recordAttempt: each retry copy commits with its record.
+			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at)
+			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, i.number + 1, i.retry_ms, i.series_start
+			FROM u JOIN input i ON i.ord = u.ord JOIN events e ON e.id = u.event_id
+			WHERE u.moved
+			ORDER BY u.ord
 		), ins AS (
 			INSERT INTO delivery_attempts
 				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series)
@@ -347,7 +355,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		)
 		SELECT i.ord, u.ord IS NOT NULL, COALESCE(u.gen, 0), COALESCE(o.gen = i.gen, false)
 		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN old o ON o.id = i.id`,
-		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies)
+		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series)
 	if err != nil {
 		return refusedAlone(out, err, func(o *recordOut) { o.alone = true })
 	}

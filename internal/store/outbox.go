@@ -54,7 +54,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 	batch.Queue(`BEGIN`)
 	batch.Queue(`
 		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0), COALESCE(o.attempt, 1),
-		       e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
+		       COALESCE(o.retry_ms, 0), o.first_attempt_at, e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
 		FROM outbox o
 		JOIN events e ON e.id = o.event_id
 		WHERE o.next_try_at <= now()
@@ -68,9 +68,17 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
 			msgs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
-				var m webhook.Message
+				var (
+					m       webhook.Message
+					retryMS int64
+					first   *time.Time
+				)
 				err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen, &m.Attempt,
-					&m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt)
+					&retryMS, &first, &m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt)
+				m.RetryIn = time.Duration(retryMS) * time.Millisecond
+				if first != nil {
+					m.FirstAttemptAt = *first
+				}
 				return m, err
 			})
 		}

@@ -24,10 +24,12 @@ func (s RetrySelection) args() (*uuid.UUID, string) {
 }
 
 // retrySelectSQL selects the retrying pairs of a selection ($1 event id or
-// NULL, $2 route or ”) that have no copy waiting in the outbox.
+// NULL, $2 route or ”) that have no copy due now waiting in the outbox. A
+// retry copy still in the outbox on its way to its tier does not count:
+// the copy brought forward supersedes it, as it does one in the tier.
 const retrySelectSQL = `
 	d.state = 'retrying' AND ($1::uuid IS NULL OR d.event_id = $1) AND ($2 = '' OR d.route = $2)
-	AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id AND o.route = d.route)`
+	AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id AND o.route = d.route AND o.retry_ms IS NULL)`
 
 // retryNotInFlightSQL leaves out pairs in flight: a live delivery lease.
 const retryNotInFlightSQL = ` AND (d.lease_until IS NULL OR d.lease_until <= now())`
@@ -57,7 +59,7 @@ type RetriedPair struct {
 // delivers it at once, and the copy still waiting in a retry tier is of
 // an older generation, dropped (superseded) when it comes back. A pair in
 // flight (a dispatcher holds a live delivery lease on it) or with a copy
-// already in the outbox is left alone.
+// due now already in the outbox is left alone.
 func (db *DB) DeliveryRetryNow(ctx context.Context, sel RetrySelection, after int64, limit int) ([]RetriedPair, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()

@@ -56,14 +56,19 @@ type Message struct {
 	// Gen is the pair's generation for a message addressed to one route.
 	Gen int64
 	// Attempt is the attempt in its series that the message is for: 1,
-	// or, for a retrying pair's next attempt brought forward (hookrelay
-	// retry), that attempt's number.
-	Attempt     int
-	Source      string
-	EventType   string
-	ContentType string
-	Body        []byte
-	ReceivedAt  time.Time
+	// or, for a retrying pair's next attempt (a retry copy, or one brought
+	// forward by hookrelay retry), that attempt's number.
+	Attempt int
+	// RetryIn, when set, makes the message a retry copy: it goes to the
+	// retry tier of that delay, which dead-letters it to Route's queue
+	// when the delay has passed. FirstAttemptAt is when its series began.
+	RetryIn        time.Duration
+	FirstAttemptAt time.Time
+	Source         string
+	EventType      string
+	ContentType    string
+	Body           []byte
+	ReceivedAt     time.Time
 
 	// OutboxAttempts counts the publishes of this row the broker refused
 	// before this one (nack, return, no confirm in time).
@@ -107,6 +112,9 @@ type Attempt struct {
 	// RetryIn is, for a retrying outcome, how long until the retry copy
 	// is due back (its tier's delay).
 	RetryIn time.Duration
+	// FirstAttemptAt is when the attempt's series began (this attempt's
+	// start, if it is the first): a retrying outcome's copy carries it on.
+	FirstAttemptAt time.Time
 }
 
 // RouteMessage is a message of a route queue as the dispatcher reads it:

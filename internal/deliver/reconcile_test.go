@@ -1,0 +1,156 @@
+package deliver_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeReconcileStore answers DeliveryReconcile with up to limit of its
+// overdue pairs (by how overdue they are), and records each call.
+type fakeReconcileStore struct {
+	overdue []time.Duration
+	calls   []time.Duration // the overdue threshold of each call
+}
+
+func (s *fakeReconcileStore) DeliveryReconcile(_ context.Context, route string, margin time.Duration, limit int) ([]deliver.Reconciled, error) {
+	s.calls = append(s.calls, margin)
+	var out []deliver.Reconciled
+	var left []time.Duration
+	for _, o := range s.overdue {
+		if o > margin && len(out) < limit {
+			out = append(out, deliver.Reconciled{EventID: uuid.New(), Route: route, Gen: 1, Overdue: o})
+			continue
+		}
+		left = append(left, o)
+	}
+	s.overdue = left
+	return out, nil
+}
+
+// Issue 25: the reconciler re-sends a pair only when nothing in the broker
+// can hold its copy: never while the route queue has ready messages; after
+// the margin when no retry tier holds messages to dead-letter (lost);
+// while one does (or the tiers cannot be read), only pairs overdue by
+// strand_after (stranded). One batch a round.
+func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
+	t.Parallel()
+	const margin, strand = 15 * time.Second, 5 * time.Minute
+	for _, tc := range []struct {
+		name      string
+		ready     int
+		tiers     map[string]int
+		tiersErr  error
+		paused    bool
+		overdue   []time.Duration
+		wantCalls []time.Duration
+		want      map[string]int // re-sent, by reason
+	}{
+		{
+			name: "a backlog in the route queue: nothing, not even the store is asked", ready: 20000,
+			overdue: []time.Duration{2 * time.Minute, 10 * time.Minute},
+		},
+		{
+			name: "drained, tiers quiet: lost after the margin", tiers: map[string]int{"hr.retry.10s": 0},
+			overdue:   []time.Duration{20 * time.Second, 10 * time.Second},
+			wantCalls: []time.Duration{margin}, want: map[string]int{deliver.ReconciledLost: 1},
+		},
+		{
+			name: "a tier dead-lettering: late, unless overdue by strand_after", tiers: map[string]int{"hr.retry.10s": 0, "hr.retry.1m": 1885},
+			overdue:   []time.Duration{20 * time.Second, 4 * time.Minute, 6 * time.Minute},
+			wantCalls: []time.Duration{strand}, want: map[string]int{deliver.ReconciledStranded: 1},
+		},
+		{
+			name: "tiers unreadable: only strand_after", tiersErr: errors.New("no node answered"),
+			overdue:   []time.Duration{20 * time.Second, 6 * time.Minute},
+			wantCalls: []time.Duration{strand}, want: map[string]int{deliver.ReconciledStranded: 1},
+		},
+		{
+			name: "paused: its pairs wait in the queue by design", paused: true, tiers: map[string]int{},
+			overdue: []time.Duration{time.Hour},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := &fakeReconcileStore{overdue: tc.overdue}
+			reg := prometheus.NewRegistry()
+			r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+				Routes: []string{"billing"}, Store: store,
+				QueueReady: func(context.Context, string) (int, error) { return tc.ready, nil },
+				Tiers:      func(context.Context) (map[string]int, error) { return tc.tiers, tc.tiersErr },
+				Interval:   time.Second, Margin: margin, StrandAfter: strand,
+				ActiveFunc: func(string) bool { return !tc.paused },
+				Registerer: reg, Logger: zerolog.New(zerolog.NewTestWriter(t)),
+			})
+			require.NoError(t, err)
+			n, err := r.ReconcileRoute(context.Background(), "billing")
+			require.NoError(t, err)
+			require.Equal(t, tc.wantCalls, store.calls)
+			total := 0
+			for _, reason := range []string{deliver.ReconciledLost, deliver.ReconciledStranded} {
+				c, err := reconciledCounter(reg, reason)
+				require.NoError(t, err)
+				require.Equal(t, float64(tc.want[reason]), c, reason)
+				total += tc.want[reason]
+			}
+			require.Equal(t, total, n)
+		})
+	}
+}
+
+// One batch a round: the re-sent copies reach the route queue, and the next
+// round sends more only once the queue is drained again.
+func TestReconcilerSendsOneBatchARound(t *testing.T) {
+	t.Parallel()
+	store := &fakeReconcileStore{}
+	for range 7 {
+		store.overdue = append(store.overdue, time.Hour)
+	}
+	ready := 0
+	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: []string{"billing"}, Store: store, Batch: 3,
+		QueueReady: func(context.Context, string) (int, error) { return ready, nil },
+		Tiers:      func(context.Context) (map[string]int, error) { return nil, nil },
+		Interval:   time.Second, Margin: 15 * time.Second,
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+	})
+	require.NoError(t, err)
+	n, err := r.ReconcileRoute(context.Background(), "billing")
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	ready = 3 // the re-sent copies, not taken yet
+	n, err = r.ReconcileRoute(context.Background(), "billing")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	ready = 0
+	n, err = r.ReconcileRoute(context.Background(), "billing")
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+}
+
+func reconciledCounter(reg *prometheus.Registry, reason string) (float64, error) {
+	families, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != "hookrelay_reconciled_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue(), nil
+				}
+			}
+		}
+	}
+	return 0, nil
+}

@@ -1,0 +1,135 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+// retryRow is a retry copy waiting in the outbox.
+type retryRow struct {
+	route   string
+	gen     int64
+	attempt int
+	retryMS int64
+	first   time.Time
+}
+
+func retryRows(t *testing.T, db *store.DB, id uuid.UUID) []retryRow {
+	t.Helper()
+	rows, err := db.Pool().Query(context.Background(), `
+		SELECT route, gen, attempt, retry_ms, first_attempt_at FROM outbox
+		WHERE event_id = $1 AND retry_ms IS NOT NULL ORDER BY id`, id)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []retryRow
+	for rows.Next() {
+		var r retryRow
+		require.NoError(t, rows.Scan(&r.route, &r.gen, &r.attempt, &r.retryMS, &r.first))
+		r.first = r.first.UTC()
+		out = append(out, r)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// Issue 25: a failed attempt's retry copy commits with its record, in the
+// outbox, for the tier of its delay and the series' next attempt; the
+// single and the grouped statement alike. A success, a lost lease and a
+// pair a replay moved on put nothing there. The relay reads the copy back
+// as a retry copy of its route.
+func TestRecordPutsTheRetryCopyInTheOutbox(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	claim := func(id uuid.UUID, attempt int) *store.DeliveryLease {
+		l, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", attempt, 0, time.Minute)
+		require.NoError(t, err)
+		return l
+	}
+	series := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	attempt := func(id uuid.UUID, number, status int, outcome webhook.DeliveryState) *webhook.Attempt {
+		a := &webhook.Attempt{EventID: id, Route: "billing", Number: number, StartedAt: time.Now(), Status: status, Outcome: outcome}
+		if outcome == webhook.StateRetrying {
+			a.RetryIn = 90 * time.Second
+			a.FirstAttemptAt = series
+		}
+		return a
+	}
+
+	t.Run("alone", func(t *testing.T) {
+		failing, ok := insertBilling(t, db, "ro_fail"), insertBilling(t, db, "ro_ok")
+		gen, current, err := claim(failing, 3).Record(ctx, attempt(failing, 3, 503, webhook.StateRetrying))
+		require.NoError(t, err)
+		require.True(t, current)
+		require.EqualValues(t, 1, gen)
+		require.Equal(t, []retryRow{{route: "billing", gen: 1, attempt: 4, retryMS: 90_000, first: series}}, retryRows(t, db, failing))
+		_, _, err = claim(ok, 1).Record(ctx, attempt(ok, 1, 200, webhook.StateDelivered))
+		require.NoError(t, err)
+		require.Empty(t, retryRows(t, db, ok))
+
+		// A first attempt starts its series: the copy carries its start.
+		first := insertBilling(t, db, "ro_first")
+		a := attempt(first, 1, 500, webhook.StateRetrying)
+		a.FirstAttemptAt = time.Time{}
+		_, _, err = claim(first, 1).Record(ctx, a)
+		require.NoError(t, err)
+		rows := retryRows(t, db, first)
+		require.Len(t, rows, 1)
+		require.WithinDuration(t, a.StartedAt, rows[0].first, time.Millisecond)
+	})
+
+	t.Run("grouped", func(t *testing.T) {
+		failing, ok, lost, moved := insertBilling(t, db, "rg_fail"), insertBilling(t, db, "rg_ok"), insertBilling(t, db, "rg_lost"), insertBilling(t, db, "rg_moved")
+		lFail, lOK, lLost, lMoved := claim(failing, 2), claim(ok, 1), claim(lost, 1), claim(moved, 1)
+		expireLease(t, db, lost)
+		claim(lost, 1) // taken over: lLost is lost
+		_, err := db.Pool().Exec(ctx, `UPDATE deliveries SET gen = gen + 1 WHERE event_id = $1`, moved)
+		require.NoError(t, err)
+		res, err := db.RecordTogether(ctx, []*store.DeliveryLease{lFail, lOK, lLost, lMoved}, []*webhook.Attempt{
+			attempt(failing, 2, 503, webhook.StateRetrying),
+			attempt(ok, 1, 200, webhook.StateDelivered),
+			attempt(lost, 1, 503, webhook.StateRetrying),
+			attempt(moved, 1, 503, webhook.StateRetrying),
+		})
+		require.NoError(t, err)
+		for i, r := range res {
+			require.False(t, r.Alone, "record %d settled by the grouped statement", i)
+		}
+		require.Equal(t, []retryRow{{route: "billing", gen: 1, attempt: 3, retryMS: 90_000, first: series}}, retryRows(t, db, failing))
+		require.Empty(t, retryRows(t, db, ok), "a success has no retry")
+		require.ErrorIs(t, res[2].Err, store.ErrLeaseLost)
+		require.Empty(t, retryRows(t, db, lost), "a lost lease changes nothing of the pair")
+		require.Empty(t, retryRows(t, db, moved), "the replay's copy owns what comes next")
+	})
+
+	t.Run("the relay reads a retry copy", func(t *testing.T) {
+		id := insertBilling(t, db, "ro_relay")
+		_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id <> $1`, id)
+		require.NoError(t, err)
+		_, _, err = claim(id, 1).Record(ctx, attempt(id, 1, 503, webhook.StateRetrying))
+		require.NoError(t, err)
+		batch, err := db.OutboxClaim(ctx, 10)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, batch.Release(ctx)) }()
+		var retry *webhook.Message
+		for _, m := range batch.Messages() {
+			if m.Route != "" {
+				retry = &m
+			}
+		}
+		require.NotNil(t, retry, "the retry copy is claimed with the event's first copy")
+		require.Equal(t, "billing", retry.Route)
+		require.EqualValues(t, 1, retry.Gen)
+		require.Equal(t, 2, retry.Attempt)
+		require.Equal(t, 90*time.Second, retry.RetryIn)
+		require.True(t, series.Equal(retry.FirstAttemptAt))
+		require.Equal(t, "acme.invoice.paid", retry.RoutingKey)
+	})
+}
