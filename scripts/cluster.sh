@@ -49,6 +49,8 @@
 # Every node has the default user guest/guest (loopback only: every listener is on
 # 127.0.0.1) and the rabbitmq_management plugin. Quorum queues get a member on every
 # node: rabbit.quorum_cluster_size (RabbitMQ's default is 3) is set to CLUSTER_NODES.
+# rabbit.dead_letter_worker_publisher_confirm_timeout is 5 s (default 2-3 minutes), as
+# README (Operating) recommends for the relay's retry tiers.
 # Progress and errors go to stderr; stdout carries only what status, leader and env print.
 # Needs bash, curl, jq, procps (pgrep) and the rabbitmq-server package (tried with
 # Debian's 3.10.8).
@@ -189,8 +191,14 @@ write_node_config() {
 		log.console = false
 		log.file.level = info
 	EOF
-	# RabbitMQ 3.10 has no rabbitmq.conf key for the quorum group size.
-	printf '[{rabbit, [{quorum_cluster_size, %d}]}].\n' "$NODES" >"$d/advanced.config"
+	# RabbitMQ 3.10 has no rabbitmq.conf key for the quorum group size, nor
+	# for the dead-letter worker's confirm timeout. That timeout is how long
+	# a retry tier's at-least-once dead-lettering waits for the route
+	# queue's confirm before it publishes again: after a leader change a
+	# confirm can be lost, and with the default (2 to 3 minutes) the
+	# tier's expired messages stay stranded that long. 5 s repairs it in
+	# seconds; a copy published twice is dropped by the dispatcher.
+	printf '[{rabbit, [{quorum_cluster_size, %d}, {dead_letter_worker_publisher_confirm_timeout, 5000}]}].\n' "$NODES" >"$d/advanced.config"
 	echo '[rabbitmq_management].' >"$d/enabled_plugins"
 }
 

@@ -18,9 +18,15 @@ type fault struct {
 	// fails after the POST): each such fault may cost up to one duplicate
 	// POST per consumer (prefetch 1).
 	interrupts bool
-	hold       time.Duration
-	inject     func(ctx context.Context) (string, error) // returns a detail for the report
-	restore    func(ctx context.Context) error
+	// strands is true when the fault can make the broker lose or strand
+	// a copy (a node dies: its retry tiers' dead-lettering can stall at
+	// the leader change), so the reconciler may have to send pairs
+	// again. After any other fault a re-send took a late copy for a lost
+	// one: the suite fails.
+	strands bool
+	hold    time.Duration
+	inject  func(ctx context.Context) (string, error) // returns a detail for the report
+	restore func(ctx context.Context) error
 }
 
 // faultResult is one line of the report.
@@ -32,13 +38,29 @@ type faultResult struct {
 	recovery   time.Duration // restore → every pair accepted before it delivered
 	recovered  bool
 	reconciled int64 // pairs the reconciler re-sent during the fault and recovery
+	// resent is reconciled by reason, from the dispatchers' metrics (a
+	// dispatcher killed during the fault takes its count with it).
+	resent map[string]float64
+	// backlog is how many pairs accepted before the restore were still
+	// undelivered, sampled every second from the restore on.
+	backlog []backlogSample
+	strands bool
 }
+
+// backlogSample is the undelivered pairs at a time after the restore.
+type backlogSample struct {
+	after time.Duration
+	pairs int
+}
+
+// reconcileReasons are the reasons of hookrelay_reconciled_total.
+var reconcileReasons = []string{"lost", "stranded"}
 
 func (s *suite) faults() []fault {
 	var leader, stopped string
 	return []fault{
 		{
-			name: "kill -9 of the node leading the route queues", interrupts: true, hold: 10 * time.Second,
+			name: "kill -9 of the node leading the route queues", interrupts: true, strands: true, hold: 10 * time.Second,
 			inject: func(ctx context.Context) (string, error) {
 				out, err := s.cluster(ctx, "leader", prefix+".route.all")
 				if err != nil {
@@ -51,7 +73,7 @@ func (s *suite) faults() []fault {
 			restore: func(ctx context.Context) error { _, err := s.cluster(ctx, "start", leader); return err },
 		},
 		{
-			name: "graceful stop of another node", interrupts: true, hold: 15 * time.Second,
+			name: "graceful stop of another node", interrupts: true, strands: true, hold: 15 * time.Second,
 			inject: func(ctx context.Context) (string, error) {
 				n, _ := strconv.Atoi(leader)
 				stopped = strconv.Itoa(n%3 + 1)
@@ -151,7 +173,7 @@ func (s *suite) runFaults(ctx context.Context) error {
 	<-s.loadDone
 	s.logf("load stopped; waiting for the relay to deliver everything accepted")
 	drainStart := time.Now()
-	drained := s.waitCaughtUp(ctx, time.Now(), 4*time.Minute)
+	drained, _ := s.waitCaughtUp(ctx, time.Now(), 4*time.Minute)
 	s.logf("drain: every accepted pair delivered %s after the load stopped (complete: %v)", time.Since(drainStart).Round(100*time.Millisecond), drained)
 	// Copies published twice (a confirm lost in a fault) are still in the
 	// queues: the dispatchers drop them as duplicates. Wait for that too,
@@ -192,12 +214,13 @@ func (s *suite) pause(ctx context.Context, d time.Duration) error {
 }
 
 func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult, error) {
-	res := faultResult{name: f.name, at: time.Since(s.start)}
+	res := faultResult{name: f.name, at: time.Since(s.start), strands: f.strands}
 	_, non2xxBefore := s.load.counts()
 	reconciledBefore, err := s.reconciled(ctx)
 	if err != nil {
 		return res, err
 	}
+	resentBefore := s.resent()
 	if res.detail, err = f.inject(ctx); err != nil {
 		return res, err
 	}
@@ -209,7 +232,7 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 		return res, fmt.Errorf("restoring: %w", err)
 	}
 	restored := time.Now()
-	res.recovered = s.waitCaughtUp(ctx, restored, 3*time.Minute)
+	res.recovered, res.backlog = s.waitCaughtUp(ctx, restored, 3*time.Minute)
 	res.recovery = time.Since(restored)
 	_, non2xxAfter := s.load.counts()
 	res.non2xx = non2xxAfter - non2xxBefore
@@ -218,31 +241,102 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 		return res, err
 	}
 	res.reconciled = reconciledAfter - reconciledBefore
+	res.resent = s.resent().since(resentBefore)
 	state := "recovered"
 	if !res.recovered {
 		state = "NOT recovered"
 	}
-	s.logf("fault %d/%d: %s: senders saw %d non-2xx; %s %s after the restore; reconciler re-sent %d pair(s)",
-		n, total, f.name, res.non2xx, state, res.recovery.Round(100*time.Millisecond), res.reconciled)
+	s.logf("fault %d/%d: %s: senders saw %d non-2xx; %s %s after the restore; reconciler re-sent %d pair(s) (%s); backlog after the restore: %s",
+		n, total, f.name, res.non2xx, state, res.recovery.Round(100*time.Millisecond), res.reconciled, formatResent(res.resent), formatBacklog(res.backlog))
 	return res, nil
 }
 
+// resentCounts are the dispatchers' hookrelay_reconciled_total by reason,
+// per process run ("dispatcher1#2").
+type resentCounts map[string]map[string]float64
+
+// resent reads every running dispatcher's re-sends by reason; one that
+// does not answer (killed, restarting) is left out.
+func (s *suite) resent() resentCounts {
+	out := resentCounts{}
+	for _, d := range s.dispatch {
+		counts := map[string]float64{}
+		ok := true
+		for _, reason := range reconcileReasons {
+			v, err := d.metric("hookrelay_reconciled_total", `reason="`+reason+`"`)
+			if err != nil {
+				ok = false
+				break
+			}
+			counts[reason] = v
+		}
+		if ok {
+			out[fmt.Sprintf("%s#%d", d.name, d.run())] = counts
+		}
+	}
+	return out
+}
+
+// since is c minus before, by reason: a process run that before did not
+// see counts from zero.
+func (c resentCounts) since(before resentCounts) map[string]float64 {
+	out := map[string]float64{}
+	for run, counts := range c {
+		for reason, v := range counts {
+			out[reason] += v - before[run][reason]
+		}
+	}
+	return out
+}
+
+func formatResent(r map[string]float64) string {
+	var parts []string
+	for _, reason := range reconcileReasons {
+		parts = append(parts, fmt.Sprintf("%s %.0f", reason, r[reason]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// formatBacklog writes at most a dozen samples of a backlog series, the
+// last one always (0 once recovered).
+func formatBacklog(b []backlogSample) string {
+	if len(b) == 0 {
+		return "none"
+	}
+	step := (len(b) + 11) / 12
+	var parts []string
+	for i := 0; i < len(b); i += step {
+		parts = append(parts, fmt.Sprintf("%.0fs:%d", b[i].after.Seconds(), b[i].pairs))
+	}
+	if last := b[len(b)-1]; (len(b)-1)%step != 0 {
+		parts = append(parts, fmt.Sprintf("%.0fs:%d", last.after.Seconds(), last.pairs))
+	}
+	return strings.Join(parts, " ")
+}
+
 // waitCaughtUp waits until every pair of an event accepted at or before t
-// reached the destination, up to timeout. It reports whether they all did.
-func (s *suite) waitCaughtUp(ctx context.Context, t time.Time, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
+// reached the destination, up to timeout. It reports whether they all did,
+// and how many were missing, each second from the start.
+func (s *suite) waitCaughtUp(ctx context.Context, t time.Time, timeout time.Duration) (bool, []backlogSample) {
+	start := time.Now()
+	deadline := start.Add(timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	var samples []backlogSample
 	for {
-		if len(s.missing(t)) == 0 {
-			return true
+		missing := len(s.missing(t))
+		if since := time.Since(start); len(samples) == 0 || since-samples[len(samples)-1].after >= time.Second || missing == 0 {
+			samples = append(samples, backlogSample{after: since, pairs: missing})
+		}
+		if missing == 0 {
+			return true, samples
 		}
 		if time.Now().After(deadline) {
-			return false
+			return false, samples
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, samples
 		case <-tick.C:
 		}
 	}
@@ -356,14 +450,18 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	fmt.Fprintln(s.out)
 	fmt.Fprintln(s.out, "faults, one after another under load:")
 	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tat\tfault\tdetail\tsenders saw non-2xx\trecovery\treconciled pairs")
+	fmt.Fprintln(tw, "  #\tat\tfault\tdetail\tsenders saw non-2xx\trecovery\treconciled pairs\tby reason\tbacklog after the restore (s:pairs)")
 	for i, r := range results {
 		rec := r.recovery.Round(100 * time.Millisecond).String()
 		if !r.recovered {
 			rec = "not within 3m"
 			fail("fault %q: not recovered within 3m", r.name)
 		}
-		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled)
+		if !r.strands && r.reconciled > 0 {
+			fail("fault %q strands nothing, yet the reconciler re-sent %d pair(s): late copies taken for lost ones", r.name, r.reconciled)
+		}
+		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled,
+			formatResent(r.resent), formatBacklog(r.backlog))
 	}
 	_ = tw.Flush()
 

@@ -149,21 +149,30 @@ func (p *proc) waitHealthy(ctx context.Context, timeout time.Duration) error {
 }
 
 // metric sums the samples of a counter or gauge in the process's /metrics
-// (0 when absent or when the process does not answer).
-func (p *proc) metric(name string) (float64, error) {
+// whose line holds each of labels (`reason="lost"`); 0 when absent. A
+// process that does not answer is an error.
+func (p *proc) metric(name string, labels ...string) (float64, error) {
 	client := &http.Client{Timeout: 3 * time.Second}
 	resp, err := client.Get("http://" + p.listen + "/metrics")
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	return sumMetric(resp.Body, name)
+	return sumMetric(resp.Body, name, labels...)
 }
 
-func sumMetric(r io.Reader, name string) (float64, error) {
+// run is the number of the process's current run (1 for the first start).
+func (p *proc) run() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runs
+}
+
+func sumMetric(r io.Reader, name string, labels ...string) (float64, error) {
 	var sum float64
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+lines:
 	for sc.Scan() {
 		line := sc.Text()
 		if !strings.HasPrefix(line, name) {
@@ -172,6 +181,11 @@ func sumMetric(r io.Reader, name string) (float64, error) {
 		rest := line[len(name):]
 		if rest != "" && rest[0] != '{' && rest[0] != ' ' {
 			continue // a longer name with this prefix
+		}
+		for _, l := range labels {
+			if !strings.Contains(rest, l) {
+				continue lines
+			}
 		}
 		f := strings.Fields(line)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
