@@ -123,6 +123,19 @@ func (d *destination) delivered(p pair) (bool, int) {
 	return n > 0, n
 }
 
+// undelivered returns the pairs of ps that have received no POST yet.
+func (d *destination) undelivered(ps []pair) []pair {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := ps[:0:0]
+	for _, p := range ps {
+		if d.posts[p] == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // snapshot copies the per-pair counts.
 func (d *destination) snapshot() (map[pair]int, int, int) {
 	d.mu.Lock()

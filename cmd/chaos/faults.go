@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 )
 
 // fault is one injected failure: inject, hold, restore.
@@ -47,10 +49,15 @@ type faultResult struct {
 	strands bool
 }
 
-// backlogSample is the undelivered pairs at a time after the restore.
+// backlogSample is the undelivered pairs at a time after the restore,
+// and where their copies were: outbox rows, ready messages in the route
+// queues, messages in the retry tiers (of which waiting to be
+// dead-lettered), as Postgres and the management API (some seconds late)
+// told.
 type backlogSample struct {
-	after time.Duration
-	pairs int
+	after                        time.Duration
+	pairs                        int
+	outbox, ready, tiers, tierDL int
 }
 
 // reconcileReasons are the reasons of hookrelay_reconciled_total.
@@ -246,8 +253,9 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 	if !res.recovered {
 		state = "NOT recovered"
 	}
-	s.logf("fault %d/%d: %s: senders saw %d non-2xx; %s %s after the restore; reconciler re-sent %d pair(s) (%s); backlog after the restore: %s",
-		n, total, f.name, res.non2xx, state, res.recovery.Round(100*time.Millisecond), res.reconciled, formatResent(res.resent), formatBacklog(res.backlog))
+	s.logf("fault %d/%d: %s: senders saw %d non-2xx; %s %s after the restore; reconciler re-sent %d pair(s) (%s); backlog after the restore: %s; where: %s",
+		n, total, f.name, res.non2xx, state, res.recovery.Round(100*time.Millisecond), res.reconciled, formatResent(res.resent),
+		formatBacklog(res.backlog), formatWhere(res.backlog))
 	return res, nil
 }
 
@@ -297,6 +305,46 @@ func formatResent(r map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
+// where fills in b where the copies are; what cannot be read stays 0.
+func (s *suite) where(ctx context.Context, b backlogSample) backlogSample {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_ = s.db.QueryRow(qctx, `SELECT count(*) FROM outbox`).Scan(&b.outbox)
+	m, err := hamqp.NewManagement(s.opts.mgmtURLs, s.opts.amqpURLs[0])
+	if err != nil {
+		return b
+	}
+	stats, err := m.QueueStats(qctx, prefix+".")
+	if err != nil {
+		return b
+	}
+	for _, q := range stats {
+		switch {
+		case strings.HasPrefix(q.Name, prefix+".route.") && !strings.HasSuffix(q.Name, ".dead"):
+			b.ready += q.Ready
+		case strings.HasPrefix(q.Name, prefix+".retry."):
+			b.tiers += q.Messages
+			b.tierDL += q.DeadLettering
+		}
+	}
+	return b
+}
+
+// formatWhere writes, for the samples formatBacklog picks, where the
+// copies were.
+func formatWhere(b []backlogSample) string {
+	if len(b) == 0 {
+		return "none"
+	}
+	step := (len(b) + 5) / 6
+	var parts []string
+	for i := 0; i < len(b); i += step {
+		parts = append(parts, fmt.Sprintf("%.0fs: outbox %d, route queues ready %d, tiers %d (dead-lettering %d)",
+			b[i].after.Seconds(), b[i].outbox, b[i].ready, b[i].tiers, b[i].tierDL))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // formatBacklog writes at most a dozen samples of a backlog series, the
 // last one always (0 once recovered).
 func formatBacklog(b []backlogSample) string {
@@ -323,10 +371,14 @@ func (s *suite) waitCaughtUp(ctx context.Context, t time.Time, timeout time.Dura
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	var samples []backlogSample
+	// The pairs missing now, then only those still missing: the suite
+	// must not take the CPU the relay needs to catch up.
+	pending := s.missing(t)
 	for {
-		missing := len(s.missing(t))
+		pending = s.dest.undelivered(pending)
+		missing := len(pending)
 		if since := time.Since(start); len(samples) == 0 || since-samples[len(samples)-1].after >= time.Second || missing == 0 {
-			samples = append(samples, backlogSample{after: since, pairs: missing})
+			samples = append(samples, s.where(ctx, backlogSample{after: since, pairs: missing}))
 		}
 		if missing == 0 {
 			return true, samples

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
@@ -52,6 +53,22 @@ const (
 
 // routesOf returns the routes an event type is delivered to.
 func routesOf(typ string) []string {
+	routesOfMu.Lock()
+	defer routesOfMu.Unlock()
+	if rs, ok := routesOfType[typ]; ok {
+		return rs
+	}
+	rs := matchRoutes(typ)
+	routesOfType[typ] = rs
+	return rs
+}
+
+var (
+	routesOfMu   sync.Mutex
+	routesOfType = map[string][]string{}
+)
+
+func matchRoutes(typ string) []string {
 	var out []string
 	for _, r := range routes {
 		for _, b := range r.bindings {
@@ -161,7 +178,11 @@ func (s *suite) config(dbURL string) string {
 	fmt.Fprintf(&b, "database: {url: %q, max_conns: 20}\n", dbURL)
 	fmt.Fprintf(&b, "amqp:\n  prefix: %s\n  urls: [%s]\n  management_urls: [%s]\n", prefix, quoteList(s.opts.amqpURLs), quoteList(s.opts.mgmtURLs))
 	b.WriteString("receiver: {listen: \"127.0.0.1:8080\", max_body_bytes: 65536}\n") // each process listens where HOOKRELAY_RECEIVER_LISTEN says
-	b.WriteString("dispatcher: {listen: \"127.0.0.1:8081\", shutdown_timeout: 20s}\n")
+	// A dispatcher killed mid-delivery leaves its leases behind, and the
+	// redelivered copies wait them out (the dead holder's POST may have
+	// landed): route timeout 5s + lease_margin. 5s of margin is plenty for
+	// a claim and a record here.
+	b.WriteString("dispatcher: {listen: \"127.0.0.1:8081\", shutdown_timeout: 20s, lease_margin: 5s}\n")
 	b.WriteString("outbox: {batch_size: 200, poll_interval: 250ms, publish_timeout: 5s}\n")
 	b.WriteString("retry: {backoff: [300ms, 600ms, 1200ms, 2400ms, 5s]}\n")
 	b.WriteString("reconcile: {interval: 2s, margin: 15s, strand_after: 30s}\n")

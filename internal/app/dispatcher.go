@@ -148,7 +148,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	})
 	inspector := amqp.NewInspector(dialer, connectionName(cfg, "hookrelay-dispatcher-inspector"))
 	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
-	reconciler, err := newReconciler(cfg, db, inspector, reg, logger)
+	reconciler, err := newReconciler(cfg, db, inspector, handler.LastStoreFailure, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *cont
 // newReconciler re-sends overdue pairs of cfg's routes that no copy in the
 // broker can be waiting for, reading their queues through inspector (live)
 // and the retry tiers through the management API.
-func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, reg prometheus.Registerer, logger zerolog.Logger) (*deliver.Reconciler, error) {
+func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, lastStoreFailure func() time.Time, reg prometheus.Registerer, logger zerolog.Logger) (*deliver.Reconciler, error) {
 	names := setup.Names(cfg)
 	mgmt, err := amqp.NewManagement(cfg.AMQP.Management(), cfg.AMQP.Nodes()[0])
 	if err != nil {
@@ -355,11 +355,12 @@ func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, 
 			}
 			return out, nil
 		},
-		Interval:    cfg.Reconcile.Interval,
-		Margin:      cfg.Reconcile.Margin,
-		StrandAfter: cfg.Reconcile.StrandAfter,
-		Registerer:  reg,
-		Logger:      logger,
+		Interval:             cfg.Reconcile.Interval,
+		Margin:               cfg.Reconcile.Margin,
+		StrandAfter:          cfg.Reconcile.StrandAfter,
+		LastStoreFailureFunc: lastStoreFailure,
+		Registerer:           reg,
+		Logger:               logger,
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -169,6 +170,26 @@ type Handler struct {
 	routes map[string]*Route
 	logger zerolog.Logger
 	now    func() time.Time
+
+	// storeFailedAt is when a delivery last failed to reach Postgres
+	// (unix nanoseconds), and holding counts the deliveries holding their
+	// message while they retry: see LastStoreFailure.
+	storeFailedAt atomic.Int64
+	holding       atomic.Int32
+}
+
+// LastStoreFailure is when a delivery of this handler last failed to reach
+// Postgres, or now while one holds its message retrying: until its claim
+// or record lands, its pair looks undelivered and not in flight, while its
+// copy is in hand. Zero if none ever failed.
+func (h *Handler) LastStoreFailure() time.Time {
+	if h.holding.Load() > 0 {
+		return h.now()
+	}
+	if n := h.storeFailedAt.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // New returns a Handler.
@@ -439,6 +460,11 @@ func (d *delivery) retryStore(ctx context.Context, what string, op func() error)
 	if err == nil || errors.Is(err, ErrEventMissing) || isPermanent(err) {
 		return unwrapPermanent(err) // done, or permanent
 	}
+	d.holding.Add(1)
+	defer func() {
+		d.storeFailedAt.Store(d.now().UnixNano())
+		d.holding.Add(-1)
+	}()
 	deadline := time.Now().Add(d.cfg.StoreRetryFor)
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 	for time.Now().Before(deadline) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -75,8 +76,14 @@ type ReconcilerConfig struct {
 	// ActiveFunc reports whether a route's dispatchers take messages now;
 	// a paused route's pairs wait in its queue by design. Nil: always.
 	ActiveFunc func(route string) bool
-	Registerer prometheus.Registerer
-	Logger     zerolog.Logger
+	// LastStoreFailureFunc says when this process's deliveries last failed
+	// to reach Postgres (now while one holds its message retrying); nil:
+	// never. A delivery waiting for Postgres holds its copy unacked and
+	// unclaimed, out of the queue's ready count, so nothing is re-sent
+	// until a margin after it (Handler.LastStoreFailure).
+	LastStoreFailureFunc func() time.Time
+	Registerer           prometheus.Registerer
+	Logger               zerolog.Logger
 }
 
 // Reconciler repairs what the broker loses, and only that. Postgres knows
@@ -92,7 +99,11 @@ type ReconcilerConfig struct {
 //     the pair; and
 //   - no retry tier holds a message waiting to be dead-lettered back to
 //     its route queue (messages_dlx): a retry copy that expired left its
-//     tier.
+//     tier; and
+//   - Postgres has answered this process for a margin: a delivery that
+//     waits for Postgres holds its copy unacked and unclaimed, out of the
+//     queue's ready count, and a pair whose lease expired less than a
+//     margin ago may be held by its holder still.
 //
 // Then the copy is gone (a queue purged or deleted by hand, a broker that
 // lost it) and the pair is re-sent as a new generation (reason lost). A
@@ -107,6 +118,10 @@ type Reconciler struct {
 	logger     zerolog.Logger
 	reconciled *prometheus.CounterVec
 	tierGauge  *prometheus.GaugeVec
+	// storeFailedAt is when the reconciler's own statement last failed
+	// (unix nanoseconds): Postgres was out, and deliveries may hold
+	// copies waiting for it.
+	storeFailedAt atomic.Int64
 }
 
 // NewReconciler returns a Reconciler and registers
@@ -223,6 +238,22 @@ func (r *Reconciler) readTiers(ctx context.Context) (tierState, error) {
 	return st, nil
 }
 
+// postgresFailedWithin says whether this process failed to reach Postgres
+// (a delivery, or the reconciler itself) less than d ago, or a delivery
+// holds its message retrying now.
+func (r *Reconciler) postgresFailedWithin(d time.Duration) bool {
+	last := time.Unix(0, r.storeFailedAt.Load())
+	if r.storeFailedAt.Load() == 0 {
+		last = time.Time{}
+	}
+	if r.cfg.LastStoreFailureFunc != nil {
+		if t := r.cfg.LastStoreFailureFunc(); t.After(last) {
+			last = t
+		}
+	}
+	return !last.IsZero() && time.Since(last) < d
+}
+
 // ReconcileRoute runs one round for route, reading the retry tiers first,
 // and returns how many pairs it sent again.
 func (r *Reconciler) ReconcileRoute(ctx context.Context, route string) (int, error) {
@@ -250,6 +281,9 @@ func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tie
 	if ready > 0 {
 		return 0, nil // a backlog: overdue pairs may be waiting in it
 	}
+	if r.postgresFailedWithin(r.cfg.Margin) {
+		return 0, nil // deliveries may hold copies waiting for Postgres
+	}
 	reason, overdue := ReconciledLost, r.cfg.Margin
 	if !tiers.quiet() {
 		reason, overdue = ReconciledStranded, r.cfg.StrandAfter
@@ -257,8 +291,12 @@ func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tie
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	done, err := r.cfg.Store.DeliveryReconcile(sctx, route, overdue, r.cfg.Batch)
 	cancel()
-	if err != nil || len(done) == 0 {
+	if err != nil {
+		r.storeFailedAt.Store(time.Now().UnixNano())
 		return 0, err
+	}
+	if len(done) == 0 {
+		return 0, nil
 	}
 	r.reconciled.WithLabelValues(route, reason).Add(float64(len(done)))
 	least, most := done[0].Overdue, done[0].Overdue

@@ -154,3 +154,52 @@ func reconciledCounter(reg *prometheus.Registry, reason string) (float64, error)
 	}
 	return 0, nil
 }
+
+// Issue 25: a delivery waiting for Postgres holds its copy unacked and
+// unclaimed, out of the queue's ready count: nothing is re-sent until a
+// margin after this process last failed to reach Postgres (a delivery's
+// claim or record, or the reconciler's own statement).
+func TestReconcilerWaitsAMarginAfterPostgresFailed(t *testing.T) {
+	t.Parallel()
+	const margin = 15 * time.Second
+	var lastFailure time.Time
+	store := &failingReconcileStore{fakeReconcileStore: fakeReconcileStore{overdue: []time.Duration{time.Hour, time.Hour}}}
+	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: []string{"billing"}, Store: store, Batch: 1,
+		QueueReady:           func(context.Context, string) (int, error) { return 0, nil },
+		Tiers:                func(context.Context) (map[string]int, error) { return nil, nil },
+		LastStoreFailureFunc: func() time.Time { return lastFailure },
+		Interval:             time.Second, Margin: margin,
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+	})
+	require.NoError(t, err)
+
+	lastFailure = time.Now().Add(-5 * time.Second) // a claim failed 5 s ago
+	n, err := r.ReconcileRoute(context.Background(), "billing")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Empty(t, store.calls, "the store is not even asked")
+
+	lastFailure = time.Now().Add(-20 * time.Second)
+	store.fail = errors.New("conn refused")
+	_, err = r.ReconcileRoute(context.Background(), "billing")
+	require.Error(t, err)
+	store.fail = nil
+	n, err = r.ReconcileRoute(context.Background(), "billing")
+	require.NoError(t, err)
+	require.Zero(t, n, "its own statement failed just now")
+	require.Len(t, store.calls, 1)
+}
+
+type failingReconcileStore struct {
+	fakeReconcileStore
+	fail error
+}
+
+func (s *failingReconcileStore) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]deliver.Reconciled, error) {
+	if s.fail != nil {
+		s.calls = append(s.calls, margin)
+		return nil, s.fail
+	}
+	return s.fakeReconcileStore.DeliveryReconcile(ctx, route, margin, limit)
+}

@@ -21,10 +21,9 @@ type Reconciled struct {
 
 // DeliveryReconcile finds up to limit pairs of route that are pending or
 // retrying more than margin past their due time, not in flight (a pair
-// with a live delivery lease is skipped; one whose lease expired is not in
-// flight any more, its dispatcher died) and with nothing of their
-// event still in the outbox, and sends each again: in one transaction it
-// moves the pair to a new generation, pushes its due time to now, counts
+// with a live delivery lease, or one that expired less than margin ago, is
+// skipped) and with nothing of their event still in the outbox, and sends
+// each again: in one transaction it moves the pair to a new generation, pushes its due time to now, counts
 // the repair, and puts a copy addressed to the route's queue in the
 // outbox. A copy of an older generation that turns up later is dropped by
 // the dispatcher. Several dispatchers may run it at once: SKIP LOCKED and
@@ -40,7 +39,10 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 				SELECT d.id, now() - d.due_at AS overdue FROM deliveries d
 				WHERE d.route = $1 AND d.state IN ('pending', 'retrying')
 				  AND d.due_at < now() - $2::interval
-				  AND (d.lease_until IS NULL OR d.lease_until <= now())
+				  -- A lease expired less than a margin ago may be held still:
+				  -- its holder waits for Postgres to record, or its copy is
+				  -- on its way back to the queue from a dispatcher that died.
+				  AND (d.lease_until IS NULL OR d.lease_until < now() - $2::interval)
 				  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id)
 				ORDER BY d.due_at
 				LIMIT $3
