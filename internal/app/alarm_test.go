@@ -88,11 +88,12 @@ func readyz(t tb, base string) (int, map[string]string) {
 }
 
 // Issue 8, item 10: a broker resource alarm blocks publishing. Ingest keeps
-// answering 200 (the outbox grows), the dispatcher keeps acking what needs
-// no publish, a delivery whose retry needs a publish holds its message
-// without a new POST, both binaries show the block in /readyz and
-// hookrelay_rabbitmq_blocked, and once the alarm clears everything is
-// delivered, each pair once.
+// answering 200 (the outbox grows), the dispatcher keeps delivering: a
+// failed attempt's retry copy goes into the outbox with its record (issue
+// 25), so only a dead letter needs the dispatcher to publish, and that
+// delivery holds its message without a new POST. Both binaries show the
+// block in /readyz and hookrelay_rabbitmq_blocked, and once the alarm
+// clears everything is delivered, each pair once.
 func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 	if os.Getenv(alarmEnv) != "1" {
 		if testenv.InCI() {
@@ -105,7 +106,7 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 	h.cfg.Routes[0].Concurrency = 2
 	h.cfg.Routes[0].Timeout = time.Minute // the test answers the held requests itself
 	h.cfg.Retry.Backoff = []time.Duration{200 * time.Millisecond}
-	releaseRetry, releaseOK := make(chan struct{}), make(chan struct{})
+	releaseRetry, releaseGone := make(chan struct{}), make(chan struct{})
 	arrived := make(chan string, 4)
 	dest := newDestination(t, func(_ http.ResponseWriter, r *http.Request, body []byte, _ string, prior int) int {
 		var ev struct{ ID string }
@@ -117,10 +118,11 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 		case "evt_retry":
 			arrived <- ev.ID
 			<-releaseRetry
-			return http.StatusInternalServerError // its retry needs a publish
-		case "evt_ok":
+			return http.StatusInternalServerError // retried: its copy goes into the outbox
+		case "evt_gone":
 			arrived <- ev.ID
-			<-releaseOK
+			<-releaseGone
+			return http.StatusGone // dead: its dead letter needs a publish
 		}
 		return http.StatusOK
 	})
@@ -136,13 +138,13 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		release(releaseRetry)
-		release(releaseOK)
+		release(releaseGone)
 	})
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
 
 	ids := map[string]string{}
-	for _, k := range []string{"evt_retry", "evt_ok"} {
+	for _, k := range []string{"evt_retry", "evt_gone"} {
 		r := h.postSigned(k, "invoice.paid")
 		require.Equal(t, http.StatusOK, r.status)
 		ids[k] = r.ID
@@ -179,18 +181,10 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the receiver stays ready and shows the block")
 	require.Equal(t, 1.0, scrape(t, h.base)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
 
-	// The retry of evt_retry needs a publish: the dispatcher holds it.
+	// evt_retry fails: its retry copy waits in the outbox with the events,
+	// the message is acked, and its consumer delivers evt_next during the
+	// alarm.
 	release(releaseRetry)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		status, body := readyz(c, h.dispatcherBase)
-		require.Equal(c, http.StatusOK, status)
-		require.Equal(c, "blocked", body["rabbitmq"])
-	}, 10*time.Second, 50*time.Millisecond, "the dispatcher shows the block")
-	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_rabbitmq_blocked{connection="dispatcher_publisher"}`])
-
-	// A delivery that needs no publish is acked during the block, so its
-	// consumer takes the next message.
-	release(releaseOK)
 	dest.waitFor(20*time.Second, "evt_next delivered during the alarm", func(rs []received) bool {
 		for _, q := range rs {
 			if q.eventID == ids["evt_next"] {
@@ -199,22 +193,38 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 		}
 		return false
 	})
+	require.Equal(t, int64(11), h.outboxBacklog(), "the retry copy waits in the outbox")
+
+	// evt_gone is dead: its dead letter needs a publish, and the
+	// dispatcher holds it.
+	release(releaseGone)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body := readyz(c, h.dispatcherBase)
+		require.Equal(c, http.StatusOK, status)
+		require.Equal(c, "blocked", body["rabbitmq"])
+	}, 10*time.Second, 50*time.Millisecond, "the dispatcher shows the block")
+	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_rabbitmq_blocked{connection="dispatcher_publisher"}`])
 	require.True(t, memAlarm(t)(), "the alarm was still on")
-	retried := 0
+	posts := map[string]int{}
 	for _, q := range dest.snapshot() {
-		if q.eventID == ids["evt_retry"] {
-			retried++
-		}
+		posts[q.eventID]++
 	}
-	require.Equal(t, 1, retried, "the held message is not POSTed again during the block")
+	require.Equal(t, 1, posts[ids["evt_retry"]], "the retry waits for its copy")
+	require.Equal(t, 1, posts[ids["evt_gone"]], "the held message is not POSTed again during the block")
 
 	clearAlarm()
 	t.Logf("alarm on for %s", time.Since(alarmOn).Round(time.Millisecond))
 
 	h.waitOutboxEmpty(60 * time.Second)
+	gone := ids["evt_gone"]
+	delete(ids, "evt_gone")
 	dest.waitFor(60*time.Second, "every event delivered", func([]received) bool {
 		return len(dest.successes()) == len(ids)
 	})
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 1, 30*time.Second)
+	dead := amqptest.Drain(t, h.ch, h.names.DeadQueue("billing"))
+	require.Len(t, dead, 1)
+	require.Equal(t, gone, dead[0].MessageId)
 	h.waitQueuesEmpty(10 * time.Second)
 	want := map[string]int{}
 	for _, id := range ids {
@@ -224,6 +234,9 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 	for _, q := range dest.snapshot() {
 		if q.eventID == ids["evt_retry"] && q.status == http.StatusOK {
 			require.Equal(t, "2", q.attempt, "evt_retry succeeded on its retry")
+		}
+		if q.eventID == gone {
+			require.Equal(t, http.StatusGone, q.status, "evt_gone was POSTed once")
 		}
 	}
 	for _, base := range []string{h.base, h.dispatcherBase} {

@@ -149,9 +149,13 @@ func TestGroupCommitBatcherGathersWhatQueued(t *testing.T) {
 		total += len(c)
 	}
 	require.Equal(t, 10, total)
-	b.mu.Lock()
-	require.Zero(t, b.active, "committers end when the queue is empty")
-	b.mu.Unlock()
+	// A committer answers its batch first and counts itself out after,
+	// when it finds the queue empty.
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.active == 0
+	}, 10*time.Second, time.Millisecond, "committers end when the queue is empty")
 }
 
 // A refused row makes its batch be stored one by one: it gets its reason
