@@ -197,7 +197,9 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 // state, and the newer copy owns what comes next. If the lease was taken
 // over meanwhile (it expired), the attempt is stored with outcome
 // 'lost_lease', nothing else of the pair changes, and Record fails with
-// ErrLeaseLost.
+// ErrLeaseLost. Record may be called again after an error (its answer
+// was lost: a deadline, a dropped connection): if the first call
+// committed, the second answers what it committed and changes nothing.
 func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
@@ -250,11 +252,13 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 // attempt's generation, moves it to a.Outcome (a retrying outcome to the
 // next generation, due when its tier expires, with that generation's
 // retry copy put in the outbox), releasing the lease, in one statement
-// fenced by owner. It returns the pair's generation afterwards
-// and whether the attempt's copy was current (the pair at a.Gen: a replay
-// may have moved it on meanwhile). When the fence fails, the attempt is inserted as 'lost_lease' and
-// nothing else changes: ErrLeaseLost. Its statement has a grouped twin in
-// recordBatch: change both.
+// fenced by owner. It returns the pair's generation afterwards and
+// whether the attempt's copy was current (the pair at a.Gen: a replay may
+// have moved it on meanwhile). When the fence fails, the attempt is
+// inserted as 'lost_lease' and nothing else changes: ErrLeaseLost; unless
+// owner's attempt is recorded already (a try whose answer was lost), which
+// is answered again as it was, changing nothing. Its statement has a
+// grouped twin in recordBatch: change both.
 func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUID, a *webhook.Attempt) (int64, bool, error) {
 	var status *int
 	if a.Status != 0 {
@@ -298,14 +302,31 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
 				updated_at       = now()
 			FROM old
-			WHERE d.id = old.id AND d.lease_owner = $8
-			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AND $2 = 'retrying' AS moved
+			-- The holder's own lease; or none at all, when its claim was
+			-- lost (committed without a WAL flush, then a Postgres crash):
+			-- nobody else holds the pair, so the attempt is recorded as if
+			-- held, not taken for a lost lease and POSTed again. Not when
+			-- this claim recorded already (done, below).
+			WHERE d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND NOT EXISTS (
+			      SELECT 1 FROM delivery_attempts a WHERE a.delivery_id = $1 AND a.claim = $8)))
+			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AS current, old.gen = $6 AND $2 = 'retrying' AS moved
+		), done AS (
+			-- This claim's attempt, recorded by an earlier try whose answer
+			-- was lost (its caller gave up, the connection dropped after the
+			-- commit): answered as then, nothing changes.
+			SELECT a.gen_after AS gen, a.copy_current AS current FROM delivery_attempts a
+			WHERE a.delivery_id = $1 AND a.claim = $8 AND a.outcome <> 'lost_lease'
+			  AND NOT EXISTS (SELECT 1 FROM u)
+			LIMIT 1
 		), i AS (
 			INSERT INTO delivery_attempts
-				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series)
+				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series,
+				 claim, gen_after, copy_current)
 			SELECT $1, $9, $5, $10, $3, $11, $12, $4,
 			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
-			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE id = $1), 1)
+			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE id = $1), 1),
+			       $8, (SELECT gen FROM u), (SELECT current FROM u)
+			WHERE NOT EXISTS (SELECT 1 FROM done)
 		), r AS (
 			-- The retry copy of the new generation, for the next attempt,
 			-- commits with the record; the outbox relay publishes it to the
@@ -315,7 +336,7 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 			FROM u JOIN events e ON e.id = u.event_id
 			WHERE u.moved
 		)
-		SELECT gen, (SELECT gen FROM old) = $6 FROM u`,
+		SELECT gen, current FROM u UNION ALL SELECT gen, current FROM done`,
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
 		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a)).Scan(&gen, &current)
 	if errors.Is(err, pgx.ErrNoRows) {

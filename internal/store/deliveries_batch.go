@@ -304,7 +304,8 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 	}
 	// As recordAttempt: a delivered pair stays delivered; a copy of
 	// another generation records its attempt, and a success, but changes
-	// nothing else; a fence that fails stores the attempt as lost_lease.
+	// nothing else; a fence that fails stores the attempt as lost_lease,
+	// unless the claim's attempt is recorded already.
 	rows, err := db.pool.Query(ctx, `
 		WITH input AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[],
@@ -336,8 +337,17 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
 				updated_at       = now()
 			FROM input i JOIN old o ON o.id = i.id
-			WHERE d.id = i.id AND d.lease_owner = i.owner
-			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AND i.outcome = 'retrying' AS moved
+			WHERE d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL AND NOT EXISTS (
+			      SELECT 1 FROM delivery_attempts a WHERE a.delivery_id = i.id AND a.claim = i.owner)))
+			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AS current,
+			          o.gen = i.gen AND i.outcome = 'retrying' AS moved
+		), done AS (
+			-- As recordAttempt: a claim whose attempt is recorded already
+			-- (an earlier try's answer was lost) is answered as then.
+			SELECT DISTINCT ON (i.ord) i.ord, a.gen_after, a.copy_current
+			FROM input i JOIN delivery_attempts a ON a.delivery_id = i.id AND a.claim = i.owner AND a.outcome <> 'lost_lease'
+			WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = i.ord)
+			ORDER BY i.ord, a.id
 		), r AS (
 			-- As recordAttempt: each retry copy commits with its record.
 			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at)
@@ -347,14 +357,18 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			ORDER BY u.ord
 		), ins AS (
 			INSERT INTO delivery_attempts
-				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series)
+				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series,
+				 claim, gen_after, copy_current)
 			SELECT i.id, i.number, i.started_at, i.duration_ms, i.status, i.headers::jsonb, i.body, i.error,
 			       CASE WHEN u.ord IS NOT NULL THEN i.outcome ELSE 'lost_lease' END,
-			       COALESCE(u.series, o.series, 1)
+			       COALESCE(u.series, o.series, 1),
+			       i.owner, u.gen, u.current
 			FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN old o ON o.id = i.id
+			WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.ord = i.ord)
 		)
-		SELECT i.ord, u.ord IS NOT NULL, COALESCE(u.gen, 0), COALESCE(o.gen = i.gen, false)
-		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN old o ON o.id = i.id`,
+		SELECT i.ord, u.ord IS NOT NULL OR done.ord IS NOT NULL, COALESCE(u.gen, done.gen_after, 0),
+		       COALESCE(u.current, done.copy_current, false)
+		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`,
 		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series)
 	if err != nil {
 		return refusedAlone(out, err, func(o *recordOut) { o.alone = true })

@@ -20,13 +20,18 @@ import (
 // flushes it too. That loss is harmless for:
 //
 //   - a delivery's claim (its lease, and the row created for a pair that had
-//     none). If it is lost, the holder's record after the POST finds no
-//     lease of its own: the attempt is stored as lost_lease and the message
-//     is not acked, so it comes back, claims again and POSTs again: a
-//     duplicate POST after a crash of Postgres between the destination's
-//     answer and the record, which the design allows (invariant 5: the
-//     destination drops it by webhook-id). No outcome is ever taken from a
-//     lost claim.
+//     none). A crash of Postgres within about 3 x wal_writer_delay after
+//     the claim loses it, however long the POST then takes. The holder's
+//     record after the POST finds no lease at all; nobody else holds the
+//     pair, so the record goes on as if the lease were there (a success
+//     delivers the pair) instead of taking the attempt for a lost lease
+//     and POSTing again. A duplicate POST from a lost claim needs a second
+//     copy of the message to claim the pair while the first POST is in
+//     flight (a duplicate publish, a redelivery), which the lease would
+//     otherwise have made wait. The record itself is flushed: a crash
+//     between the destination's answer and the record is the other, and
+//     usual, way to a duplicate POST (invariant 5: the destination drops
+//     it by webhook-id). No outcome is ever taken from a lost claim.
 //
 //   - a lease's release without a record: lost, the lease stays until it
 //     expires, and a redelivered message waits for it (a delay).
