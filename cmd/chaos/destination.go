@@ -33,6 +33,30 @@ type destination struct {
 	first     map[pair]time.Time // first 2xx
 	requests  int
 	malformed int
+	// delay holds every request this long before it is answered.
+	delay time.Duration
+	// dups are the times of 2xx answers beyond a pair's first.
+	dups []time.Time
+}
+
+// duplicatesBetween counts the duplicate 2xx POSTs answered in [from, to).
+func (d *destination) duplicatesBetween(from, to time.Time) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, t := range d.dups {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// hold makes every request wait d before its answer (0: answer at once).
+func (d *destination) hold(delay time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.delay = delay
 }
 
 func newDestination() (*destination, error) {
@@ -66,6 +90,12 @@ func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	route := strings.TrimPrefix(r.URL.Path, "/")
 	d.mu.Lock()
+	delay := d.delay
+	d.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay) // the destination's own slowness, which the fault is about
+	}
+	d.mu.Lock()
 	d.requests++
 	if err != nil || ev.ID == "" {
 		d.malformed++
@@ -85,6 +115,8 @@ func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 	d.posts[p]++
 	if _, ok := d.first[p]; !ok {
 		d.first[p] = time.Now()
+	} else {
+		d.dups = append(d.dups, time.Now())
 	}
 	d.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)

@@ -47,6 +47,10 @@ type faultResult struct {
 	// undelivered, sampled every second from the restore on.
 	backlog []backlogSample
 	strands bool
+	// injected is when the fault began; duplicates are the duplicate
+	// POSTs answered from then until the next fault (or the end).
+	injected   time.Time
+	duplicates int
 }
 
 // backlogSample is the undelivered pairs at a time after the restore,
@@ -113,6 +117,21 @@ func (s *suite) faults() []fault {
 			name: "Postgres restart", interrupts: true, hold: 0,
 			inject:  func(context.Context) (string, error) { return "pg_ctl restart -m fast", s.pg.restart() },
 			restore: func(context.Context) error { return nil },
+		},
+		{
+			// Claims commit without a WAL flush: a crash right after them
+			// loses them while their POSTs are still in flight, held by the
+			// destination. Their records must not take that for a lost
+			// lease and POST again.
+			name: "Postgres crash right after claims, POSTs in flight", interrupts: true, hold: 0,
+			inject: func(ctx context.Context) (string, error) {
+				s.dest.hold(4 * time.Second)
+				if err := s.pause(ctx, 700*time.Millisecond); err != nil { // consumers claim and POST
+					return "", err
+				}
+				return "destination holds POSTs 4s; pg_ctl stop -m immediate, start", s.pg.crash()
+			},
+			restore: func(context.Context) error { s.dest.hold(0); return nil },
 		},
 		{
 			name: "Postgres unreachable, sockets open", interrupts: true, hold: 15 * time.Second,
@@ -228,6 +247,7 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 		return res, err
 	}
 	resentBefore := s.resent()
+	res.injected = time.Now()
 	if res.detail, err = f.inject(ctx); err != nil {
 		return res, err
 	}
@@ -502,7 +522,14 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	fmt.Fprintln(s.out)
 	fmt.Fprintln(s.out, "faults, one after another under load:")
 	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tat\tfault\tdetail\tsenders saw non-2xx\trecovery\treconciled pairs\tby reason\tbacklog after the restore (s:pairs)")
+	fmt.Fprintln(tw, "  #\tat\tfault\tdetail\tsenders saw non-2xx\trecovery\treconciled pairs\tby reason\tduplicate POSTs\tbacklog after the restore (s:pairs)")
+	for i := range results {
+		until := time.Now()
+		if i+1 < len(results) {
+			until = results[i+1].injected
+		}
+		results[i].duplicates = s.dest.duplicatesBetween(results[i].injected, until)
+	}
 	for i, r := range results {
 		rec := r.recovery.Round(100 * time.Millisecond).String()
 		if !r.recovered {
@@ -512,8 +539,8 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 		if !r.strands && r.reconciled > 0 {
 			fail("fault %q strands nothing, yet the reconciler re-sent %d pair(s): late copies taken for lost ones", r.name, r.reconciled)
 		}
-		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled,
-			formatResent(r.resent), formatBacklog(r.backlog))
+		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%s\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled,
+			formatResent(r.resent), r.duplicates, formatBacklog(r.backlog))
 	}
 	_ = tw.Flush()
 

@@ -99,6 +99,16 @@ func (pg *postgres) restart() error {
 	return pg.start()
 }
 
+// crash stops the server the way a crash would (immediate mode: no
+// checkpoint, WAL not yet flushed is lost, recovery at the next start),
+// and starts it again.
+func (pg *postgres) crash() error {
+	if err := pg.run("pg_ctl", "-D", pg.dir, "-m", "immediate", "-w", "-t", "60", "stop"); err != nil {
+		return err
+	}
+	return pg.start()
+}
+
 func (pg *postgres) stop() error {
 	return pg.run("pg_ctl", "-D", pg.dir, "-m", "fast", "-w", "-t", "60", "stop")
 }
