@@ -90,3 +90,7 @@ func (s controlStore) Slow(ctx context.Context, route string, d time.Duration) e
 func (s controlStore) RateTake(ctx context.Context, route string, interval time.Duration, burst int) (time.Duration, error) {
 	return s.db.RouteRateTake(ctx, route, interval, burst)
 }
+
+func (s controlStore) Hold(ctx context.Context, route string, d time.Duration) error {
+	return s.db.RouteHold(ctx, route, d)
+}

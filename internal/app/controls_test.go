@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -405,4 +406,35 @@ func TestPauseGivesBackDeliveriesHeldByTheRateLimit(t *testing.T) {
 		require.Equal(t, 1, n, "%s delivered once", pair)
 	}
 	require.Len(t, dest.snapshot(), events, "no second POST of any event")
+}
+
+// Issue 18, item 2: a delivery held by the rate limit is in a dispatcher's
+// hand, unacked and unclaimed, while its route queue holds no ready
+// message. A route whose rate turn (4s) is longer than the reconciler's
+// margin (2s), its backlog no larger than its consumers: the holds mark
+// the route held, so the reconciler re-sends none, and each pair is POSTed
+// once.
+func TestReconcilerLeavesRateLimitedHoldsAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Reconcile = config.Reconcile{Interval: 200 * time.Millisecond, Margin: 2 * time.Second, StrandAfter: 2 * time.Second}
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	r := &h.cfg.Routes[0]
+	r.URL = dest.url("billing")
+	r.Concurrency = 4
+	r.RateLimit = 0.25 // one delivery every 4 s
+	r.Burst = 1
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+
+	ids := h.postAll(4, 4, func(int) string { return "invoice.paid" })
+	dest.waitFor(40*time.Second, "all four delivered", func([]received) bool { return len(dest.successes()) == len(ids) })
+	rs := dest.snapshot()
+	require.Len(t, rs, len(ids), "each pair POSTed once")
+	require.GreaterOrEqual(t, rs[len(rs)-1].at.Sub(rs[0].at), 10*time.Second,
+		"the last one was held three turns, far past the margin")
+	m := scrape(t, h.dispatcherBase)
+	require.Zero(t, m[`hookrelay_reconciled_total{reason="lost",route="billing"}`])
+	require.Zero(t, m[`hookrelay_reconciled_total{reason="stranded",route="billing"}`])
+	require.Zero(t, m[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`], "no copy was sent again")
 }

@@ -51,6 +51,10 @@ type Store interface {
 	ProbeRefresh(ctx context.Context, route, owner string) (bool, error)
 	Slow(ctx context.Context, route string, d time.Duration) error
 	RateTake(ctx context.Context, route string, interval time.Duration, burst int) (time.Duration, error)
+	// Hold marks route held for d from now (later marks only extend it):
+	// a delivery is held that long, its message in hand and its pair not
+	// yet claimed, so the reconciler must not take it for lost.
+	Hold(ctx context.Context, route string, d time.Duration) error
 }
 
 // Route is one route's control settings.
@@ -123,6 +127,9 @@ type route struct {
 	view      view
 	slowUntil time.Time // local clock
 	changed   chan struct{}
+	// heldUntil is how far this dispatcher has marked the route held
+	// (local clock): a hold within it needs no new mark.
+	heldUntil time.Time
 	// unsettled: the stored state may have failures to reset or a circuit
 	// to close (the last read said so, or this dispatcher has recorded a
 	// failure since). While it is false a success writes nothing: most
@@ -472,6 +479,9 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 			waitedFor[reason] = true
 			c.waits.WithLabelValues(name, reason).Inc()
 		}
+		if err := c.markHeld(ctx, r, hold); err != nil {
+			return err
+		}
 		started := time.Now()
 		t := time.NewTimer(hold)
 		select {
@@ -488,6 +498,34 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 		}
 		c.waited.WithLabelValues(name, reason).Add(time.Since(started).Seconds())
 	}
+}
+
+// heldMarkSlack is how much further than the hold itself a mark reaches:
+// the message is claimed just after its hold, and a few holds in a row
+// then need one mark, not one each.
+const heldMarkSlack = 2 * time.Second
+
+// markHeld marks route r held for at least hold from now, in Postgres,
+// unless this dispatcher's last mark reaches that far already. The
+// message stays in hand until it is claimed: without the mark, its pair
+// would look lost to the reconciler.
+func (c *Controller) markHeld(ctx context.Context, r *route, hold time.Duration) error {
+	until := time.Now().Add(hold)
+	r.mu.Lock()
+	marked := !until.After(r.heldUntil)
+	r.mu.Unlock()
+	if marked {
+		return nil
+	}
+	if err := c.cfg.Store.Hold(ctx, r.cfg.Name, hold+heldMarkSlack); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if until.Add(heldMarkSlack).After(r.heldUntil) {
+		r.heldUntil = until.Add(heldMarkSlack)
+	}
+	r.mu.Unlock()
+	return nil
 }
 
 // stops reports whether a delivery taken while the route's consumers went

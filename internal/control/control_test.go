@@ -52,6 +52,10 @@ func (f *fakeStore) Slow(_ context.Context, r string, d time.Duration) error {
 	f.slowFor = d
 	return nil
 }
+func (f *fakeStore) Hold(_ context.Context, r string, d time.Duration) error {
+	f.call("hold " + r)
+	return nil
+}
 func (f *fakeStore) RateTake(context.Context, string, time.Duration, int) (time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -73,9 +73,6 @@ type ReconcilerConfig struct {
 	// One batch a round, and none while the route's queue holds ready
 	// messages: the re-sent copies are taken before more are sent.
 	Batch int
-	// ActiveFunc reports whether a route's dispatchers take messages now;
-	// a paused route's pairs wait in its queue by design. Nil: always.
-	ActiveFunc func(route string) bool
 	// LastStoreFailureFunc says when this process's deliveries last failed
 	// to reach Postgres (now while one holds its message retrying); nil:
 	// never. A delivery waiting for Postgres holds its copy unacked and
@@ -267,9 +264,6 @@ func (r *Reconciler) ReconcileRoute(ctx context.Context, route string) (int, err
 // reconcileRoute re-sends at most one batch of route's pairs that no copy
 // in the broker can be waiting for.
 func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tierState) (int, error) {
-	if r.cfg.ActiveFunc != nil && !r.cfg.ActiveFunc(route) {
-		return 0, nil
-	}
 	// Each step has its own deadline: a stuck broker or database must not
 	// hold the round (and shutdown) for long.
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)

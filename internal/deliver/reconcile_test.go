@@ -48,7 +48,6 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 		ready     int
 		tiers     map[string]int
 		tiersErr  error
-		paused    bool
 		overdue   []time.Duration
 		wantCalls []time.Duration
 		want      map[string]int // re-sent, by reason
@@ -72,10 +71,6 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 			overdue:   []time.Duration{20 * time.Second, 6 * time.Minute},
 			wantCalls: []time.Duration{strand}, want: map[string]int{deliver.ReconciledStranded: 1},
 		},
-		{
-			name: "paused: its pairs wait in the queue by design", paused: true, tiers: map[string]int{},
-			overdue: []time.Duration{time.Hour},
-		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -86,7 +81,6 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 				QueueReady: func(context.Context, string) (int, error) { return tc.ready, nil },
 				Tiers:      func(context.Context) (map[string]int, error) { return tc.tiers, tc.tiersErr },
 				Interval:   time.Second, Margin: margin, StrandAfter: strand,
-				ActiveFunc: func(string) bool { return !tc.paused },
 				Registerer: reg, Logger: zerolog.New(zerolog.NewTestWriter(t)),
 			})
 			require.NoError(t, err)

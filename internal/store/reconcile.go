@@ -22,15 +22,19 @@ type Reconciled struct {
 // DeliveryReconcile finds up to limit pairs of route that are pending or
 // retrying more than margin past their due time, not in flight (a pair
 // with a live delivery lease, or one that expired less than margin ago, is
-// skipped) and with nothing of their event still in the outbox, and sends
-// each again: in one transaction it moves the pair to a new generation, pushes its due time to now, counts
-// the repair, and puts a copy addressed to the route's queue in the
-// outbox. A copy of an older generation that turns up later is dropped by
+// skipped), with nothing of their event still in the outbox, and of a
+// route whose deliveries are not held (paused, its circuit not closed, or
+// held for its rate limit or a Retry-After less than margin ago: a held
+// delivery's message is in a dispatcher's hand, its pair unclaimed), and
+// sends each again: in one transaction it moves the pair to a new
+// generation, pushes its due time to now, counts the repair, and puts a
+// copy addressed to the route's queue in the outbox. A copy of an older generation that turns up later is dropped by
 // the dispatcher. Several dispatchers may run it at once: SKIP LOCKED and
 // the due time moved to now keep a pair from being sent twice.
 //
-// The caller runs it only while the route's queue holds no ready messages:
-// with a backlog, an overdue pair may simply be waiting in it.
+// The caller runs it only when nothing in the broker can hold a copy of
+// such a pair (deliver.Reconciler): with a backlog, an overdue pair may
+// simply be waiting in it.
 func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]Reconciled, error) {
 	var out []Reconciled
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
@@ -44,6 +48,12 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 				  -- on its way back to the queue from a dispatcher that died.
 				  AND (d.lease_until IS NULL OR d.lease_until < now() - $2::interval)
 				  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id)
+				  -- Nor while its route's deliveries are held, or were less
+				  -- than a margin ago (paused, circuit not closed, a rate
+				  -- limit or Retry-After holding messages in hand).
+				  AND NOT EXISTS (SELECT 1 FROM route_state rs WHERE rs.route = d.route
+				      AND (rs.paused OR rs.circuit <> 'closed'
+				           OR greatest(rs.held_until, rs.slow_until) > now() - $2::interval))
 				ORDER BY d.due_at
 				LIMIT $3
 				FOR UPDATE OF d SKIP LOCKED

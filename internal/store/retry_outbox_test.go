@@ -133,3 +133,51 @@ func TestRecordPutsTheRetryCopyInTheOutbox(t *testing.T) {
 		require.Equal(t, "acme.invoice.paid", retry.RoutingKey)
 	})
 }
+
+// Issue 18, item 2: the reconciler leaves alone a route whose deliveries
+// are held (in a dispatcher's hand, their pairs unclaimed): paused, its
+// circuit not closed, or marked held for its rate limit or a Retry-After
+// less than a margin ago.
+func TestReconcileSkipsHeldRoutes(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	id := insertBilling(t, db, "evt_held")
+	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	require.NoError(t, db.RouteStateEnsure(ctx, []string{"billing"}))
+	set := func(sql string) {
+		t.Helper()
+		_, err := db.Pool().Exec(ctx, `UPDATE route_state SET paused = false, circuit = 'closed', held_until = NULL, slow_until = NULL WHERE route = 'billing'`)
+		require.NoError(t, err)
+		if sql != "" {
+			_, err = db.Pool().Exec(ctx, `UPDATE route_state SET `+sql+` WHERE route = 'billing'`)
+			require.NoError(t, err)
+		}
+	}
+	for _, held := range []string{
+		"paused = true",
+		"circuit = 'open'",
+		"circuit = 'half_open'",
+		"held_until = now() + interval '5 seconds'",
+		"held_until = now() - interval '30 seconds'", // within the margin
+		"slow_until = now() - interval '30 seconds'",
+	} {
+		set(held)
+		rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+		require.NoError(t, err)
+		require.Empty(t, rec, held)
+	}
+	set("")
+	require.NoError(t, db.RouteHold(ctx, "billing", 3*time.Second))
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, rec, "RouteHold marks the route held")
+
+	set("held_until = now() - interval '2 minutes'")
+	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, rec, 1, "a hold over for longer than the margin")
+}

@@ -242,6 +242,22 @@ func (db *DB) RouteSlow(ctx context.Context, route string, d time.Duration) erro
 	return nil
 }
 
+// RouteHold marks route held for d from now (the mark only moves later):
+// a dispatcher holds a delivery that long, its message in hand and its
+// pair unclaimed, for the rate limit or a Retry-After. The reconciler
+// leaves a held route alone (DeliveryReconcile).
+func (db *DB) RouteHold(ctx context.Context, route string, d time.Duration) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	if _, err := db.lax.Exec(ctx, `
+		UPDATE route_state SET held_until = now() + $2 * interval '1 millisecond'
+		WHERE route = $1 AND (held_until IS NULL OR held_until < now() + $2 * interval '1 millisecond')`,
+		route, d.Milliseconds()); err != nil {
+		return fmt.Errorf("marking route %s held: %w", route, err)
+	}
+	return nil
+}
+
 // RouteRateTake takes one delivery from route's rate limit, a generic cell
 // rate algorithm kept in Postgres so that the limit holds for the route as
 // a whole, whatever the number of dispatchers: each delivery moves the
