@@ -33,8 +33,9 @@ const maxIdleChannels = 64
 
 // ConfirmPublisher publishes single messages, each mandatory, persistent as
 // the caller sets it, and confirmed, on a connection of its own. The
-// dispatcher publishes retries and dead letters with it: a broker alarm
-// blocks this connection, not the one deliveries are consumed and acked on.
+// dispatcher publishes dead letters and messages it gives back with it: a
+// broker alarm blocks this connection, not the one deliveries are consumed
+// and acked on.
 //
 // Concurrent publishes each take a channel of their own from a pool, so
 // they do not wait for each other's confirms. Every publish carries a
@@ -308,4 +309,24 @@ func (p *ConfirmPublisher) Close() error {
 		return nil
 	}
 	return closeConn(s.conn)
+}
+
+// GiveBack publishes a copy of d, a message consumed from queue, back to
+// queue through the default exchange, confirmed, as Publish does: the
+// caller then acks d. The copy has d's body, properties and headers but
+// RabbitMQ's x-delivery-count (it is a new message, whose deliveries count
+// from zero) and its user-id (the broker checks it against the publishing
+// connection's user).
+func (p *ConfirmPublisher) GiveBack(ctx context.Context, queue string, d amqp.Delivery) error {
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		if k != "x-delivery-count" {
+			headers[k] = v
+		}
+	}
+	return p.Publish(ctx, "", queue, amqp.Publishing{
+		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, Priority: d.Priority, ReplyTo: d.ReplyTo, Expiration: d.Expiration,
+		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
+	})
 }

@@ -25,10 +25,11 @@ import (
 type HandleFunc func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error
 
 // ErrGiveBack, wrapped in a HandleFunc's error, gives the message back to
-// the queue at once (a nack with requeue, without the pause before a
-// failed delivery's requeue) and logs it at debug: the handler has not
-// started the delivery and is not failing (its route was paused while the
-// delivery waited for the rate limit).
+// the queue at once (through ConsumersConfig.GiveBack, else a nack with
+// requeue; without the pause before a failed delivery's requeue) and logs
+// it at debug: the handler has not started the delivery and is not
+// failing (its route was paused while the delivery waited for the rate
+// limit).
 var ErrGiveBack = errors.New("message given back to the queue")
 
 // ConsumerGroup is Concurrency consumers of one route queue, each on its
@@ -61,6 +62,15 @@ type ConsumersConfig struct {
 	// shutdown before it cancels them. Default 30s.
 	ShutdownTimeout time.Duration
 	Logger          zerolog.Logger
+	// GiveBack, when set, gives a message back to queue without a
+	// requeue: it publishes a copy there (confirmed) and the original is
+	// then acked. RabbitMQ counts a requeue, or a message returned by a
+	// closed channel, toward a quorum queue's delivery-limit (3.x counts
+	// both; 4.x a reject), so a message given back again and again for our
+	// own reasons (a pause, an open circuit, a hold) would be parked in
+	// .dead without one attempt. Nil, or when it fails (a broker alarm),
+	// the message is requeued.
+	GiveBack func(ctx context.Context, queue string, d amqp.Delivery) error
 }
 
 // abortGrace is how long Run waits for cancelled deliveries to return
@@ -275,7 +285,7 @@ func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g 
 		if gated := cc.run(ctx, work, g.Handle, g.Gate, i); !gated {
 			return stopped(g.Queue, chClosed)
 		}
-		_ = cc.ch.Close() // a prefetched message goes back to the queue
+		_ = cc.ch.Close() // given back already; anything left goes back to the queue
 		cc.logger.Debug().Msg("stopped consuming: the route is paused, held or its circuit open")
 		cc = nil
 	}
@@ -334,10 +344,12 @@ func drainBlocked(c <-chan amqp.Blocking, logger zerolog.Logger) {
 }
 
 type consumer struct {
-	ch         *amqp.Channel
-	tag        string
-	deliveries <-chan amqp.Delivery
-	logger     zerolog.Logger
+	ch           *amqp.Channel
+	tag          string
+	queue        string
+	deliveries   <-chan amqp.Delivery
+	logger       zerolog.Logger
+	giveBackFunc func(ctx context.Context, queue string, d amqp.Delivery) error
 }
 
 func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) (*consumer, error) {
@@ -358,7 +370,7 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 		return nil, fmt.Errorf("consuming %s: %w", g.Queue, err)
 	}
 	return &consumer{
-		ch: ch, tag: tag, deliveries: deliveries,
+		ch: ch, tag: tag, queue: g.Queue, deliveries: deliveries, giveBackFunc: c.cfg.GiveBack,
 		logger: c.logger.With().Str("queue", g.Queue).Str("consumer", tag).Logger(),
 	}, nil
 }
@@ -370,7 +382,11 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate,
 	for {
 		open, changed := gateOpen(gate, i)
 		if !open {
-			_ = cc.ch.Cancel(cc.tag, false)
+			// Cancel, then give back (without a requeue) what the broker
+			// sent before the cancel took effect.
+			if err := cc.ch.Cancel(cc.tag, false); err == nil {
+				cc.drainGivingBack(work)
+			}
 			return true
 		}
 		select {
@@ -406,9 +422,7 @@ func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle Ha
 	}
 	if errors.Is(err, ErrGiveBack) {
 		cc.logger.Debug().Err(err).Str("message_id", d.MessageId).Msg("message given back to the queue")
-		if err := d.Nack(false, true); err != nil {
-			cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("nack failed; message will be redelivered")
-		}
+		cc.giveBack(work, d)
 		return
 	}
 	cc.logger.Error().Err(err).Str("message_id", d.MessageId).Msg("delivery not completed; requeueing")
@@ -417,6 +431,40 @@ func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle Ha
 	backoff.Sleep(ctx, time.Second)
 	if err := d.Nack(false, true); err != nil {
 		cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("nack failed; message will be redelivered")
+	}
+}
+
+// giveBack gives d back to its queue through GiveBack (a copy published,
+// the original acked), or with a requeue when there is none or it fails.
+func (cc *consumer) giveBack(ctx context.Context, d amqp.Delivery) {
+	if cc.giveBackFunc != nil {
+		gctx, cancel := context.WithTimeout(ctx, giveBackTimeout)
+		err := cc.giveBackFunc(gctx, cc.queue, d)
+		cancel()
+		if err == nil {
+			if err := d.Ack(false); err != nil {
+				// The copy is in the queue and the original comes back
+				// too: a duplicate, which the dispatcher drops.
+				cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("ack of a message given back failed; it will be redelivered")
+			}
+			return
+		}
+		cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("giving a message back without a requeue failed; requeueing it")
+	}
+	if err := d.Nack(false, true); err != nil {
+		cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("nack failed; message will be redelivered")
+	}
+}
+
+// giveBackTimeout bounds one give-back's publish and confirm.
+const giveBackTimeout = 5 * time.Second
+
+// drainGivingBack gives back every message the broker sent before the
+// consumer's cancel took effect (prefetched, not started), after Cancel:
+// the channel's close would return them with a requeue.
+func (cc *consumer) drainGivingBack(ctx context.Context) {
+	for d := range cc.deliveries {
+		cc.giveBack(ctx, d)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -437,4 +438,52 @@ func TestReconcilerLeavesRateLimitedHoldsAlone(t *testing.T) {
 	require.Zero(t, m[`hookrelay_reconciled_total{reason="lost",route="billing"}`])
 	require.Zero(t, m[`hookrelay_reconciled_total{reason="stranded",route="billing"}`])
 	require.Zero(t, m[`hookrelay_deliveries_total{outcome="superseded",route="billing"}`], "no copy was sent again")
+}
+
+// Issue 18, item 3: RabbitMQ 3.x counts a requeue (a nack, or a message a
+// closed channel returns) toward a quorum queue's delivery-limit, and
+// puts the message back at the head of the queue, where the next consumer
+// takes it again. Twenty-five pauses and resumes of a route whose
+// consumers each hold a message for its rate limit: every message is
+// given back without a requeue (a copy published to the tail, the original
+// acked), so none is parked in .dead by the delivery limit (20 here)
+// without an attempt, and every pair is delivered once.
+func TestPausesDoNotWearOutTheDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	r := &h.cfg.Routes[0]
+	r.URL = dest.url("billing")
+	r.Concurrency = 4
+	r.RateLimit = 1
+	r.Burst = 1
+	h.start(app.ReceiverOptions{})
+	queue := h.names.RouteQueue("billing")
+	const events = 30
+	ids := h.postAll(events, 4, func(int) string { return "invoice.paid" })
+	h.waitOutboxEmpty(15 * time.Second)
+	waitCountCh(t, h, queue, events, 15*time.Second)
+	h.startDispatcher(app.DispatcherOptions{})
+
+	ctx := context.Background()
+	for cycle := range 25 {
+		require.Eventually(t, func() bool { return h.queueConsumers(queue) == 4 }, 10*time.Second, 10*time.Millisecond, "cycle %d: consuming", cycle)
+		// Each consumer holds a message (one goes per second).
+		require.Eventually(t, func() bool {
+			q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			return err == nil && events-len(dest.snapshot())-q.Messages >= 3
+		}, 10*time.Second, 10*time.Millisecond, "cycle %d: messages held", cycle)
+		_, err := h.db.RoutePause(ctx, "billing", true, "test")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 10*time.Second, 10*time.Millisecond, "cycle %d: paused", cycle)
+		_, err = h.db.RoutePause(ctx, "billing", false, "")
+		require.NoError(t, err)
+	}
+	dest.waitFor(60*time.Second, "every event delivered", func([]received) bool { return len(dest.successes()) == len(ids) })
+	h.waitQueuesEmpty(10 * time.Second)
+	require.Zero(t, amqptest.Count(t, h.ch, h.names.DeadQueue("billing")), "nothing parked without an attempt")
+	for pair, n := range dest.successes() {
+		require.Equal(t, 1, n, "%s delivered once", pair)
+	}
+	require.Len(t, dest.snapshot(), events, "no second POST of any event")
 }

@@ -145,6 +145,10 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Groups:          consumerGroups(cfg, handler, controls),
 		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
 		Logger:          logger,
+		// A message given back for the route's controls (paused, circuit
+		// open, held) is republished, not requeued: a requeue counts
+		// toward the delivery limit.
+		GiveBack: publisher.GiveBack,
 	})
 	inspector := amqp.NewInspector(dialer, connectionName(cfg, "hookrelay-dispatcher-inspector"))
 	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
