@@ -363,6 +363,7 @@ func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, 
 		Margin:               cfg.Reconcile.Margin,
 		StrandAfter:          cfg.Reconcile.StrandAfter,
 		LastStoreFailureFunc: lastStoreFailure,
+		PingFunc:             db.Ping,
 		Registerer:           reg,
 		Logger:               logger,
 	})

@@ -73,6 +73,12 @@ type ReconcilerConfig struct {
 	// One batch a round, and none while the route's queue holds ready
 	// messages: the re-sent copies are taken before more are sent.
 	Batch int
+	// PingFunc, when set, asks Postgres whether it answers, at the start of
+	// each round; a round whose ping fails counts as a failure to reach
+	// Postgres (see LastStoreFailureFunc). A Postgres outage is every
+	// dispatcher's: a delivery of another dispatcher may hold its message
+	// waiting for it, and this process learns of the outage only by asking.
+	PingFunc func(ctx context.Context) error
 	// LastStoreFailureFunc says when this process's deliveries last failed
 	// to reach Postgres (now while one holds its message retrying); nil:
 	// never. A delivery waiting for Postgres holds its copy unacked and
@@ -89,18 +95,21 @@ type ReconcilerConfig struct {
 // that is late or lost. Late is the common case (a backlog after an
 // outage, a retry tier dead-lettering slowly), and sending a late pair
 // again only adds to the backlog it waits in. So a pair is sent again only
-// when nothing in the broker can be holding its copy:
+// when nothing can be holding its copy:
 //
 //   - its route queue holds no ready message (read live): a copy that
 //     arrived there was taken by a dispatcher, which would have claimed
-//     the pair; and
+//     the pair;
 //   - no retry tier holds a message waiting to be dead-lettered back to
 //     its route queue (messages_dlx): a retry copy that expired left its
-//     tier; and
-//   - Postgres has answered this process for a margin: a delivery that
-//     waits for Postgres holds its copy unacked and unclaimed, out of the
-//     queue's ready count, and a pair whose lease expired less than a
-//     margin ago may be held by its holder still.
+//     tier;
+//   - Postgres has answered this process for a margin (the reconciler
+//     asks it every round): a delivery waiting for Postgres, in any
+//     dispatcher, holds its copy unacked and unclaimed, out of the
+//     queue's ready count; a pair whose lease expired less than a margin
+//     ago may be held by its holder still;
+//   - the route's deliveries are not held (paused, circuit not closed,
+//     rate limit or Retry-After: see store.DeliveryReconcile).
 //
 // Then the copy is gone (a queue purged or deleted by hand, a broker that
 // lost it) and the pair is re-sent as a new generation (reason lost). A
@@ -182,6 +191,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		if !r.ping(ctx) {
+			continue
+		}
 		tiers, err := r.readTiers(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.logger.Warn().Err(err).Msg("reading the retry tiers; until they can be read, only pairs overdue by reconcile.strand_after are re-sent")
@@ -235,6 +247,28 @@ func (r *Reconciler) readTiers(ctx context.Context) (tierState, error) {
 	return st, nil
 }
 
+// pingTimeout bounds a round's ping of Postgres.
+const pingTimeout = 2 * time.Second
+
+// ping asks Postgres whether it answers (PingFunc) and reports whether it
+// did; a failure is remembered as a failure to reach Postgres.
+func (r *Reconciler) ping(ctx context.Context) bool {
+	if r.cfg.PingFunc == nil {
+		return true
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	err := r.cfg.PingFunc(pctx)
+	cancel()
+	if err != nil {
+		r.storeFailedAt.Store(time.Now().UnixNano())
+		if ctx.Err() == nil {
+			r.logger.Debug().Err(err).Msg("postgres does not answer; no round until a margin after it does")
+		}
+		return false
+	}
+	return true
+}
+
 // postgresFailedWithin says whether this process failed to reach Postgres
 // (a delivery, or the reconciler itself) less than d ago, or a delivery
 // holds its message retrying now.
@@ -254,6 +288,9 @@ func (r *Reconciler) postgresFailedWithin(d time.Duration) bool {
 // ReconcileRoute runs one round for route, reading the retry tiers first,
 // and returns how many pairs it sent again.
 func (r *Reconciler) ReconcileRoute(ctx context.Context, route string) (int, error) {
+	if !r.ping(ctx) {
+		return 0, nil
+	}
 	tiers, err := r.readTiers(ctx)
 	if err != nil {
 		r.logger.Warn().Err(err).Msg("reading the retry tiers; only pairs overdue by reconcile.strand_after are re-sent")

@@ -185,6 +185,34 @@ func TestReconcilerWaitsAMarginAfterPostgresFailed(t *testing.T) {
 	require.Len(t, store.calls, 1)
 }
 
+// Issue 25: a Postgres outage is every dispatcher's, and another one's
+// delivery may hold its copy waiting for Postgres: the reconciler asks
+// Postgres every round and re-sends nothing until a margin after it last
+// did not answer.
+func TestReconcilerWaitsAMarginAfterAFailedPing(t *testing.T) {
+	t.Parallel()
+	var pingErr error
+	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
+	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: []string{"billing"}, Store: store,
+		QueueReady: func(context.Context, string) (int, error) { return 0, nil },
+		Tiers:      func(context.Context) (map[string]int, error) { return nil, nil },
+		PingFunc:   func(context.Context) error { return pingErr },
+		Interval:   time.Second, Margin: 15 * time.Second,
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+	})
+	require.NoError(t, err)
+	pingErr = errors.New("timeout")
+	n, err := r.ReconcileRoute(context.Background(), "billing")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	pingErr = nil
+	n, err = r.ReconcileRoute(context.Background(), "billing")
+	require.NoError(t, err)
+	require.Zero(t, n, "Postgres answers again, but did not a moment ago")
+	require.Empty(t, store.calls)
+}
+
 type failingReconcileStore struct {
 	fakeReconcileStore
 	fail error
