@@ -50,6 +50,31 @@ type Gate interface {
 	Open(i int) (bool, <-chan struct{})
 }
 
+// ActivityGate is a Gate that is also told what its consumers do, so it
+// can tell a consumer able to take a message from one that is not (its
+// connection reconnecting, its channel stuck, its delivery held).
+type ActivityGate interface {
+	Gate
+	// Consuming says consumer i is subscribed: waiting for a message
+	// (busy false) or handling one (busy true).
+	Consuming(i int, busy bool)
+	// Stopped says consumer i takes no message: its gate closed, its
+	// channel or connection was lost, or it is stopping.
+	Stopped(i int)
+}
+
+func consuming(g Gate, i int, busy bool) {
+	if a, ok := g.(ActivityGate); ok {
+		a.Consuming(i, busy)
+	}
+}
+
+func stoppedConsuming(g Gate, i int) {
+	if a, ok := g.(ActivityGate); ok {
+		a.Stopped(i)
+	}
+}
+
 // ConsumersConfig configures Consumers.
 type ConsumersConfig struct {
 	// Dialer reaches a node of the cluster.
@@ -262,6 +287,7 @@ func gateOpen(g Gate, i int) (bool, <-chan struct{}) {
 // message prefetched but not started to the queue; when the gate opens
 // again it consumes on a new channel.
 func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g ConsumerGroup, i int, cc *consumer) error {
+	defer stoppedConsuming(g.Gate, i)
 	for {
 		if cc == nil {
 			for {
@@ -282,7 +308,10 @@ func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g 
 			cc.logger.Debug().Msg("consuming again")
 		}
 		chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
-		if gated := cc.run(ctx, work, g.Handle, g.Gate, i); !gated {
+		consuming(g.Gate, i, false)
+		gated := cc.run(ctx, work, g.Handle, g.Gate, i)
+		stoppedConsuming(g.Gate, i)
+		if !gated {
 			return stopped(g.Queue, chClosed)
 		}
 		_ = cc.ch.Close() // given back already; anything left goes back to the queue
@@ -400,7 +429,9 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate,
 			if !ok {
 				return false // channel or connection closed
 			}
+			consuming(gate, i, true)
 			cc.handle(ctx, work, d, handle)
+			consuming(gate, i, false)
 		}
 	}
 }

@@ -22,6 +22,8 @@ func newController(cfg *config.Config, db *store.DB, reg prometheus.Registerer, 
 		routes = append(routes, control.Route{
 			Name: r.Name, Failures: r.Circuit.Failures, Cooldown: r.Circuit.Cooldown,
 			RateLimit: r.RateLimit, Burst: r.Burst,
+			// A probe delivery: its POST, its claim and record.
+			ProbeBusy: r.Timeout + cfg.Dispatcher.LeaseMargin,
 		})
 	}
 	return control.New(control.Config{

@@ -487,3 +487,62 @@ func TestPausesDoNotWearOutTheDeliveryLimit(t *testing.T) {
 	}
 	require.Len(t, dest.snapshot(), events, "no second POST of any event")
 }
+
+// Issue 18, item 4: a half-open circuit's probe follows the ability to
+// make it. The dispatcher that claimed the probe has its broker connection
+// stalled (packets black-holed): its probe consumer cannot take a message,
+// so it stops keeping its claim fresh, and the other dispatcher takes the
+// probe over and makes it, within the cool-down and a few seconds.
+func TestHalfOpenProbeMovesToADispatcherThatCanMakeIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var healthy atomic.Bool
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int {
+		if healthy.Load() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	})
+	r := &h.cfg.Routes[0]
+	r.URL = dest.url("billing")
+	r.Concurrency = 2
+	r.MaxAttempts = 20
+	r.Circuit.Failures = 2
+	r.Circuit.Cooldown = 2 * time.Second
+	h.start(app.ReceiverOptions{})
+
+	stalled := *h.cfg
+	proxy := proxied(t, &stalled.AMQP.URL)
+	h.startDispatcherWith(&stalled, app.DispatcherOptions{})
+	t.Cleanup(proxy.Resume) // before the dispatcher's stop (cleanups run last first)
+	const events = 4
+	for i := range events {
+		h.postSigned(fmt.Sprintf("evt_probe_%d", i), "invoice.paid")
+	}
+	require.Eventually(t, func() bool { return h.routeState("billing").Circuit == store.CircuitOpen }, 15*time.Second, 10*time.Millisecond)
+	proxy.Stall()
+	var claimed store.RouteState
+	require.Eventually(t, func() bool {
+		claimed = h.routeState("billing")
+		return claimed.Circuit == store.CircuitHalfOpen && claimed.ProbeOwner != ""
+	}, 15*time.Second, 10*time.Millisecond, "the stalled dispatcher claims the probe")
+	claimedAt := time.Now()
+	healthy.Store(true)
+	h.startDispatcher(app.DispatcherOptions{})
+
+	dest.waitFor(30*time.Second, "every event delivered", func([]received) bool { return len(dest.successes()) == events })
+	probe := time.Duration(0)
+	for _, q := range dest.snapshot() {
+		if q.status == http.StatusOK {
+			probe = q.at.Sub(claimedAt)
+			break
+		}
+	}
+	t.Logf("the probe went %s after the stalled dispatcher claimed it", probe.Round(100*time.Millisecond))
+	require.Less(t, probe, r.Circuit.Cooldown+15*time.Second, "another dispatcher took the probe over")
+	after := h.routeState("billing")
+	require.Equal(t, store.CircuitClosed, after.Circuit)
+	for pair, n := range dest.successes() {
+		require.Equal(t, 1, n, "%s delivered once", pair)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -123,13 +124,19 @@ func (d *destination) waitFor(timeout time.Duration, what string, cond func([]re
 // startDispatcher runs the dispatcher until the test ends.
 func (h *harness) startDispatcher(opts app.DispatcherOptions) (stop func()) {
 	h.t.Helper()
+	return h.startDispatcherWith(h.cfg, opts)
+}
+
+// startDispatcherWith is startDispatcher with a config of its own.
+func (h *harness) startDispatcherWith(cfg *config.Config, opts app.DispatcherOptions) (stop func()) {
+	h.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(h.t, err)
 	opts.Listener = ln
 	opts.Logger = zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- app.RunDispatcher(ctx, h.cfg, opts) }()
+	go func() { done <- app.RunDispatcher(ctx, cfg, opts) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

@@ -70,6 +70,11 @@ type Route struct {
 	// no limit. Burst is how many may go at once after a quiet spell.
 	RateLimit float64
 	Burst     int
+	// ProbeBusy is how long the half-open probe's delivery may take (the
+	// route's timeout plus the lease margin): a probe consumer busy for
+	// longer is stuck (a lease wait, a hold), and its dispatcher stops
+	// holding the probe so that another takes it over. Default 1m.
+	ProbeBusy time.Duration
 }
 
 // Config configures a Controller.
@@ -127,6 +132,14 @@ type route struct {
 	view      view
 	slowUntil time.Time // local clock
 	changed   chan struct{}
+	// probe is what this dispatcher's consumer 0, the one that makes a
+	// half-open circuit's probe, is doing, and since when; claimedAt is
+	// when this dispatcher last claimed the probe.
+	probe     activity
+	claimedAt time.Time
+	// leftProbe: this dispatcher said it leaves the probe to another
+	// (logged once until it holds or claims the probe again).
+	leftProbe bool
 	// heldUntil is how far this dispatcher has marked the route held
 	// (local clock): a hold within it needs no new mark.
 	heldUntil time.Time
@@ -138,6 +151,18 @@ type route struct {
 	// milliseconds and resets it on its next success.
 	unsettled bool
 }
+
+// activity is what a consumer does, as its gate is told.
+type activity struct {
+	state int // stopped, idle or busy
+	since time.Time
+}
+
+const (
+	stopped = iota
+	idle
+	busy
+)
 
 // New returns a Controller for cfg's routes.
 func New(cfg Config) (*Controller, error) {
@@ -181,7 +206,10 @@ func New(cfg Config) (*Controller, error) {
 		if r.RateLimit < 0 || (r.RateLimit > 0 && r.Burst < 1) || (r.Failures > 0 && r.Cooldown <= 0) {
 			return nil, fmt.Errorf("control: route %q: rate limit needs a burst of 1 or more, a breaker a cool-down", r.Name)
 		}
-		c.routes[r.Name] = &route{cfg: r, changed: make(chan struct{}), view: view{circuit: Closed}}
+		if r.ProbeBusy <= 0 {
+			r.ProbeBusy = time.Minute
+		}
+		c.routes[r.Name] = &route{cfg: r, changed: make(chan struct{}), view: view{circuit: Closed}, probe: activity{since: time.Now()}}
 		c.circuit.WithLabelValues(r.Name)
 		c.paused.WithLabelValues(r.Name)
 		for _, reason := range []string{reasonRate, reasonRetryAfter} {
@@ -326,14 +354,58 @@ func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
 			return false, err
 		}
 		if claimed {
+			r := c.routes[s.Route]
+			r.mu.Lock()
+			r.claimedAt, r.leftProbe = time.Now(), false
+			r.mu.Unlock()
 			c.logger.Info().Str("route", s.Route).Msg("circuit half-open: this dispatcher makes the probe delivery")
 		}
 		return claimed, nil
 	case s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner:
+		// The claim is kept only while this dispatcher can make the
+		// probe; otherwise it goes stale and another takes it over.
+		r := c.routes[s.Route]
+		if able, why := r.canProbe(c.cfg.ProbeStale); !able {
+			r.mu.Lock()
+			left := r.leftProbe
+			r.leftProbe = true
+			r.mu.Unlock()
+			if !left {
+				c.logger.Warn().Str("route", s.Route).Str("why", why).Dur("probe_stale", c.cfg.ProbeStale).
+					Msg("this dispatcher cannot make the probe delivery; leaving the probe to another")
+			}
+			return false, nil
+		}
+		r.mu.Lock()
+		r.leftProbe = false
+		r.mu.Unlock()
 		held, err := c.cfg.Store.ProbeRefresh(ctx, s.Route, c.cfg.Owner)
 		return !held, err
 	}
 	return false, nil
+}
+
+// canProbe says whether this dispatcher can make route r's probe delivery
+// now, and if not, why: its probe consumer is subscribed and either waits
+// for a message (for less than stale: with the route's backlog in the
+// queue, a working consumer gets one at once) or handles one (for less
+// than a delivery can take); or the probe was claimed less than stale ago
+// and the consumer is starting.
+func (r *route) canProbe(stale time.Duration) (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, since := r.probe, time.Since(r.probe.since)
+	switch {
+	case a.state == busy && since < r.cfg.ProbeBusy,
+		a.state == idle && since < stale,
+		a.state == stopped && time.Since(r.claimedAt) < stale:
+		return true, ""
+	case a.state == busy:
+		return false, fmt.Sprintf("its probe consumer has been handling one message for %s (a lease wait or a hold)", since.Round(time.Second))
+	case a.state == idle:
+		return false, fmt.Sprintf("its probe consumer has had no message for %s (its connection is not moving)", since.Round(time.Second))
+	}
+	return false, fmt.Sprintf("its probe consumer has not been consuming for %s (its connection or channel is down)", since.Round(time.Second))
 }
 
 // apply makes v (and the Retry-After hold until slowUntil) route r's
@@ -426,6 +498,33 @@ func (g *RouteGate) Open(i int) (bool, <-chan struct{}) {
 		open = open && v.owner && i == 0
 	}
 	return open, r.changed
+}
+
+// Consuming is told that consumer i of the route is subscribed, waiting
+// (busy false) or handling a message (busy true); see amqp.ActivityGate.
+func (g *RouteGate) Consuming(i int, isBusy bool) {
+	state := idle
+	if isBusy {
+		state = busy
+	}
+	g.track(i, state)
+}
+
+// Stopped is told that consumer i of the route takes no message.
+func (g *RouteGate) Stopped(i int) { g.track(i, stopped) }
+
+// track records what consumer 0 does: it is the one that makes a
+// half-open circuit's probe.
+func (g *RouteGate) track(i, state int) {
+	if i != 0 {
+		return
+	}
+	r := g.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.probe.state != state {
+		r.probe = activity{state: state, since: time.Now()}
+	}
 }
 
 // Admit holds a delivery of route until it may go: past the route's

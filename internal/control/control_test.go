@@ -270,3 +270,62 @@ func TestAdmitGivesBackAHeldDeliveryWhenTheRouteStops(t *testing.T) {
 	require.NoError(t, c.Init(context.Background()))
 	require.NoError(t, c.Admit(context.Background(), "billing", nil))
 }
+
+// Issue 18, item 4: the dispatcher holding a half-open circuit's probe
+// keeps its claim fresh only while its probe consumer can make the probe:
+// subscribed and waiting (not for longer than the stale window: with the
+// route's backlog queued, a working consumer gets a message at once), or
+// handling a message for less than a delivery can take, or starting just
+// after the claim. Otherwise the claim goes stale and another dispatcher
+// takes it over.
+func TestProbeKeptOnlyWhileItCanBeMade(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		probe   activity
+		claimed time.Time
+		refresh bool
+	}{
+		{"waiting for a message", activity{state: idle, since: now.Add(-time.Second)}, time.Time{}, true},
+		{"handling the probe", activity{state: busy, since: now.Add(-20 * time.Second)}, time.Time{}, true},
+		{"starting after the claim", activity{state: stopped, since: now.Add(-time.Minute)}, now.Add(-time.Second), true},
+		{"no message for long: its connection does not move", activity{state: idle, since: now.Add(-10 * time.Second)}, time.Time{}, false},
+		{"stuck on one message (a lease wait, a hold)", activity{state: busy, since: now.Add(-2 * time.Minute)}, time.Time{}, false},
+		{"not consuming (reconnecting)", activity{state: stopped, since: now.Add(-time.Minute)}, now.Add(-time.Minute), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := &fakeStore{states: []State{{Route: "billing", Circuit: HalfOpen, ProbeOwner: "me", ProbeAt: now, Now: now}}}
+			c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second, ProbeBusy: 30 * time.Second})
+			r := c.routes["billing"]
+			r.probe, r.claimedAt = tc.probe, tc.claimed
+			_, err := c.refresh(context.Background())
+			require.NoError(t, err)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if tc.refresh {
+				require.Contains(t, st.calls, "refresh billing")
+			} else {
+				require.NotContains(t, st.calls, "refresh billing")
+			}
+		})
+	}
+}
+
+// The gate follows what consumer 0 does; other consumers do not count.
+func TestGateTracksTheProbeConsumer(t *testing.T) {
+	t.Parallel()
+	st := &fakeStore{}
+	c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
+	g := c.Gate("billing")
+	r := c.routes["billing"]
+	g.Consuming(0, false)
+	require.Equal(t, idle, r.probe.state)
+	g.Consuming(1, true)
+	require.Equal(t, idle, r.probe.state, "consumer 1 is not the probe's")
+	g.Consuming(0, true)
+	require.Equal(t, busy, r.probe.state)
+	g.Stopped(0)
+	require.Equal(t, stopped, r.probe.state)
+}
