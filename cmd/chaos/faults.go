@@ -51,7 +51,22 @@ type faultResult struct {
 	// POSTs answered from then until the next fault (or the end).
 	injected   time.Time
 	duplicates int
+	// tiersSettled is how long after the restore the retry tiers held no
+	// more messages waiting to be dead-lettered than the load itself
+	// keeps passing through (faults that strand only), and whether they
+	// did within tiersSettleWithin.
+	tiersSettled  time.Duration
+	tiersSettleOK bool
 }
+
+// tiersSettleWithin bounds how long after a node fault's restore the retry
+// tiers may keep messages waiting to be dead-lettered (stranded by a
+// leader change) before the suite fails; transientDeadLettering is what
+// the flaky route's retries keep in them at any moment.
+const (
+	tiersSettleWithin      = time.Minute
+	transientDeadLettering = 10
+)
 
 // backlogSample is the undelivered pairs at a time after the restore,
 // and where their copies were: outbox rows, ready messages in the route
@@ -261,6 +276,12 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 	restored := time.Now()
 	res.recovered, res.backlog = s.waitCaughtUp(ctx, restored, 3*time.Minute)
 	res.recovery = time.Since(restored)
+	if f.strands {
+		res.tiersSettleOK = s.waitTiersSettled(ctx, restored.Add(tiersSettleWithin))
+		res.tiersSettled = time.Since(restored)
+		s.logf("fault %d/%d: %s: retry tiers settled %s after the restore (%v)", n, total, f.name,
+			res.tiersSettled.Round(100*time.Millisecond), res.tiersSettleOK)
+	}
 	_, non2xxAfter := s.load.counts()
 	res.non2xx = non2xxAfter - non2xxBefore
 	reconciledAfter, err := s.reconciled(ctx)
@@ -323,6 +344,26 @@ func formatResent(r map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.0f", reason, r[reason]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// waitTiersSettled waits until a reading of the retry tiers counts no
+// more messages waiting to be dead-lettered than the load keeps passing
+// through, until deadline, and says whether it came.
+func (s *suite) waitTiersSettled(ctx context.Context, deadline time.Time) bool {
+	for {
+		b := s.where(ctx, backlogSample{})
+		if b.tierDL <= transientDeadLettering {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Second): // the statistics refresh every few seconds
+		}
+	}
 }
 
 // where fills in b where the copies are; what cannot be read stays 0.
@@ -535,6 +576,9 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 		if !r.recovered {
 			rec = "not within 3m"
 			fail("fault %q: not recovered within 3m", r.name)
+		}
+		if r.strands && !r.tiersSettleOK {
+			fail("fault %q: the retry tiers still held messages waiting to be dead-lettered %s after the restore", r.name, tiersSettleWithin)
 		}
 		if !r.strands && r.reconciled > 0 {
 			fail("fault %q strands nothing, yet the reconciler re-sent %d pair(s): late copies taken for lost ones", r.name, r.reconciled)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -197,4 +198,42 @@ func (m *Management) QueueStats(ctx context.Context, prefix string) ([]QueueStat
 		}
 	}
 	return out, nil
+}
+
+// ClearDeadLettering drops the messages quorum queue queue holds waiting to
+// be dead-lettered (messages_dlx): it applies policy, a policy that sets
+// the queue's overflow to drop-head, which turns its at-least-once
+// dead-lettering off (RabbitMQ then deletes those messages), waits until
+// the queue's statistics count none (they lag by up to about 10 s), and
+// removes the policy, which turns at-least-once dead-lettering back on.
+// The policy is removed even when the wait fails or ctx ends.
+func (m *Management) ClearDeadLettering(ctx context.Context, policy, queue string) error {
+	path := "policies/{vhost}/" + url.PathEscape(policy)
+	if _, err := m.Do(ctx, http.MethodPut, path, map[string]any{
+		"pattern": "^" + regexp.QuoteMeta(queue) + "$", "apply-to": "queues", "priority": PolicyPriority,
+		"definition": map[string]any{"overflow": "drop-head"},
+	}); err != nil {
+		return fmt.Errorf("applying policy %s to %s: %w", policy, queue, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = m.Do(dctx, http.MethodDelete, path, nil) // a failure leaves a policy the next clear replaces
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		body, err := m.Do(ctx, http.MethodGet, "queues/{vhost}/"+url.PathEscape(queue)+"?columns=name,messages_dlx", nil)
+		if err == nil {
+			var q QueueStat
+			if err = json.Unmarshal(body, &q); err == nil && q.DeadLettering == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("clearing %s: the messages waiting to be dead-lettered are still counted: %w", queue, ctx.Err())
+		case <-tick.C: // the statistics refresh every few seconds
+		}
+	}
 }

@@ -364,8 +364,11 @@ func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, 
 		StrandAfter:          cfg.Reconcile.StrandAfter,
 		LastStoreFailureFunc: lastStoreFailure,
 		PingFunc:             db.Ping,
-		Registerer:           reg,
-		Logger:               logger,
+		ClearTierFunc: func(ctx context.Context, tier string) error {
+			return mgmt.ClearDeadLettering(ctx, names.Prefix+".clear-stranded-tier", tier)
+		},
+		Registerer: reg,
+		Logger:     logger,
 	})
 }
 

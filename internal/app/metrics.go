@@ -29,6 +29,7 @@ func MetricNames() ([]string, error) {
 	amqp.NewNodeGauge(rec)
 	deliver.NewReconciledCounter(rec, routes)
 	deliver.NewTierGauge(rec)
+	deliver.NewTierClearedCounter(rec)
 	outbox.NewMetrics(rec)
 	deliver.NewMetrics(rec, routes)
 	// The controls' metrics; the store is never asked here.

@@ -12,7 +12,9 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -133,4 +135,48 @@ func bulkPending(t *testing.T, db *store.DB, n int, route string) {
 		)
 		INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM ev`, n, route)
 	require.NoError(t, err)
+}
+
+// Issue 18, item 6: a retry tier that keeps messages waiting to be
+// dead-lettered (RabbitMQ strands them after a leader change, until its
+// dead-letter worker's confirm timeout; here, one addressed to a route
+// queue that does not exist) is noticed and cleared by the reconciler once
+// it has held them for reconcile.strand_after: the tier counts none
+// afterwards, the clearing policy is gone, and the route's own deliveries
+// go on, each once.
+func TestReconcilerClearsAStrandedTier(t *testing.T) {
+	t.Parallel()
+	amqptest.RequireManagement(t)
+	h := newHarness(t)
+	h.cfg.Reconcile = config.Reconcile{Interval: 200 * time.Millisecond, Margin: time.Second, StrandAfter: 3 * time.Second}
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.cfg.Routes[0].URL = dest.url("billing")
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+
+	tier := h.names.Retry(h.cfg.Retry.Backoff[0])
+	for range 2 {
+		require.NoError(t, h.ch.PublishWithContext(context.Background(), tier, h.names.RouteQueue("ghost"), false, false,
+			amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(`{}`)}))
+	}
+	ids := h.postAll(3, 3, func(int) string { return "invoice.paid" })
+
+	m, err := hamqp.NewManagement([]string{testenv.ManagementURL()}, testenv.AMQPURL())
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_retry_tier_cleared_total{tier="`+tier+`"}`])
+	}, 60*time.Second, 100*time.Millisecond, "the stranded tier is cleared")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		stats, err := m.QueueStats(context.Background(), tier)
+		require.NoError(c, err)
+		require.Len(c, stats, 1)
+		require.Zero(c, stats[0].DeadLettering)
+	}, 30*time.Second, 500*time.Millisecond)
+	_, err = m.Do(context.Background(), http.MethodGet, "policies/{vhost}/"+h.names.Prefix+".clear-stranded-tier", nil)
+	require.ErrorContains(t, err, "HTTP 404", "the clearing policy is removed")
+
+	dest.waitFor(20*time.Second, "the route's events", func([]received) bool { return len(dest.successes()) == len(ids) })
+	for pair, n := range dest.successes() {
+		require.Equal(t, 1, n, "%s delivered once", pair)
+	}
 }

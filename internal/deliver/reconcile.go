@@ -73,6 +73,9 @@ type ReconcilerConfig struct {
 	// One batch a round, and none while the route's queue holds ready
 	// messages: the re-sent copies are taken before more are sent.
 	Batch int
+	// ClearTierFunc, when set, drops the messages a retry tier holds
+	// waiting to be dead-lettered (see Reconciler: a tier stranding them).
+	ClearTierFunc func(ctx context.Context, tier string) error
 	// PingFunc, when set, asks Postgres whether it answers, at the start of
 	// each round; a round whose ping fails counts as a failure to reach
 	// Postgres (see LastStoreFailureFunc). A Postgres outage is every
@@ -124,6 +127,10 @@ type Reconciler struct {
 	logger     zerolog.Logger
 	reconciled *prometheus.CounterVec
 	tierGauge  *prometheus.GaugeVec
+	cleared    *prometheus.CounterVec
+	// stuck follows, per tier, since when its every reading counted
+	// messages waiting to be dead-lettered, and the fewest it counted.
+	stuck map[string]*tierRun
 	// storeFailedAt is when the reconciler's own statement last failed
 	// (unix nanoseconds): Postgres was out, and deliveries may hold
 	// copies waiting for it.
@@ -151,7 +158,26 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 		logger:     cfg.Logger.With().Str("component", "reconciler").Logger(),
 		reconciled: NewReconciledCounter(cfg.Registerer, cfg.Routes),
 		tierGauge:  NewTierGauge(cfg.Registerer),
+		cleared:    NewTierClearedCounter(cfg.Registerer),
+		stuck:      map[string]*tierRun{},
 	}, nil
+}
+
+// tierRun is a run of readings of one tier that all counted messages
+// waiting to be dead-lettered.
+type tierRun struct {
+	since  time.Time
+	fewest int
+}
+
+// NewTierClearedCounter registers hookrelay_retry_tier_cleared_total on reg.
+func NewTierClearedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookrelay_retry_tier_cleared_total",
+		Help: "Times the reconciler cleared a retry tier that kept messages waiting to be dead-lettered for longer than reconcile.strand_after (stranded by the broker); their pairs are re-sent from Postgres.",
+	}, []string{"tier"})
+	reg.MustRegister(c)
+	return c
 }
 
 // NewTierGauge registers hookrelay_retry_tier_dead_lettering on reg.
@@ -203,6 +229,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 				r.logger.Warn().Err(err).Str("route", route).Msg("reconcile round failed; trying again next interval")
 			}
 		}
+		if tiers.known {
+			r.clearStranded(ctx)
+		}
 	}
 }
 
@@ -238,13 +267,62 @@ func (r *Reconciler) readTiers(ctx context.Context) (tierState, error) {
 		return tierState{}, err
 	}
 	st := tierState{known: true, deadLettering: map[string]int{}}
-	for name, n := range counts {
-		r.tierGauge.WithLabelValues(name).Set(float64(n))
-		if n > 0 {
-			st.deadLettering[name] = n
+	now := time.Now()
+	for name := range r.stuck {
+		if _, ok := counts[name]; !ok {
+			delete(r.stuck, name) // gone
 		}
 	}
+	for name, n := range counts {
+		r.tierGauge.WithLabelValues(name).Set(float64(n))
+		if n == 0 {
+			delete(r.stuck, name)
+			continue
+		}
+		st.deadLettering[name] = n
+		run := r.stuck[name]
+		if run == nil {
+			run = &tierRun{since: now, fewest: n}
+			r.stuck[name] = run
+		}
+		run.fewest = min(run.fewest, n)
+	}
 	return st, nil
+}
+
+// clearStranded clears each tier that has held messages waiting to be
+// dead-lettered at every reading for StrandAfter: RabbitMQ's dead-letter
+// worker is waiting for a confirm it will not get (a leader change) and
+// publishes them again only after its own timeout. Their pairs are
+// overdue by StrandAfter by then and re-sent (reason stranded), so the
+// stranded copies are stale: clearing drops them, and a pair whose copy
+// was merely late becomes one the next rounds re-send as lost. The broker
+// does not hand such messages to a client (they are neither ready nor
+// unacked), so they cannot be taken and routed by hand.
+func (r *Reconciler) clearStranded(ctx context.Context) {
+	if r.cfg.ClearTierFunc == nil {
+		return
+	}
+	for tier, run := range r.stuck {
+		held := time.Since(run.since)
+		if held < r.cfg.StrandAfter {
+			continue
+		}
+		log := r.logger.With().Str("tier", tier).Int("messages", run.fewest).Dur("held_for", held.Round(time.Second)).Logger()
+		log.Warn().Msg("retry tier has kept messages waiting to be dead-lettered for longer than reconcile.strand_after: clearing them; their pairs are re-sent from Postgres")
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := r.cfg.ClearTierFunc(cctx, tier)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error().Err(err).Msg("clearing a stranded retry tier failed; trying again next round")
+			}
+			continue
+		}
+		r.cleared.WithLabelValues(tier).Inc()
+		delete(r.stuck, tier)
+		log.Info().Msg("stranded retry tier cleared")
+	}
 }
 
 // pingTimeout bounds a round's ping of Postgres.
