@@ -114,7 +114,7 @@ how many there are. Nothing is printed as done before it is done, and
 		&cobra.Group{ID: "events", Title: "Events and deliveries:"},
 		&cobra.Group{ID: "setup", Title: "Set-up:"},
 	)
-	for _, cmd := range []*cobra.Command{c.eventsCmd(), c.replayCmd(), c.retryCmd(), c.deadCmd(), c.purgeCmd(), c.routesCmd()} {
+	for _, cmd := range []*cobra.Command{c.eventsCmd(), c.replayCmd(), c.retryCmd(), c.deadCmd(), c.purgeCmd(), c.routesCmd(), c.versionsCmd()} {
 		cmd.GroupID = "events"
 		root.AddCommand(cmd)
 	}

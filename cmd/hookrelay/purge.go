@@ -150,6 +150,9 @@ func (c *cli) confirmPurge(cmd *cobra.Command, plan store.PurgeResult, olderThan
 func printPurge(w io.Writer, verb string, res store.PurgeResult, olderThan, kept string, includeDead bool) error {
 	fmt.Fprintf(w, "%s: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
 		verb, res.Deliveries, res.Events, res.Stripped, kept, res.Batches)
+	if res.Versions > 0 {
+		fmt.Fprintf(w, "forgot: %d resource versions whose resource has no event left whole\n", res.Versions)
+	}
 	if res.Abandoned > 0 {
 		abandon := "abandoned"
 		if strings.HasPrefix(verb, "would") {

@@ -67,8 +67,18 @@ func extractConfig(s config.Source) extract.Config {
 	}
 	ec.OrderingResource = extract.Field{Header: s.Ordering.Resource.Header, Path: s.Ordering.Resource.JSONPath}
 	ec.OrderingVersion = extract.Field{Header: s.Ordering.Version.Header, Path: s.Ordering.Version.JSONPath}
+	// A version that is a time may be as far ahead as the signature's
+	// timestamp may be: further, it is a clock or a bug, not an order.
+	ec.VersionFutureLimit = s.Verify.Tolerance
+	if ec.VersionFutureLimit <= 0 {
+		ec.VersionFutureLimit = defaultVersionFutureLimit
+	}
 	return ec
 }
+
+// defaultVersionFutureLimit is the future limit of a time version for a
+// source whose scheme has no timestamp tolerance: the schemes' default.
+const defaultVersionFutureLimit = 5 * time.Minute
 
 // newRegistry returns a registry with the Go runtime and process collectors.
 func newRegistry() *prometheus.Registry {

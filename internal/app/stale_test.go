@@ -142,3 +142,58 @@ func TestStaleSubscriptionUpdateIsDroppedAfterCancel(t *testing.T) {
 	require.Zero(t, received("billing", older))
 	require.Equal(t, 2.0, staleMetric(first)+staleMetric(second))
 }
+
+// Issue 18, item 7: a version far in the future (a sender's clock, a bug,
+// or one forged where the version was not signed) must not silence a
+// resource. The event that carries it is delivered, without ordering, and
+// counted; the resource's genuine next event is delivered too, not
+// recorded stale. An operator can read and reset a route's version.
+func TestFarFutureVersionDoesNotSilenceItsResource(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Sources[0].Ordering = config.Ordering{
+		Resource: config.OrderingField{JSONPath: "admin_graphql_api_id"},
+		Version:  config.OrderingField{JSONPath: "updated_at"},
+	}
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	orders := testRoute("orders", dest.url("orders"), "acme.orders.*")
+	orders.Ordering = config.OrderingDropStale
+	h.cfg.Routes = []config.Route{orders}
+	amqptestCleanup(t, h)
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+	ctx := context.Background()
+	post := func(id, updatedAt string) string {
+		t.Helper()
+		body := []byte(fmt.Sprintf(`{"id":%q,"type":"orders.updated","admin_graphql_api_id":"gid://shopify/Order/1","updated_at":%q}`, id, updatedAt))
+		r := h.post("acme", body, http.Header{"X-Acme-Signature": {sign(acmeSecret, body)}})
+		require.Equal(t, http.StatusOK, r.status, r.Error)
+		return r.ID
+	}
+	delivered := func(id string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), "orders")
+			require.NoError(c, err)
+			require.Equal(c, webhook.StateDelivered, state, id)
+		}, 20*time.Second, 20*time.Millisecond)
+	}
+
+	forged := post("evt_forged", "9999-12-31T23:59:59Z")
+	delivered(forged)
+	require.Equal(t, 1.0, scrape(t, h.base)[`hookrelay_ingest_ordering_ignored_total{reason="future_version",source="acme"}`])
+	genuine := post("evt_genuine", time.Now().UTC().Format(time.RFC3339))
+	delivered(genuine)
+
+	// The genuine one set the route's version; an operator can see it and
+	// reset it.
+	v, err := h.db.ResourceVersionGet(ctx, "orders", "acme", "gid://shopify/Order/1")
+	require.NoError(t, err)
+	require.Equal(t, uuid.MustParse(genuine), v.Event)
+	svc := setup.Ops(h.cfg, h.db, nil)
+	reset, err := svc.ResourceVersionReset(ctx, ops.VersionRequest{Route: "orders", Source: "acme", Resource: "gid://shopify/Order/1"})
+	require.NoError(t, err)
+	require.Equal(t, v.Version, reset.Version)
+	_, err = svc.ResourceVersion(ctx, ops.VersionRequest{Route: "orders", Source: "acme", Resource: "gid://shopify/Order/1"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}

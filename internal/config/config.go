@@ -320,6 +320,12 @@ type Source struct {
 type Ordering struct {
 	Resource OrderingField `mapstructure:"resource"`
 	Version  OrderingField `mapstructure:"version"`
+	// AllowUnsigned lets the resource or the version come from a header
+	// the source's scheme does not sign. Default false: only signed
+	// material may order events, because a replayed body with a forged
+	// far-future version would silence every later event of its resource
+	// on routes that drop stale events.
+	AllowUnsigned bool `mapstructure:"allow_unsigned"`
 }
 
 // IsZero reports whether no ordering is declared.

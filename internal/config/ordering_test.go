@@ -11,11 +11,11 @@ func TestLoadOrdering(t *testing.T) {
 	t.Parallel()
 	env := envMap(map[string]string{"ACME_SECRET": "x"})
 	yaml := strings.Replace(validYAML, "    event_type: {json_path: event}\n",
-		"    event_type: {json_path: event}\n    ordering: {resource: {json_path: data.id}, version: {header: X-Acme-Sequence}}\n", 1) +
+		"    event_type: {json_path: event}\n    ordering: {resource: {json_path: data.id}, version: {header: X-Acme-Sequence}, allow_unsigned: true}\n", 1) +
 		"    ordering: drop_stale\n"
 	cfg, err := Load(writeConfig(t, yaml), env)
 	require.NoError(t, err)
-	require.Equal(t, Ordering{Resource: OrderingField{JSONPath: "data.id"}, Version: OrderingField{Header: "X-Acme-Sequence"}}, cfg.Sources[0].Ordering)
+	require.Equal(t, Ordering{Resource: OrderingField{JSONPath: "data.id"}, Version: OrderingField{Header: "X-Acme-Sequence"}, AllowUnsigned: true}, cfg.Sources[0].Ordering)
 	require.Equal(t, OrderingDropStale, cfg.Routes[0].Ordering)
 
 	// drop_stale on a route fed by a source without ordering is valid:
@@ -44,6 +44,11 @@ func TestLoadOrderingInvalid(t *testing.T) {
 		{"both header and path", withSourceOrdering("{resource: {json_path: data.id, header: X-Id}, version: {json_path: created}}"), "sources[0].ordering.resource: set header or json_path, not both"},
 		{"bad header name", withSourceOrdering("{resource: {header: \"X Id\"}, version: {json_path: created}}"), `sources[0].ordering.resource.header: "X Id" is not a valid HTTP header name`},
 		{"unknown key", withSourceOrdering("{resource: {path: data.id}, version: {json_path: created}}"), "path: unknown key"},
+		// Issue 18, item 7: only signed material may order events.
+		{"version from an unsigned header", withSourceOrdering("{resource: {json_path: data.id}, version: {header: X-Acme-Sequence}}"),
+			"sources[0].ordering.version: header X-Acme-Sequence is not signed by scheme hmac: a replayed event with a forged version would silence its resource"},
+		{"resource from an unsigned header", withSourceOrdering("{resource: {header: X-Acme-Id}, version: {json_path: created}}"),
+			"set sources[0].ordering.allow_unsigned: true to accept that"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,8 +80,19 @@ func TestPresetsFillOrdering(t *testing.T) {
 	require.Equal(t, "data.object.customer", cfg.Sources[1].Ordering.Resource.JSONPath, "the source's own ordering wins")
 	require.True(t, cfg.Sources[2].Ordering.IsZero(), "github events carry no creation time or sequence")
 
-	// Every preset's ordering is complete, or absent.
+	// Every preset's ordering is complete and signed, or absent.
 	for name, p := range presets {
-		require.Empty(t, checkOrdering(name, p.ordering), name)
+		require.Empty(t, checkOrdering(name, p.scheme, p.ordering), name)
 	}
+}
+
+// Issue 18, item 7: Shopify signs the body only, so the shopify preset
+// orders by the resource's updated_at in the body, not by the unsigned
+// X-Shopify-Triggered-At header.
+func TestShopifyPresetOrdersBySignedBody(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(validYAML, "sources:\n", "sources:\n  - name: shop\n    preset: shopify\n    verify: {secrets: [s]}\n", 1)
+	cfg, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, Ordering{Resource: OrderingField{JSONPath: "admin_graphql_api_id"}, Version: OrderingField{JSONPath: "updated_at"}}, cfg.Sources[0].Ordering)
 }

@@ -51,9 +51,11 @@ var presets = map[string]preset{
 		// Only the body is signed; the id and topic headers are not.
 		dedupeBody: true,
 		// The resource's global id (gid://shopify/Order/...: it names the
-		// type, unlike the bare id), and when the event was triggered in
-		// the shop (RFC 3339), not when it was sent.
-		ordering: Ordering{Resource: OrderingField{JSONPath: "admin_graphql_api_id"}, Version: OrderingField{Header: "X-Shopify-Triggered-At"}},
+		// type, unlike the bare id), and when the resource was last
+		// updated (RFC 3339), both in the signed body. (X-Shopify-
+		// Triggered-At would be the event's own time, but Shopify does not
+		// sign its headers: a replayer could set it far in the future.)
+		ordering: Ordering{Resource: OrderingField{JSONPath: "admin_graphql_api_id"}, Version: OrderingField{JSONPath: "updated_at"}},
 	},
 	// Standard Webhooks and Svix sign "id.timestamp.body": the key is the
 	// id the matching signature covers, from whichever header family

@@ -210,7 +210,7 @@ func crossCheck(cfg *Config, operator bool) []string {
 		if set != 1 {
 			add("%s.event_type: set exactly one of header, json_path or json_paths", key)
 		}
-		problems = append(problems, checkOrdering(key+".ordering", s.Ordering)...)
+		problems = append(problems, checkOrdering(key+".ordering", s.Verify.Scheme, s.Ordering)...)
 	}
 
 	switch {
@@ -311,10 +311,11 @@ func validHeaderValue(v string) bool {
 	return true
 }
 
-// checkOrdering reports a source ordering that is half declared: both the
+// checkOrdering reports a source ordering that is half declared (both the
 // resource and the version, each from exactly one of header or json_path,
-// or nothing at all.
-func checkOrdering(key string, o Ordering) []string {
+// or nothing at all) or read from a header the scheme does not sign,
+// unless allowed.
+func checkOrdering(key, scheme string, o Ordering) []string {
 	if o.IsZero() {
 		return nil
 	}
@@ -328,6 +329,13 @@ func checkOrdering(key string, o Ordering) []string {
 			problems = append(problems, fmt.Sprintf("%s.%s: is required when ordering is set (set both resource and version, or neither)", key, f.name))
 		case f.f.Header != "" && f.f.JSONPath != "":
 			problems = append(problems, fmt.Sprintf("%s.%s: set header or json_path, not both", key, f.name))
+		case f.f.Header != "" && !o.AllowUnsigned:
+			// No scheme signs a header a version could be read from:
+			// standard-webhooks signs webhook-id and webhook-timestamp,
+			// the send time, which a retry moves on.
+			problems = append(problems, fmt.Sprintf("%s.%s: header %s is not signed by scheme %s: a replayed event with a forged version would "+
+				"silence its resource on routes that drop stale events; read it from the signed body (json_path), or set %s.allow_unsigned: true to accept that",
+				key, f.name, f.f.Header, scheme, key))
 		}
 	}
 	return problems

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -40,6 +41,13 @@ type Config struct {
 	// the event's resource and version are (Result.Ordering).
 	OrderingResource Field
 	OrderingVersion  Field
+	// VersionFutureLimit is how far past the request's arrival a version
+	// that is a time may be and still order the event (the source's
+	// signature tolerance): a version further on is a sender's clock or a
+	// bug, and taken as the resource's newest it would silence every later
+	// event of the resource. The event is accepted without ordering
+	// (Result.OrderingIgnored). Zero: no limit.
+	VersionFutureLimit time.Duration
 }
 
 // Extractor applies one source's Config.
@@ -81,6 +89,8 @@ type Input struct {
 	// SignedID is the message id the request's verified signature covers,
 	// "" when the scheme signs none.
 	SignedID string
+	// ReceivedAt is when the request arrived (Config.VersionFutureLimit).
+	ReceivedAt time.Time
 }
 
 // SignedID reports whether x keys on Input.SignedID, which only a verifier
@@ -94,6 +104,9 @@ type Result struct {
 	// Ordering is the event's resource and version, all "" when the
 	// source declares none or the event lacks one.
 	Ordering Ordering
+	// OrderingIgnored says why the event's ordering was left out although
+	// it carried one: "future_version" (Config.VersionFutureLimit).
+	OrderingIgnored string
 }
 
 // Extract reads the idempotency key and event type. It returns an *Error for
@@ -165,7 +178,7 @@ func (x *Extractor) Extract(in Input) (Result, error) {
 	if err := checkEventType(res.EventType); err != nil {
 		return Result{}, err
 	}
-	res.Ordering = x.ordering(h, body)
+	res.Ordering, res.OrderingIgnored = x.ordering(h, body, in.ReceivedAt)
 	return res, nil
 }
 

@@ -44,9 +44,9 @@ const (
 // empty, not a scalar, or could never be stored (NUL, invalid UTF-8, over
 // the limits) leaves the event without ordering rather than refusing it:
 // ordering only protects against stale events, it must never cost one.
-func (x *Extractor) ordering(h http.Header, body []byte) Ordering {
+func (x *Extractor) ordering(h http.Header, body []byte, received time.Time) (Ordering, string) {
 	if x.cfg.OrderingResource == (Field{}) || x.cfg.OrderingVersion == (Field{}) {
-		return Ordering{}
+		return Ordering{}, ""
 	}
 	// Extract has checked the body already when it needed JSON; with both
 	// fields in headers the body is not read (nor scanned) at all.
@@ -54,14 +54,27 @@ func (x *Extractor) ordering(h http.Header, body []byte) Ordering {
 		((x.cfg.OrderingResource.Header == "" || x.cfg.OrderingVersion.Header == "") && gjson.ValidBytes(body))
 	res, ok := readField(x.cfg.OrderingResource, h, body, bodyIsJSON)
 	if !ok || len(res) > maxResourceLen {
-		return Ordering{}
+		return Ordering{}, ""
 	}
 	ver, ok := readField(x.cfg.OrderingVersion, h, body, bodyIsJSON)
 	if !ok || len(ver) > maxVersionLen {
-		return Ordering{}
+		return Ordering{}, ""
+	}
+	if t, isTime := versionTime(ver); isTime && x.cfg.VersionFutureLimit > 0 && !received.IsZero() &&
+		t.After(received.Add(x.cfg.VersionFutureLimit)) {
+		return Ordering{}, "future_version"
 	}
 	num, _ := NormalizeVersion(ver)
-	return Ordering{Resource: res, Version: ver, VersionNum: num}
+	return Ordering{Resource: res, Version: ver, VersionNum: num}, ""
+}
+
+// versionTime reads a version that is an RFC 3339 time.
+func versionTime(v string) (time.Time, bool) {
+	if decimalRe.MatchString(v) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil
 }
 
 func readField(f Field, h http.Header, body []byte, bodyIsJSON bool) (string, bool) {
@@ -113,8 +126,8 @@ func NormalizeVersion(v string) (string, bool) {
 		}
 		return v, true
 	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
+	t, ok := versionTime(v)
+	if !ok {
 		return "", false
 	}
 	ns := new(big.Int).Mul(big.NewInt(t.Unix()), big.NewInt(1e9))

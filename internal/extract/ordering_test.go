@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -95,4 +96,36 @@ func TestExtractOrdering(t *testing.T) {
 	require.ErrorContains(t, err, "both ordering resource and version")
 	_, err = New(withOrdering(Field{Path: "id", Header: "X"}, Field{Path: "v"}))
 	require.ErrorContains(t, err, "header or a JSON path")
+}
+
+// Issue 18, item 7: a version that is a time further past the request's
+// arrival than the source's tolerance does not order the event (taken as
+// the resource's newest, it would silence every later event of it): the
+// event is kept without ordering, and Result says why. A number is not a
+// time; a time within the limit orders as before.
+func TestFutureVersionDoesNotOrder(t *testing.T) {
+	t.Parallel()
+	cfg := Config{IdempotencyPaths: []string{"id"}, EventTypePaths: []string{"type"},
+		OrderingResource: Field{Path: "rid"}, OrderingVersion: Field{Path: "v"}, VersionFutureLimit: 5 * time.Minute}
+	x, err := New(cfg)
+	require.NoError(t, err)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name, version, ignored string
+		ordered                bool
+	}{
+		{"far future", `"9999-12-31T23:59:59Z"`, "future_version", false},
+		{"past the tolerance", `"2026-12-01T12:06:00Z"`, "future_version", false},
+		{"within the tolerance", `"2026-12-01T12:04:00Z"`, "", true},
+		{"in the past", `"2026-11-30T12:00:00Z"`, "", true},
+		{"a huge number is not a time", `1e1000`, "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := x.Extract(Input{Body: []byte(`{"id":"e","type":"t","rid":"r","v":` + tt.version + `}`), ReceivedAt: now})
+			require.NoError(t, err)
+			require.Equal(t, tt.ignored, res.OrderingIgnored)
+			require.Equal(t, tt.ordered, res.Ordering != Ordering{})
+		})
+	}
 }

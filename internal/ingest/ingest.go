@@ -225,9 +225,14 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte,
 // event builds the event of a verified request, or says why its input can
 // never be stored: the sender's error (400), not one to retry.
 func (h *Handler) event(r *http.Request, src Source, body []byte, signedID string, start time.Time, log zerolog.Logger) (*webhook.Event, string) {
-	res, err := src.Extractor.Extract(extract.Input{Header: r.Header, Body: body, SignedID: signedID})
+	res, err := src.Extractor.Extract(extract.Input{Header: r.Header, Body: body, SignedID: signedID, ReceivedAt: start})
 	if err != nil {
 		return nil, err.Error()
+	}
+	if res.OrderingIgnored != "" {
+		log.Warn().Str("reason", res.OrderingIgnored).Str("event_type", res.EventType).
+			Msg("event's version is further in the future than the source's tolerance: stored without ordering")
+		h.metrics.orderingIgnored.WithLabelValues(src.Name, res.OrderingIgnored).Inc()
 	}
 	if key := webhook.RoutingKey(src.Name, res.EventType); len(key) > maxRoutingKey {
 		// RabbitMQ refuses longer routing keys: stored, it could never be
@@ -370,6 +375,8 @@ type Metrics struct {
 	batchSize prometheus.Histogram
 	fallbacks prometheus.Counter
 	queued    prometheus.Gauge
+	// orderingIgnored counts accepted events whose ordering was left out.
+	orderingIgnored *prometheus.CounterVec
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -400,6 +407,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "hookrelay_ingest_batch_queue",
 		Help: "Requests waiting for a group-commit batch to take them.",
 	})
-	reg.MustRegister(m.requests, m.duration, m.batchSize, m.fallbacks, m.queued)
+	m.orderingIgnored = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookrelay_ingest_ordering_ignored_total",
+		Help: "Events stored without their resource's version, by source and reason (future_version: a time further ahead than the source's tolerance, which would have silenced the resource's later events).",
+	}, []string{"source", "reason"})
+	reg.MustRegister(m.requests, m.duration, m.batchSize, m.fallbacks, m.queued, m.orderingIgnored)
 	return m
 }

@@ -43,6 +43,8 @@ type fakeStore struct {
 	purged    []store.PurgeConfig
 	counted   []store.PurgeConfig
 	listLimit int
+	// versions are resource versions by "route source resource".
+	versions map[string]string
 }
 
 func (s *fakeStore) add(source, eventType string, states map[string]string) *fakeEvent {
@@ -311,4 +313,29 @@ func newService(t *testing.T) (*ops.Service, *fakeStore, *fakeDeadLetters) {
 		DedupeWindow: 30 * 24 * time.Hour,
 		NowFunc:      func() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) },
 	}, st, dl
+}
+
+func (s *fakeStore) ResourceVersionGet(_ context.Context, route, source, resource string) (*store.ResourceVersion, error) {
+	return s.version(route, source, resource, false)
+}
+
+func (s *fakeStore) ResourceVersionReset(_ context.Context, route, source, resource string) (*store.ResourceVersion, error) {
+	return s.version(route, source, resource, true)
+}
+
+func (s *fakeStore) version(route, source, resource string, reset bool) (*store.ResourceVersion, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	k := route + " " + source + " " + resource
+	v, ok := s.versions[k]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	if reset {
+		delete(s.versions, k)
+	}
+	return &store.ResourceVersion{Route: route, Source: source, Resource: resource, Version: v}, nil
 }

@@ -31,6 +31,7 @@ import (
 //	POST /api/events/{id}/retry    ?route=&dry_run=true
 //	POST /api/retry                ?route=R&state=retrying&dry_run=true
 //	POST /api/routes/{name}/pause  (and /resume; see routesAPI)
+//	GET  /api/routes/{name}/versions?source=&resource=  (and DELETE; see versionsAPI)
 //
 // POST /api/replay replays at most MaxAPIReplayEvents events per request
 // (see there), and POST /api/retry retries at most as many pairs.
@@ -136,6 +137,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 		retry(w, r, s, logger, req)
 	})
 	routesAPI(mux, s, logger)
+	versionsAPI(mux, s, logger)
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

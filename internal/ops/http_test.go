@@ -120,3 +120,29 @@ func TestAdminAPIStorageFailure(t *testing.T) {
 		require.JSONEq(t, `{"error":"storage unavailable"}`, body)
 	}
 }
+
+// Issue 18, item 7: an operator reads a resource's delivered version on a
+// route and resets it (a forged or wrong version silenced the resource);
+// a route not in the config, or no version kept, is 404.
+func TestAdminAPIResourceVersions(t *testing.T) {
+	t.Parallel()
+	a := newAPI(t)
+	a.st.versions = map[string]string{"billing shop gid://shopify/Order/1": "9999-12-31T23:59:59Z"}
+	q := "/api/routes/billing/versions?source=shop&resource=gid://shopify/Order/1"
+	status, body := a.do(t, http.MethodGet, q, "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"version":"9999-12-31T23:59:59Z"`)
+	require.Contains(t, body, `"resource":"gid://shopify/Order/1"`)
+
+	status, body = a.do(t, http.MethodDelete, q, "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"version":"9999-12-31T23:59:59Z"`, "what was forgotten")
+	status, body = a.do(t, http.MethodGet, q, "")
+	require.Equal(t, http.StatusNotFound, status, body)
+	require.Contains(t, body, "no version of shop gid://shopify/Order/1 is kept on route billing")
+
+	status, _ = a.do(t, http.MethodGet, "/api/routes/nowhere/versions?source=shop&resource=x", "")
+	require.Equal(t, http.StatusNotFound, status)
+	status, body = a.do(t, http.MethodGet, "/api/routes/billing/versions?source=shop", "")
+	require.Equal(t, http.StatusBadRequest, status, body)
+}

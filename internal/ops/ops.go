@@ -42,6 +42,7 @@ type Store interface {
 	// PurgeCount counts what Purge would remove, changing nothing.
 	PurgeCount(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
 	RetryStore
+	VersionStore
 }
 
 // DeadLetters reads and moves the messages of the routes' dead-letter

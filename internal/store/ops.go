@@ -239,7 +239,10 @@ type PurgeResult struct {
 	// Abandoned counts the deleted deliveries that were pending or
 	// retrying on a route no dispatcher serves.
 	Abandoned int64
-	Batches   int
+	// Versions counts the resources' stored versions deleted with the
+	// last event of their resource left whole (see ResourceVersion).
+	Versions int64
+	Batches  int
 	// KeptUndelivered counts events old enough to purge that were kept
 	// because something of them is undelivered: in the outbox, in flight on
 	// a served route, or dead (without IncludeDead).
@@ -291,7 +294,8 @@ const purgeableSQL = `
 // never part of one: an event with nothing to keep (see purgeableSQL)
 // loses its deliveries and attempts, then is deleted once older than
 // cfg.DedupeBefore too, or else keeps only its row (its dedupe key) with
-// purged_at set. An event with anything undelivered is kept whole, so a
+// purged_at set. A resource with no event left whole loses its stored
+// versions (route_resource_versions). An event with anything undelivered is kept whole, so a
 // replay or a requeued dead letter still finds its body and its
 // deliveries.
 //
@@ -336,6 +340,22 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			if ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
 				return fmt.Errorf("re-checking events to purge: %w", err)
 			}
+			// The resources these events are about, read before they go:
+			// a resource with no event left whole loses its versions.
+			var resSources, resIDs []string
+			rows, err = tx.Query(ctx, `
+				SELECT DISTINCT source, ordering_resource FROM events
+				WHERE id = ANY($1) AND ordering_resource IS NOT NULL AND purged_at IS NULL`, ids)
+			if err != nil {
+				return fmt.Errorf("reading the resources of events to purge: %w", err)
+			}
+			var src, resource string
+			if _, err := pgx.ForEachRow(rows, []any{&src, &resource}, func() error {
+				resSources, resIDs = append(resSources, src), append(resIDs, resource)
+				return nil
+			}); err != nil {
+				return fmt.Errorf("reading the resources of events to purge: %w", err)
+			}
 			var deleted, abandoned int64
 			err = tx.QueryRow(ctx, `
 				WITH gone AS (DELETE FROM deliveries WHERE event_id = ANY($1) RETURNING state)
@@ -355,10 +375,26 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			if err != nil {
 				return fmt.Errorf("stripping events: %w", err)
 			}
+			stripped := tag.RowsAffected()
+			var versions int64
+			if len(resIDs) > 0 {
+				tag, err = tx.Exec(ctx, `
+					DELETE FROM route_resource_versions v
+					USING unnest($1::text[], $2::text[]) AS r(source, resource)
+					WHERE v.source = r.source AND v.resource = r.resource
+					  AND NOT EXISTS (SELECT 1 FROM events e
+					                  WHERE e.source = r.source AND e.ordering_resource = r.resource AND e.purged_at IS NULL)`,
+					resSources, resIDs)
+				if err != nil {
+					return fmt.Errorf("purging resource versions: %w", err)
+				}
+				versions = tag.RowsAffected()
+			}
 			res.Deliveries += deleted
 			res.Abandoned += abandoned
 			res.Events += events
-			res.Stripped += tag.RowsAffected()
+			res.Stripped += stripped
+			res.Versions += versions
 			return nil
 		})
 		cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -50,4 +51,54 @@ func (db *DB) DeliveryStale(ctx context.Context, eventID uuid.UUID, route string
 		return nil, fmt.Errorf("checking for a newer version: %w", err)
 	}
 	return &s, nil
+}
+
+// ResourceVersion is the newest version of a source's resource delivered
+// on a route, which makes older events of the resource stale there.
+type ResourceVersion struct {
+	Route, Source, Resource string
+	Version                 string
+	// Event is the event that carried it, delivered at DeliveredAt.
+	Event       uuid.UUID
+	DeliveredAt time.Time
+}
+
+// ResourceVersionGet returns the version of (route, source, resource), or
+// ErrNotFound when none was delivered (or it was reset or purged).
+func (db *DB) ResourceVersionGet(ctx context.Context, route, source, resource string) (*ResourceVersion, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	v := ResourceVersion{Route: route, Source: source, Resource: resource}
+	err := db.pool.QueryRow(ctx, `
+		SELECT version, event_id, delivered_at FROM route_resource_versions
+		WHERE route = $1 AND source = $2 AND resource = $3`, route, source, resource,
+	).Scan(&v.Version, &v.Event, &v.DeliveredAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the version of %s %s on route %s: %w", source, resource, route, err)
+	}
+	return &v, nil
+}
+
+// ResourceVersionReset forgets the version of (route, source, resource):
+// the resource's next event is not stale, whatever its version. It returns
+// the version it forgot, or ErrNotFound when there was none.
+func (db *DB) ResourceVersionReset(ctx context.Context, route, source, resource string) (*ResourceVersion, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	v := ResourceVersion{Route: route, Source: source, Resource: resource}
+	err := db.pool.QueryRow(ctx, `
+		DELETE FROM route_resource_versions
+		WHERE route = $1 AND source = $2 AND resource = $3
+		RETURNING version, event_id, delivered_at`, route, source, resource,
+	).Scan(&v.Version, &v.Event, &v.DeliveredAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resetting the version of %s %s on route %s: %w", source, resource, route, err)
+	}
+	return &v, nil
 }

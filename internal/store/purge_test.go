@@ -105,3 +105,50 @@ func TestReplayEnqueueIsConditional(t *testing.T) {
 
 // recordErr keeps the error of AttemptRecord's results.
 func recordErr(_ int64, _ bool, err error) error { return err }
+
+// Issue 18, item 7: purge forgets a resource's delivered version once no
+// event of the resource is left whole (deleted, or stripped to its dedupe
+// key): a version kept for ever would make the resource's later events
+// stale after a sender's versions went back. An operator can read a
+// version and reset it.
+func TestPurgeForgetsVersionsOfGoneResources(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	now := time.Now()
+	deliver := func(key, resource, version string, age time.Duration) {
+		ev := newEvent("acme", key)
+		ev.ReceivedAt = now.Add(-age)
+		ev.OrderingResource, ev.OrderingVersion, ev.OrderingVersionNum = resource, version, version
+		id, _, err := db.EventInsert(ctx, ev, []string{"billing"})
+		require.NoError(t, err)
+		require.NoError(t, recordErr(db.AttemptRecord(ctx, &webhook.Attempt{
+			EventID: id, Route: "billing", Number: 1, StartedAt: ev.ReceivedAt, Status: 200, Outcome: webhook.StateDelivered,
+		})))
+	}
+	deliver("old_a", "sub_A", "5", 40*24*time.Hour)
+	deliver("new_a", "sub_A", "6", time.Hour) // sub_A keeps a whole event
+	deliver("old_b", "sub_B", "9", 40*24*time.Hour)
+	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox`)
+	require.NoError(t, err)
+	v, err := db.ResourceVersionGet(ctx, "billing", "acme", "sub_B")
+	require.NoError(t, err)
+	require.Equal(t, "9", v.Version)
+
+	res, err := db.Purge(ctx, store.PurgeConfig{OlderThan: now.Add(-7 * 24 * time.Hour), DedupeBefore: now.Add(-30 * 24 * time.Hour), ServedRoutes: []string{"billing"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Versions, "sub_B has no event left")
+	_, err = db.ResourceVersionGet(ctx, "billing", "acme", "sub_B")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	v, err = db.ResourceVersionGet(ctx, "billing", "acme", "sub_A")
+	require.NoError(t, err, "sub_A still has an event")
+	require.Equal(t, "6", v.Version)
+
+	reset, err := db.ResourceVersionReset(ctx, "billing", "acme", "sub_A")
+	require.NoError(t, err)
+	require.Equal(t, "6", reset.Version)
+	_, err = db.ResourceVersionGet(ctx, "billing", "acme", "sub_A")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = db.ResourceVersionReset(ctx, "billing", "acme", "sub_A")
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing left to reset")
+}
