@@ -214,21 +214,20 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 	}
 	args = append(args, keys, delivN, delivRoute)
 
-	rows, err := db.pool.Query(ctx, eventInsertSQL, args...)
+	inserted, err := db.insertEvents(ctx, args, len(items))
+	if isDeadlock(err) {
+		// Rows go in ordered by (source, idempotency_key), so batches take
+		// that index's entries in one order; but a source that dedupes on
+		// its body has a second unique index, whose entries two batches
+		// can take in crossed order (A's key-sorted rows have hashes H1,
+		// H2; B's, H2, H1). Postgres then aborts one of them. Its
+		// statement wrote nothing: made again, it waits for the other's
+		// commit and finds its duplicates, instead of failing its every
+		// request, unrelated senders' included, with a 503.
+		inserted, err = db.insertEvents(ctx, args, len(items))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("inserting events: %w", refused(err))
-	}
-	inserted := make(map[uuid.UUID]bool, len(items))
-	for rows.Next() {
-		var id [16]byte // not uuid.UUID: see pgUUID
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("reading inserted events: %w", err)
-		}
-		inserted[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("inserting events: %w", refused(err))
+		return nil, err
 	}
 
 	results := make([]EventInsertResult, len(items))
@@ -244,6 +243,33 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 		db.resolveDuplicates(ctx, items, dups, results)
 	}
 	return results, nil
+}
+
+// insertEvents runs the batch's statement and returns the ids it inserted.
+func (db *DB) insertEvents(ctx context.Context, args []any, n int) (map[uuid.UUID]bool, error) {
+	rows, err := db.pool.Query(ctx, eventInsertSQL, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inserting events: %w", refused(err))
+	}
+	inserted := make(map[uuid.UUID]bool, n)
+	for rows.Next() {
+		var id [16]byte // not uuid.UUID: see pgUUID
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading inserted events: %w", err)
+		}
+		inserted[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inserting events: %w", refused(err))
+	}
+	return inserted, nil
+}
+
+// isDeadlock reports whether err is Postgres' deadlock_detected.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
 
 // resolveDuplicates sets the existing event's id on results[i] for every i

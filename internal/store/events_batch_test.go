@@ -122,3 +122,59 @@ func TestEventInsertBatchNotifiesOnce(t *testing.T) {
 	}
 	require.Equal(t, 1, before, "one NOTIFY for a batch of 10 events")
 }
+
+// Issue 18, item 8: two group-commit batches of a source that dedupes on
+// its body, whose body hashes cross (A's key-sorted rows carry bodies X,
+// Y; B's, Y, X), take the hash index's entries in crossed order and
+// deadlock (a trigger slows each row, so they do every time). Postgres
+// aborts one; its batch is made again and finds its duplicates: both
+// batches answer every item, none with an error.
+func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	_, err := db.Pool().Exec(ctx, `
+		CREATE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
+		CREATE TRIGGER test_slow_insert BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_slow_insert();`)
+	require.NoError(t, err)
+	item := func(key, body string) store.EventInsertItem {
+		ev := newEvent("gh", key)
+		ev.Body = []byte(body)
+		sum := sha256.Sum256(ev.Body)
+		ev.BodySHA256 = sum[:]
+		return store.EventInsertItem{Event: ev, Routes: []string{"billing"}}
+	}
+	a := []store.EventInsertItem{item("a1", "X"), item("a2", "Y")}
+	b := []store.EventInsertItem{item("b1", "Y"), item("b2", "X")}
+	type answer struct {
+		res []store.EventInsertResult
+		err error
+	}
+	done := make(chan answer, 2)
+	for _, batch := range [][]store.EventInsertItem{a, b} {
+		go func() {
+			res, err := db.EventInsertBatch(ctx, batch)
+			done <- answer{res, err}
+		}()
+	}
+	dups := 0
+	for range 2 {
+		select {
+		case ans := <-done:
+			require.NoError(t, ans.err, "a deadlocked batch is made again, not failed")
+			for _, r := range ans.res {
+				require.NoError(t, r.Err)
+				if r.Duplicate {
+					dups++
+				}
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the batches did not finish")
+		}
+	}
+	require.Equal(t, 2, dups, "the later batch's two events are duplicates of the earlier's bodies")
+	var n int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
+	require.Equal(t, 2, n)
+}
