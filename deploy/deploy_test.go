@@ -321,6 +321,7 @@ func TestPrometheusConfig(t *testing.T) {
 			targets = append(targets, st.Targets...)
 		}
 	}
-	require.Contains(t, targets, "127.0.0.1:8080", "receiver")
+	require.Contains(t, targets, "127.0.0.1:8083", "the receiver's metrics_listen: not its public listener")
+	require.NotContains(t, targets, "127.0.0.1:8080", "the public webhook listener serves no metrics")
 	require.Contains(t, targets, "127.0.0.1:8081", "dispatcher")
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -52,19 +54,38 @@ func TestStartupRefusedCredentialsExitNamingTheSetting(t *testing.T) {
 	}
 }
 
-// Issue 12, item 8: a broker that does not answer (a wrong port) is
-// retried, saying so at error level after the first tries; the dispatcher
-// does not start consuming meanwhile.
-func TestStartupUnreachableBrokerSaysSoAtErrorLevel(t *testing.T) {
+// Issue 12, item 8, and issue 18, item 9: a broker that does not answer
+// (a wrong port) is retried, saying so at warn every few seconds and
+// naming the setting; the dispatcher does not start consuming meanwhile,
+// its /healthz answers from the first second (a liveness probe must not
+// restart it in a loop), /readyz says what it waits for, and SIGINT while
+// it waits stops it cleanly, saying so.
+func TestStartupUnreachableBrokerSaysSoEveryFewSeconds(t *testing.T) {
 	t.Parallel()
 	s := daemonShell(t, "amqp://guest:guest@"+freeAddr(t)+"/")
+	listen := freeAddr(t)
+	s.env["HOOKRELAY_DISPATCHER_LISTEN"] = listen
 	d := s.start("dispatcher")
-	line := d.waitLine(t, `"level":"error"`, 30*time.Second)
-	require.Contains(t, line, "rabbitmq")
+	line := d.waitLine(t, `"level":"warn"`, 30*time.Second)
+	require.Contains(t, line, "rabbitmq does not answer")
 	require.Contains(t, line, "amqp.url/urls")
+	resp, err := http.Get("http://" + listen + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Get("http://" + listen + "/readyz")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.JSONEq(t, `{"status":"starting","postgres":"ok","rabbitmq":"waiting"}`, string(body))
+	require.Eventually(t, func() bool { return strings.Count(d.output(), "rabbitmq does not answer") >= 3 }, 20*time.Second, 50*time.Millisecond,
+		"said again every few seconds")
+	require.NotContains(t, d.output(), `"level":"error"`, "waiting is no error")
 	require.NotContains(t, d.output(), "ready")
 	d.stop(t)
 	require.Equal(t, 0, d.exited(t, 10*time.Second), "SIGINT while waiting stops it cleanly")
+	require.Contains(t, d.output(), "dispatcher stopped while waiting for rabbitmq")
 }
 
 // Issue 12, item 8: the ready line lists the webhook URLs and the routes;

@@ -179,7 +179,7 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 		require.Equal(c, http.StatusOK, status)
 		require.Equal(c, "blocked", body["rabbitmq"])
 	}, 10*time.Second, 50*time.Millisecond, "the receiver stays ready and shows the block")
-	require.Equal(t, 1.0, scrape(t, h.base)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
+	require.Equal(t, 1.0, scrape(t, h.metricsBase)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
 
 	// evt_retry fails: its retry copy waits in the outbox with the events,
 	// the message is acked, and its consumer delivers evt_next during the
@@ -244,6 +244,6 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		require.Equal(t, "ok", body["rabbitmq"])
 	}
-	require.Equal(t, 0.0, scrape(t, h.base)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
+	require.Equal(t, 0.0, scrape(t, h.metricsBase)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
 	require.Equal(t, 0.0, scrape(t, h.dispatcherBase)[`hookrelay_rabbitmq_blocked{connection="dispatcher_publisher"}`])
 }

@@ -136,6 +136,11 @@ func connectionName(cfg *config.Config, what string) string {
 	return what + " " + cfg.AMQP.Prefix + "@" + hostname()
 }
 
+// metricsHandler serves reg's metrics at GET /metrics.
+func metricsHandler(reg *prometheus.Registry) map[string]http.Handler {
+	return map[string]http.Handler{"GET /metrics": promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
+}
+
 // statusMux serves GET /healthz and /readyz (over checks) and /metrics
 // (reg).
 func statusMux(reg *prometheus.Registry, logger zerolog.Logger, checks ...httpserver.Check) *http.ServeMux {

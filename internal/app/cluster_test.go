@@ -40,7 +40,7 @@ func TestAMQPURLsWithADeadNodeListedFirst(t *testing.T) {
 	require.Len(t, dest.successes(), 3)
 
 	// Each binary reports the node its connections are on: the live one.
-	for _, base := range []string{h.base, h.dispatcherBase} {
+	for _, base := range []string{h.metricsBase, h.dispatcherBase} {
 		on := connectedNodes(t, base)
 		require.NotEmpty(t, on, "%s reports its connections' node", base)
 		for conn, node := range on {

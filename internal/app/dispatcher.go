@@ -59,10 +59,29 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
+	// Health and metrics are served from now on: /healthz answers while
+	// the dispatcher still waits for Postgres or RabbitMQ, and /readyz says
+	// which it waits for.
+	early := httpserver.StartEarly(ln, dispatcherTimeouts(cfg), cfg.Dispatcher.ShutdownTimeout, metricsHandler(reg))
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			if err := early.Stop(); err != nil {
+				logger.Warn().Err(err).Msg("stopping the health listener")
+			}
+		}
+	}()
+	early.Set("postgres", "connecting")
+	early.Set("rabbitmq", "connecting")
 	db, err := openDB(ctx, cfg, cfg.DispatcherMaxConns(), "hookrelay-dispatcher")
 	if err != nil {
+		if ctx.Err() != nil {
+			logger.Info().Msg("dispatcher stopped while connecting to postgres")
+			return nil
+		}
 		return err
 	}
+	early.Set("postgres", "ok")
 	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
 	// The claims' pool opens on demand; open its first connection now, so
 	// the first deliveries do not pay for it (nor arrive bunched behind it
@@ -77,12 +96,15 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}
 	// RabbitMQ first: the management API below would blame a bad user or
 	// password on itself (401).
-	if err := checkRabbitMQ(ctx, dialer, connectionName(cfg, "hookrelay-dispatcher-check"), 0, logger); err != nil {
+	if err := checkRabbitMQ(ctx, dialer, connectionName(cfg, "hookrelay-dispatcher-check"), 0, logger,
+		func(state string) { early.Set("rabbitmq", state) }); err != nil {
 		if ctx.Err() != nil {
-			return nil // stopped while waiting
+			logger.Info().Msg("dispatcher stopped while waiting for rabbitmq")
+			return nil
 		}
 		return err
 	}
+	early.Set("rabbitmq", "ok")
 	topo := setup.Topology(cfg)
 	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
 		return err
@@ -171,14 +193,22 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		status = withPprof(mux, "")
 		logger.Warn().Str("listen", ln.Addr().String()).Msg("debug.pprof: profiles served under /debug/pprof/ on the health and metrics listener; keep it private")
 	}
-	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, mux: status, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
+	handedOver = true
+	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, early: early, mux: status, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
+}
+
+// dispatcherTimeouts are the timeouts of the dispatcher's listener.
+func dispatcherTimeouts(cfg *config.Config) httpserver.Timeouts {
+	return httpserver.Timeouts{Read: cfg.Dispatcher.ReadTimeout, Write: cfg.Dispatcher.WriteTimeout, Idle: cfg.Dispatcher.IdleTimeout}
 }
 
 // dispatcher is a dispatcher's parts, built before any of them runs.
 type dispatcher struct {
-	cfg        *config.Config
-	logger     zerolog.Logger
-	ln         net.Listener
+	cfg    *config.Config
+	logger zerolog.Logger
+	ln     net.Listener
+	// early serves ln since the start; run hands it mux.
+	early      *httpserver.Early
 	mux        http.Handler
 	consumers  *amqp.Consumers
 	reconciler *deliver.Reconciler
@@ -191,11 +221,13 @@ type dispatcher struct {
 func (d *dispatcher) run(ctx context.Context) error {
 	cfg := d.cfg
 	g, gctx := errgroup.WithContext(ctx)
+	d.early.Ready(d.mux)
 	g.Go(func() error {
-		srv := httpserver.New(d.mux, httpserver.Timeouts{
-			Read: cfg.Dispatcher.ReadTimeout, Write: cfg.Dispatcher.WriteTimeout, Idle: cfg.Dispatcher.IdleTimeout,
-		})
-		return httpserver.Run(gctx, d.ln, srv, cfg.Dispatcher.ShutdownTimeout)
+		select {
+		case <-d.early.Done(): // serving failed
+		case <-gctx.Done():
+		}
+		return d.early.Stop()
 	})
 	g.Go(func() error { return d.consumers.Run(gctx) })
 	g.Go(func() error { return d.reconciler.Run(gctx) })

@@ -395,7 +395,7 @@ func TestMetricsOfBothBinaries(t *testing.T) {
 		`UPDATE deliveries SET created_at = now() - interval '300 seconds' WHERE route = 'billing'`)
 	require.NoError(t, err)
 
-	rm := scrape(t, h.base)
+	rm := scrape(t, h.metricsBase)
 	require.Equal(t, 5.0, rm[`hookrelay_ingest_requests_total{outcome="accepted",reason="",source="acme"}`])
 	require.Equal(t, 1.0, rm[`hookrelay_ingest_requests_total{outcome="rejected",reason="signature_missing",source="acme"}`])
 	require.Equal(t, 8.0, rm[`hookrelay_publish_confirms_total{outcome="ack"}`], "5 events and the 3 retry copies")

@@ -60,7 +60,7 @@ func TestOutboxRefusedRowsDoNotBlockNewEvents(t *testing.T) {
 	require.Eventually(t, func() bool { return read() == all }, 20*time.Second, 50*time.Millisecond,
 		"want every refused row tried, waiting and explained: %+v", read())
 
-	m := scrape(t, h.base)
+	m := scrape(t, h.metricsBase)
 	require.GreaterOrEqual(t, m[`hookrelay_outbox_failures_total{reason="returned"}`], float64(stuck))
 	require.Greater(t, m[`hookrelay_outbox_backoff`], 0.0)
 	require.LessOrEqual(t, m[`hookrelay_outbox_backoff`], float64(stuck))

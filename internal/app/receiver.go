@@ -37,6 +37,10 @@ type ReceiverOptions struct {
 	// AdminListener serves the admin API; nil means cfg.Admin.Listen, and
 	// the API is off when that is empty too.
 	AdminListener net.Listener
+	// MetricsListener serves the metrics and health; nil means
+	// cfg.Receiver.MetricsListen, and no metrics are served when that is
+	// empty too.
+	MetricsListener net.Listener
 }
 
 // receiverBrokerWait is how long a starting receiver waits for a broker
@@ -72,17 +76,46 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if err != nil {
 		return err
 	}
-	var aln net.Listener
+	var aln, mln net.Listener
 	if opts.AdminListener != nil || cfg.Admin.Listen != "" {
 		if aln, err = lns.open(opts.AdminListener, cfg.Admin.Listen, "admin.listen"); err != nil {
 			return err
 		}
 	}
+	if opts.MetricsListener != nil || cfg.Receiver.MetricsListen != "" {
+		if mln, err = lns.open(opts.MetricsListener, cfg.Receiver.MetricsListen, "receiver.metrics_listen"); err != nil {
+			return err
+		}
+	}
+	// Every listener is served from now on: /healthz answers while the
+	// receiver still connects to Postgres and RabbitMQ, /readyz says which
+	// it waits for, and a webhook gets 503 (the sender retries).
+	sv := &servers{}
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			sv.stop(logger)
+		}
+	}()
+	sv.public = httpserver.StartEarly(ln, receiverTimeouts(cfg), cfg.Receiver.ShutdownTimeout, nil)
+	if aln != nil {
+		sv.admin = httpserver.StartEarly(aln, adminTimeouts(cfg), cfg.Receiver.ShutdownTimeout, nil)
+	}
+	if mln != nil {
+		sv.metrics = httpserver.StartEarly(mln, receiverTimeouts(cfg), cfg.Receiver.ShutdownTimeout, metricsHandler(reg))
+	}
+	sv.set("postgres", "connecting")
+	sv.set("rabbitmq", "connecting")
 	db, err := openDB(ctx, cfg, cfg.Database.MaxConns, "hookrelay-receiver")
 	if err != nil {
+		if ctx.Err() != nil {
+			logger.Info().Msg("receiver stopped while connecting to postgres")
+			return nil
+		}
 		return err
 	}
 	defer closeWithin(logger, "postgres pool", db.Close, stopGrace)
+	sv.set("postgres", "ok")
 
 	sources, err := Sources(cfg, logger)
 	if err != nil {
@@ -109,12 +142,14 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	// is tried for a while, then the receiver starts anyway and events
 	// wait in the outbox. A refusal is a config error: stop.
 	rabbitmq := "ok"
-	if err := checkRabbitMQ(ctx, dialer, connectionName(cfg, "hookrelay-receiver-check"), receiverBrokerWait, logger); err != nil {
+	if err := checkRabbitMQ(ctx, dialer, connectionName(cfg, "hookrelay-receiver-check"), receiverBrokerWait, logger,
+		func(state string) { sv.set("rabbitmq", state) }); err != nil {
 		if errors.Is(err, amqp.ErrRefused) {
 			return err
 		}
 		if ctx.Err() != nil {
-			return nil // stopped while waiting
+			logger.Info().Msg("receiver stopped while waiting for rabbitmq")
+			return nil
 		}
 		rabbitmq = "unreachable"
 		logger.Error().Err(err).Msg("rabbitmq still does not answer; starting anyway: webhooks are stored in Postgres and published once it does")
@@ -137,12 +172,17 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 	}()
 	reg.MustRegister(outbox.NewBacklogCollector(db))
-	mux := statusMux(reg, logger,
-		httpserver.Check{Name: "postgres", Func: db.Ping},
-		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
-	)
+	checks := []httpserver.Check{
+		{Name: "postgres", Func: db.Ping},
+		{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
+	}
+	// The public listener serves the webhooks and health, not the metrics
+	// (they go on receiver.metrics_listen).
+	mux := http.NewServeMux()
+	httpserver.Health(mux, logger, checks...)
 	handler.Register(mux)
-	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), rabbitmq: rabbitmq}
+	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), rabbitmq: rabbitmq,
+		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...)}
 	if !opts.DisablePublisher {
 		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
 			return err
@@ -157,7 +197,48 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	} else if cfg.Debug.Pprof {
 		logger.Warn().Msg("debug.pprof is set but admin.listen is not: the receiver serves no profiles")
 	}
+	handedOver = true
 	return rc.run(ctx)
+}
+
+// servers are the receiver's listeners, each served since the start.
+type servers struct {
+	public, admin, metrics *httpserver.Early
+}
+
+func (sv *servers) all() []*httpserver.Early {
+	var out []*httpserver.Early
+	for _, e := range []*httpserver.Early{sv.public, sv.admin, sv.metrics} {
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// set records a dependency's state on every listener's /readyz.
+func (sv *servers) set(dependency, state string) {
+	for _, e := range sv.all() {
+		e.Set(dependency, state)
+	}
+}
+
+func (sv *servers) stop(logger zerolog.Logger) {
+	for _, e := range sv.all() {
+		if err := e.Stop(); err != nil {
+			logger.Warn().Err(err).Msg("stopping a listener")
+		}
+	}
+}
+
+// receiverTimeouts are the timeouts of the receiver's listeners.
+func receiverTimeouts(cfg *config.Config) httpserver.Timeouts {
+	return httpserver.Timeouts{Read: cfg.Receiver.ReadTimeout, Write: cfg.Receiver.WriteTimeout, Idle: cfg.Receiver.IdleTimeout}
+}
+
+// adminTimeouts are the timeouts of the admin listener.
+func adminTimeouts(cfg *config.Config) httpserver.Timeouts {
+	return httpserver.Timeouts{Read: cfg.Admin.ReadTimeout, Write: cfg.Admin.WriteTimeout, Idle: cfg.Admin.IdleTimeout}
 }
 
 // receiver is a receiver's parts, built before any of them runs.
@@ -167,6 +248,12 @@ type receiver struct {
 	ln     net.Listener
 	db     *store.DB
 	mux    *http.ServeMux
+	// servers serve the listeners since the start; run hands them mux,
+	// admin and status.
+	servers *servers
+	// status serves health and metrics on metricsLn; nil listener: off.
+	status    http.Handler
+	metricsLn net.Listener
 	// rabbitmq is what the start-up check found: ok or unreachable.
 	rabbitmq string
 	// relay drains the outbox, woken on wake; nil when disabled.
@@ -183,23 +270,27 @@ type receiver struct {
 func (rc *receiver) run(ctx context.Context) error {
 	cfg, logger := rc.cfg, rc.logger
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		srv := httpserver.New(rc.mux, httpserver.Timeouts{
-			Read: cfg.Receiver.ReadTimeout, Write: cfg.Receiver.WriteTimeout, Idle: cfg.Receiver.IdleTimeout,
+	serve := func(e *httpserver.Early, h http.Handler) {
+		e.Ready(h)
+		g.Go(func() error {
+			select {
+			case <-e.Done(): // serving failed
+			case <-gctx.Done():
+			}
+			return e.Stop()
 		})
-		return httpserver.Run(gctx, rc.ln, srv, cfg.Receiver.ShutdownTimeout)
-	})
+	}
+	serve(rc.servers.public, rc.mux)
+	if rc.servers.metrics != nil {
+		serve(rc.servers.metrics, rc.status)
+		logger.Info().Str("listen", rc.metricsLn.Addr().String()).Msg("metrics served")
+	}
 	if rc.relay != nil {
 		g.Go(func() error { return rc.db.Listen(gctx, store.OutboxChannel, rc.wake, logger) })
 		g.Go(func() error { return rc.relay.Run(gctx) })
 	}
 	if rc.admin != nil {
-		g.Go(func() error {
-			srv := httpserver.New(rc.admin, httpserver.Timeouts{
-				Read: cfg.Admin.ReadTimeout, Write: cfg.Admin.WriteTimeout, Idle: cfg.Admin.IdleTimeout,
-			})
-			return httpserver.Run(gctx, rc.adminLn, srv, cfg.Receiver.ShutdownTimeout)
-		})
+		serve(rc.servers.admin, rc.admin)
 		logger.Info().Str("listen", rc.adminLn.Addr().String()).Msg("admin API started")
 	}
 	base := baseURL(rc.ln)

@@ -44,6 +44,8 @@ type harness struct {
 	ch    *amqp091.Channel
 	names hamqp.Names
 	base  string // receiver base URL once started
+	// metricsBase is the receiver's metrics listener's base URL.
+	metricsBase string
 
 	dispatcherBase string // dispatcher base URL once started
 
@@ -100,6 +102,12 @@ func (h *harness) start(opts app.ReceiverOptions) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(h.t, err)
 	opts.Listener = ln
+	if opts.MetricsListener == nil {
+		mln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(h.t, err)
+		opts.MetricsListener = mln
+	}
+	h.metricsBase = "http://" + opts.MetricsListener.Addr().String()
 	var logs io.Writer = zerolog.NewTestWriter(h.t)
 	if h.logs != nil {
 		logs = h.logs
@@ -121,6 +129,38 @@ func (h *harness) start(opts app.ReceiverOptions) {
 			h.t.Error("receiver did not stop within 20s")
 		}
 	})
+	// The listener answers from the first moment (503 "starting" to a
+	// webhook): wait until the receiver has started.
+	h.waitStarted(done)
+}
+
+// waitStarted waits until the receiver's /readyz no longer says it is
+// starting (it may say a dependency is unavailable: some tests start it so),
+// or it returned.
+func (h *harness) waitStarted(done chan error) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			h.t.Fatalf("the receiver returned while starting: %v", err)
+		default:
+		}
+		resp, err := http.Get(h.base + "/readyz")
+		if err == nil {
+			var body map[string]string
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if body["status"] != "starting" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatal("the receiver did not start within 30s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a start-up: nothing to wait on
+	}
 }
 
 // proxied puts a TCP proxy between *rawURL's host and the code under test,
@@ -454,7 +494,7 @@ func TestMetricsCountRequests(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, h.post("nobody", []byte(`{}`), nil).status)
 	h.waitOutboxEmpty(10 * time.Second)
 
-	m := scrape(t, h.base)
+	m := scrape(t, h.metricsBase)
 	require.Equal(t, 2.0, m[`hookrelay_ingest_requests_total{outcome="accepted",reason="",source="acme"}`])
 	require.Equal(t, 1.0, m[`hookrelay_ingest_requests_total{outcome="duplicate",reason="",source="acme"}`])
 	require.Equal(t, 1.0, m[`hookrelay_ingest_requests_total{outcome="rejected",reason="signature_mismatch",source="acme"}`])
@@ -476,7 +516,7 @@ func TestMetricsReportOutboxBacklog(t *testing.T) {
 	// Age the oldest row so the gauge has something to show.
 	_, err := h.db.Pool().Exec(context.Background(), `UPDATE outbox SET created_at = now() - interval '90 seconds' WHERE id = (SELECT min(id) FROM outbox)`)
 	require.NoError(t, err)
-	m := scrape(t, h.base)
+	m := scrape(t, h.metricsBase)
 	require.Equal(t, 3.0, m[`hookrelay_outbox_backlog`])
 	require.GreaterOrEqual(t, m[`hookrelay_outbox_oldest_age_seconds`], 90.0)
 }

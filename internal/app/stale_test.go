@@ -181,7 +181,7 @@ func TestFarFutureVersionDoesNotSilenceItsResource(t *testing.T) {
 
 	forged := post("evt_forged", "9999-12-31T23:59:59Z")
 	delivered(forged)
-	require.Equal(t, 1.0, scrape(t, h.base)[`hookrelay_ingest_ordering_ignored_total{reason="future_version",source="acme"}`])
+	require.Equal(t, 1.0, scrape(t, h.metricsBase)[`hookrelay_ingest_ordering_ignored_total{reason="future_version",source="acme"}`])
 	genuine := post("evt_genuine", time.Now().UTC().Format(time.RFC3339))
 	delivered(genuine)
 

@@ -19,26 +19,28 @@ import (
 // naming the setting, and the ready line says where webhooks go and which
 // routes are served.
 
-// brokerWarnTries is how many failed start-up dials to an unreachable
-// broker are warnings; from then on each is an error, so a wrong host or
-// port is not silent.
-const brokerWarnTries = 2
-
 // checkRabbitMQ connects to the broker once, and closes the connection, to
 // learn before anything starts that it answers and accepts cfg's
 // credentials. A refusal (credentials, vhost, permissions) is returned at
 // once: retrying cannot help. An unreachable broker is tried again with
-// backoff, logged as a warning for the first tries and then as an error,
-// until it answers, giveUpAfter passes (0: never; the error is then
+// backoff (at most 5s apart), each failure logged at warn naming the
+// setting and told to state ("waiting"), until it answers (logged once it
+// does after a wait), giveUpAfter passes (0: never; the error is then
 // returned), or ctx is done (ctx's error).
-func checkRabbitMQ(ctx context.Context, dialer *amqp.Dialer, name string, giveUpAfter time.Duration, logger zerolog.Logger) error {
+func checkRabbitMQ(ctx context.Context, dialer *amqp.Dialer, name string, giveUpAfter time.Duration, logger zerolog.Logger, state func(string)) error {
 	start := time.Now()
-	b := backoff.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	b := backoff.Backoff{Min: 500 * time.Millisecond, Max: 5 * time.Second}
 	for try := 1; ; try++ {
 		conn, err := dialer.Dial(name)
 		if err == nil {
 			_ = conn.Close() // a check; nothing was sent on it
+			if try > 1 {
+				logger.Info().Int("tries", try).Dur("waited", time.Since(start).Round(time.Millisecond)).Msg("rabbitmq answers now")
+			}
 			return nil
+		}
+		if state != nil {
+			state("waiting")
 		}
 		if errors.Is(err, amqp.ErrRefused) {
 			return err // it names amqp.url/urls
@@ -47,11 +49,7 @@ func checkRabbitMQ(ctx context.Context, dialer *amqp.Dialer, name string, giveUp
 			return err
 		}
 		wait := b.Next()
-		ev := logger.Warn()
-		if try > brokerWarnTries {
-			ev = logger.Error()
-		}
-		ev.Err(err).Int("tries", try).Dur("retry_in", wait.Round(time.Millisecond)).
+		logger.Warn().Err(err).Int("tries", try).Dur("retry_in", wait.Round(time.Millisecond)).
 			Msg("rabbitmq does not answer; check amqp.url/urls (host and port) and that RabbitMQ runs")
 		t := time.NewTimer(wait)
 		select {

@@ -119,8 +119,14 @@ func (a AMQP) Management() []string {
 
 // Receiver configures the ingest HTTP server.
 type Receiver struct {
-	// Listen is host:port for webhooks, health and metrics. Default 127.0.0.1:8080.
+	// Listen is host:port for webhooks and health: the public listener.
+	// Default 127.0.0.1:8080.
 	Listen string `mapstructure:"listen" validate:"required,hostname_port"`
+	// MetricsListen is host:port for the metrics (and health), kept off
+	// the public listener: metrics name sources, routes and rates that a
+	// sender has no business reading. Default 127.0.0.1:8083; empty
+	// serves no metrics.
+	MetricsListen string `mapstructure:"metrics_listen" validate:"omitempty,hostname_port"`
 	// MaxBodyBytes is the largest accepted request body. Default 1 MiB; at
 	// most 16 MiB, RabbitMQ 4's default max_message_size (a bigger message
 	// would be refused by the broker after the sender got its 200).
@@ -483,6 +489,7 @@ func setDefaults(set func(key string, value any)) {
 	set("database.query_timeout", "5s")
 	set("amqp.prefix", "hookrelay")
 	set("receiver.listen", "127.0.0.1:8080")
+	set("receiver.metrics_listen", "127.0.0.1:8083")
 	set("receiver.max_body_bytes", 1<<20)
 	set("receiver.shutdown_timeout", "10s")
 	set("receiver.read_timeout", "10s")
