@@ -24,13 +24,24 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// CHAOS_CPUPROFILE=path profiles the suite itself (its load, its
+	// destination, its checks): it shares the machine with the relay.
+	if path := os.Getenv("CHAOS_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
 	stop()
+	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		var fail *failedError

@@ -118,7 +118,7 @@ how many there are. Nothing is printed as done before it is done, and
 		cmd.GroupID = "events"
 		root.AddCommand(cmd)
 	}
-	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), benchCmd(), benchChildCmd()} {
+	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), c.secretCmd(), benchCmd(), benchChildCmd()} {
 		cmd.GroupID = "setup"
 		root.AddCommand(cmd)
 	}

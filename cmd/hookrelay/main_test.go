@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
@@ -111,3 +113,22 @@ func noEnv(string) (string, bool) { return "", false }
 
 // recordErr keeps the error of AttemptRecord's results.
 func recordErr(_ int64, _ bool, err error) error { return err }
+
+// Issue 18, item 11: `hookrelay secret new` makes a route's signing
+// secret, which the config accepts, and reads no config.
+func TestSecretNew(t *testing.T) {
+	t.Parallel()
+	var secrets []string
+	for range 2 {
+		var out, errOut bytes.Buffer
+		require.NoError(t, run(context.Background(), []string{"secret", "new"}, func(string) (string, bool) { return "", false }, &out, &errOut))
+		s := strings.TrimSpace(out.String())
+		require.True(t, strings.HasPrefix(s, "whsec_"), s)
+		require.NoError(t, config.WhsecError(s))
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+		require.NoError(t, err)
+		require.Len(t, raw, 32)
+		secrets = append(secrets, s)
+	}
+	require.NotEqual(t, secrets[0], secrets[1])
+}

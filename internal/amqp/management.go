@@ -94,7 +94,8 @@ func (m *Management) Do(ctx context.Context, method, path string, body any) ([]b
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("management API: %s %s: no node answered: %s", method, path, strings.Join(errs, "; "))
+	return nil, fmt.Errorf("management API: %s %s: no node answered (check amqp.management_url/management_urls, and that the "+
+		"rabbitmq_management plugin is enabled): %s", method, path, strings.Join(errs, "; "))
 }
 
 func (m *Management) do(ctx context.Context, base *url.URL, method, path string, payload []byte) ([]byte, int, error) {

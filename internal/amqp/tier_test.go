@@ -90,3 +90,14 @@ func TestQueueStatsCountDeadLettering(t *testing.T) {
 		require.Zero(c, stats[0].Ready)
 	}, 30*time.Second, 500*time.Millisecond)
 }
+
+// Issue 18, item 11: a management API that does not answer is named by
+// its setting.
+func TestManagementUnreachableNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	m, err := hamqp.NewManagement([]string{"http://127.0.0.1:1"}, "amqp://guest:guest@127.0.0.1:5672/")
+	require.NoError(t, err)
+	_, err = m.Do(context.Background(), "GET", "overview", nil)
+	require.ErrorContains(t, err, "no node answered (check amqp.management_url/management_urls")
+	require.ErrorContains(t, err, "127.0.0.1:1")
+}

@@ -80,7 +80,7 @@ func TestLoadInvalid(t *testing.T) {
 		{
 			name:    "missing required key",
 			edit:    func(s string) string { return strings.Replace(s, `    url: "http://127.0.0.1:9000/hooks"`+"\n", "", 1) },
-			wantMsg: "routes[0].url: is required",
+			wantMsg: "routes[billing].url: is required",
 		},
 		{
 			name:    "duration without unit as number",
@@ -90,19 +90,19 @@ func TestLoadInvalid(t *testing.T) {
 		{
 			name:    "duration without unit as string",
 			edit:    func(s string) string { return s + `    timeout: "5"` + "\n" },
-			wantMsg: `routes[0].timeout: duration "5": write it with a unit`,
+			wantMsg: `routes[billing].timeout: duration "5": write it with a unit`,
 		},
 		{
 			name:    "duration without unit from env",
 			edit:    func(s string) string { return s },
 			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_OUTBOX_POLL_INTERVAL": "5"}),
-			wantMsg: `outbox.poll_interval: duration "5": write it with a unit`,
+			wantMsg: `outbox.poll_interval (from HOOKRELAY_OUTBOX_POLL_INTERVAL): duration "5": write it with a unit`,
 		},
 		{
 			name:    "zero query timeout",
 			edit:    func(s string) string { return s },
 			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_DATABASE_QUERY_TIMEOUT": "0s"}),
-			wantMsg: `database.query_timeout: 0s must be greater than 0`,
+			wantMsg: `database.query_timeout (from HOOKRELAY_DATABASE_QUERY_TIMEOUT): 0s must be greater than 0`,
 		},
 		{
 			name:    "unknown top-level key",
@@ -129,39 +129,39 @@ func TestLoadInvalid(t *testing.T) {
 		{
 			name:    "invalid route url",
 			edit:    func(s string) string { return strings.Replace(s, "http://127.0.0.1:9000/hooks", "ftp:/nowhere", 1) },
-			wantMsg: `routes[0].url: must be an http:// or https:// URL`,
+			wantMsg: `routes[billing].url: must be an http:// or https:// URL`,
 		},
 		{
 			name:    "invalid binding pattern",
 			edit:    func(s string) string { return strings.Replace(s, `"acme.#"`, `"acme.inv*"`, 1) },
-			wantMsg: `routes[0].bindings[1]: "acme.inv*" is not a valid topic pattern`,
+			wantMsg: `routes[billing].bindings[1]: "acme.inv*" is not a valid topic pattern`,
 		},
 		{
 			name:    "empty binding word",
 			edit:    func(s string) string { return strings.Replace(s, `"acme.#"`, `"acme..x"`, 1) },
-			wantMsg: `routes[0].bindings[1]: "acme..x" is not a valid topic pattern: word 2 is empty`,
+			wantMsg: `routes[billing].bindings[1]: "acme..x" is not a valid topic pattern: word 2 is empty`,
 		},
 		{
 			name:    "unset secret variable",
 			edit:    func(s string) string { return s },
 			env:     envMap(nil),
-			wantMsg: "sources[0].verify.secrets[0]: environment variable ACME_SECRET is not set",
+			wantMsg: "sources[acme].verify.secrets[0]: environment variable ACME_SECRET is not set",
 		},
 		{
 			name:    "empty secret",
 			edit:    func(s string) string { return s },
 			env:     envMap(map[string]string{"ACME_SECRET": ""}),
-			wantMsg: "sources[0].verify.secrets[0]: is required",
+			wantMsg: "sources[acme].verify.secrets[0] (from ${ACME_SECRET}, which is empty): is required",
 		},
 		{
 			name:    "unknown scheme",
 			edit:    func(s string) string { return strings.Replace(s, "scheme: hmac", "scheme: hmca", 1) },
-			wantMsg: `sources[0].verify.scheme: "hmca" is not a scheme; use one of: none, hmac,`,
+			wantMsg: `sources[acme].verify.scheme: "hmca" is not a scheme; use one of: none, hmac,`,
 		},
 		{
 			name:    "explicit zero concurrency is not replaced by the default",
 			edit:    func(s string) string { return s + "    concurrency: 0\n" },
-			wantMsg: "routes[0].concurrency: 0 is less than 1",
+			wantMsg: "routes[billing].concurrency: 0 is less than 1",
 		},
 		{
 			name:    "duplicate route name",
@@ -173,7 +173,7 @@ func TestLoadInvalid(t *testing.T) {
 			edit: func(s string) string {
 				return strings.Replace(s, "event_type: {json_path: event}", "event_type: {}", 1)
 			},
-			wantMsg: "sources[0].event_type: set exactly one of header, json_path or json_paths",
+			wantMsg: "sources[acme].event_type: set exactly one of header, json_path or json_paths",
 		},
 	}
 	for _, tt := range tests {
@@ -301,7 +301,7 @@ func TestLoadOperatorLeavesOutTheDaemonsSecrets(t *testing.T) {
 	_, err = LoadOperator(writeConfig(t, bad), envMap(nil))
 	require.ErrorContains(t, err, "database.url: environment variable DATABASE_URL is not set")
 	_, err = LoadOperator(writeConfig(t, bad), envMap(map[string]string{"DATABASE_URL": "postgres://h/db"}))
-	require.ErrorContains(t, err, `routes[0].bindings[0]: "acme.inv*" is not a valid topic pattern`)
+	require.ErrorContains(t, err, `routes[billing].bindings[0]: "acme.inv*" is not a valid topic pattern`)
 }
 
 // Issue 12, item 6: durations print the way they were written.
@@ -464,7 +464,7 @@ func TestListenerTimeouts(t *testing.T) {
 	env := envMap(map[string]string{"ACME_SECRET": "x"})
 	cfg, err := Load(writeConfig(t, validYAML), env)
 	require.NoError(t, err)
-	require.Equal(t, Receiver{Listen: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second,
+	require.Equal(t, Receiver{Listen: "127.0.0.1:8080", MetricsListen: "127.0.0.1:8083", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: time.Minute,
 		BatchSize: 64, BatchWait: time.Millisecond}, cfg.Receiver)
 	require.Equal(t, 10*time.Second, cfg.Dispatcher.ReadTimeout)
@@ -542,4 +542,43 @@ func TestReconcileSettings(t *testing.T) {
 			require.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+// Issue 18, item 11: a problem names what to fix. An empty ${VAR} is
+// named, once; a HOOKRELAY_* variable that set a key is named; a route or
+// source is named by its name; a YAML error says its line, counted from 1,
+// with its text; a secret that is no whsec_ says how to make one.
+func TestConfigErrorsNameWhatToFix(t *testing.T) {
+	t.Parallel()
+	load := func(yaml string, env map[string]string) string {
+		t.Helper()
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["ACME_SECRET"] = "x"
+		_, err := Load(writeConfig(t, yaml), envMap(env))
+		require.Error(t, err)
+		return err.Error()
+	}
+	msg := load(strings.Replace(validYAML, `"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`, `"${BILLING_SIGNING_SECRET}"`, 1),
+		map[string]string{"BILLING_SIGNING_SECRET": ""})
+	want := "routes[billing].signing_secret (from ${BILLING_SIGNING_SECRET}, which is empty): is empty: set signing_secret or signing_secrets"
+	require.Contains(t, msg, want)
+	require.Equal(t, 1, strings.Count(msg, "routes[billing].signing_secret"), "said once:\n%s", msg)
+
+	msg = load(validYAML, map[string]string{"HOOKRELAY_RECEIVER_READ_TIMEOUT": "10"})
+	require.Contains(t, msg, `receiver.read_timeout (from HOOKRELAY_RECEIVER_READ_TIMEOUT): duration "10": write it with a unit`)
+
+	msg = load(validYAML+"    timeout: 5\n", nil)
+	require.Contains(t, msg, "routes[billing].timeout: duration 5 has no unit")
+
+	msg = load(strings.Replace(validYAML, `"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`, `"whsec_abc"`, 1), nil)
+	require.Contains(t, msg, "routes[billing].signing_secret: must be whsec_ followed by standard base64 (make one with `hookrelay secret new`)")
+
+	_, err := Load(writeConfig(t, "database:\n  url: [unclosed\nreceiver: {listen: x}\n"), envMap(nil))
+	require.ErrorContains(t, err, `YAML syntax error on line 2: did not find expected ',' or ']' (line 2: "  url: [unclosed")`)
+	_, err = Load(writeConfig(t, "database:\n  url: \"x\"\n bad_indent: 1\n"), envMap(nil))
+	require.ErrorContains(t, err, `YAML syntax error on line 3: did not find expected key (line 3: " bad_indent: 1")`)
+	_, err = Load(writeConfig(t, "database:\n  url: \"x\"\n\tamqp: 1\n"), envMap(nil))
+	require.ErrorContains(t, err, "YAML syntax error on line 3: found character that cannot start any token", "a scanner's error keeps its line")
 }

@@ -33,14 +33,14 @@ func TestRouteControlsInvalid(t *testing.T) {
 	t.Parallel()
 	env := envMap(map[string]string{"ACME_SECRET": "x"})
 	for _, tc := range []struct{ add, want string }{
-		{"    circuit: {cooldown: 30}\n", `routes[0].circuit.cooldown: duration 30 has no unit`},
-		{"    circuit: {cooldown: 500ms}\n", `routes[0].circuit.cooldown: 500ms is less than 1s`},
-		{"    circuit: {cooldown: 11m}\n", `routes[0].circuit.cooldown: 11m0s is more than 10m`},
-		{"    circuit: {failures: -1}\n", `routes[0].circuit.failures: -1 is less than 0`},
+		{"    circuit: {cooldown: 30}\n", `routes[billing].circuit.cooldown: duration 30 has no unit`},
+		{"    circuit: {cooldown: 500ms}\n", `routes[billing].circuit.cooldown: 500ms is less than 1s`},
+		{"    circuit: {cooldown: 11m}\n", `routes[billing].circuit.cooldown: 11m0s is more than 10m`},
+		{"    circuit: {failures: -1}\n", `routes[billing].circuit.failures: -1 is less than 0`},
 		{"    circuit: {failures: 3, window: 1m}\n", `circuit.window`},
-		{"    circuit: 5\n", `routes[0].circuit: must be a mapping`},
-		{"    rate_limit: -1\n", `routes[0].rate_limit: -1 is less than 0`},
-		{"    burst: 0\n", `routes[0].burst: 0 is less than 1`},
+		{"    circuit: 5\n", `routes[billing].circuit: must be a mapping`},
+		{"    rate_limit: -1\n", `routes[billing].rate_limit: -1 is less than 0`},
+		{"    burst: 0\n", `routes[billing].burst: 0 is less than 1`},
 	} {
 		_, err := Load(writeConfig(t, validYAML+tc.add), env)
 		require.Error(t, err, tc.add)
@@ -57,7 +57,7 @@ func TestRateLimitTooSlowForTheConsumers(t *testing.T) {
 	t.Parallel()
 	env := envMap(map[string]string{"ACME_SECRET": "x"})
 	for _, tc := range []struct{ add, want string }{
-		{"    rate_limit: 0.001\n", `routes[0].rate_limit: 0.001/s with concurrency 1`},
+		{"    rate_limit: 0.001\n", `routes[billing].rate_limit: 0.001/s with concurrency 1`},
 		{"    rate_limit: 0.01\n    concurrency: 8\n", `set at least 0.0133`},
 	} {
 		_, err := Load(writeConfig(t, validYAML+tc.add), env)

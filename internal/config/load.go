@@ -117,16 +117,21 @@ func load(path string, lookup LookupEnvFunc, operator bool) (*Config, error) {
 	v.SetConfigType("yaml")
 	setDefaults(v.SetDefault)
 	if err := v.ReadInConfig(); err != nil {
-		return nil, fmt.Errorf("reading config %s: %w", path, err)
+		return nil, fmt.Errorf("reading config %s: %w", path, yamlError(path, err))
 	}
+	// Where each value came from, so that a problem names what to fix: a
+	// HOOKRELAY_* variable that overrides a key, a ${VAR} in a value.
+	origin := origins{env: map[string]string{}, refs: map[string][]ref{}}
 	for _, key := range envKeys(reflect.TypeOf(Config{}), "") {
 		if val, ok := lookup(envName(key)); ok {
 			v.Set(key, val)
+			origin.env[key] = envName(key)
 		}
 	}
+	origin.names = map[string][]string{"routes": rawNames(v.Get("routes")), "sources": rawNames(v.Get("sources"))}
 	maxAttemptsSet, err := applyRouteDefaults(v)
 	if err != nil {
-		return nil, &Error{Path: path, Problems: []string{err.Error()}}
+		return nil, &Error{Path: path, Problems: origin.annotate([]string{err.Error()})}
 	}
 
 	var cfg Config
@@ -137,7 +142,7 @@ func load(path string, lookup LookupEnvFunc, operator bool) (*Config, error) {
 		)
 	})
 	if err != nil {
-		return nil, &Error{Path: path, Problems: decodeProblems(err)}
+		return nil, &Error{Path: path, Problems: origin.annotate(decodeProblems(err))}
 	}
 	for i := range cfg.Sources {
 		applyPreset(&cfg.Sources[i])
@@ -151,16 +156,141 @@ func load(path string, lookup LookupEnvFunc, operator bool) (*Config, error) {
 	if operator {
 		leaveOutDaemonSettings(&cfg)
 	}
-	problems := expandEnv(reflect.ValueOf(&cfg).Elem(), "", lookup)
+	problems := expandEnv(reflect.ValueOf(&cfg).Elem(), "", lookup, origin.refs)
 	if len(problems) == 0 {
 		// With a variable unset, validation would only repeat it as "is
 		// required" under other words.
 		problems = validate(&cfg, operator)
 	}
 	if len(problems) > 0 {
-		return nil, &Error{Path: path, Problems: problems}
+		return nil, &Error{Path: path, Problems: origin.annotate(problems)}
 	}
 	return &cfg, nil
+}
+
+// ref is a ${VAR} a value was expanded from.
+type ref struct {
+	name  string
+	empty bool
+}
+
+// origins says where values came from: the HOOKRELAY_* variable that set a
+// key, the ${VAR}s a key's value was expanded from; and the names of the
+// routes and sources, by index.
+type origins struct {
+	env   map[string]string
+	refs  map[string][]ref
+	names map[string][]string
+}
+
+// rawNames reads the name of each entry of a list of mappings as the file
+// gives it ("" where there is none).
+func rawNames(raw any) []string {
+	list, _ := raw.([]any)
+	out := make([]string, len(list))
+	for i, item := range list {
+		if m, ok := item.(map[string]any); ok {
+			for k, v := range m {
+				if strings.EqualFold(k, "name") {
+					out[i], _ = v.(string)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// problemKey is the key a "key: problem" line is about.
+var problemKey = regexp.MustCompile(`^([A-Za-z0-9_.\[\]-]+): `)
+
+// annotate makes each problem name what to fix: the HOOKRELAY_* variable
+// that set its key, the ${VAR} its value came from (and that it was
+// empty), and each route or source by its name rather than its index.
+// Identical lines are said once.
+func (o origins) annotate(problems []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range problems {
+		if m := problemKey.FindStringSubmatch(p); m != nil {
+			key := m[1]
+			var from []string
+			for k, env := range o.env {
+				if key == k || strings.HasPrefix(key, k+"[") {
+					from = append(from, "from "+env)
+				}
+			}
+			for _, r := range o.refs[key] {
+				if r.empty {
+					from = append(from, "from ${"+r.name+"}, which is empty")
+				} else {
+					from = append(from, "from ${"+r.name+"}")
+				}
+			}
+			if len(from) > 0 {
+				sort.Strings(from)
+				p = key + " (" + strings.Join(from, "; ") + "): " + p[len(m[0]):]
+			}
+		}
+		p = o.named(p)
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+var indexed = regexp.MustCompile(`\b(routes|sources)\[(\d+)\]`)
+
+// named writes routes[2] as routes[billing] (and sources alike) wherever
+// a line says it, when the entry's name is valid and no other entry has it.
+func (o origins) named(line string) string {
+	return indexed.ReplaceAllStringFunc(line, func(found string) string {
+		m := indexed.FindStringSubmatch(found)
+		names := o.names[m[1]]
+		i, _ := strconv.Atoi(m[2])
+		if i >= len(names) || !identRe.MatchString(names[i]) {
+			return found
+		}
+		for j, n := range names {
+			if j != i && n == names[i] {
+				return found // not a name that tells them apart
+			}
+		}
+		return m[1] + "[" + names[i] + "]"
+	})
+}
+
+// yamlParserError matches the YAML parser's errors (not its scanner's),
+// which give the line of their mark counted from 0.
+var (
+	yamlLine        = regexp.MustCompile(`yaml: line (\d+): (.*)`)
+	yamlParserError = regexp.MustCompile(`^(did not find expected (<document start>|<stream-end>|node content|key|',' or '\]'|',' or '\}'|'-' indicator)|found (duplicate|incompatible|undefined))`)
+)
+
+// yamlError rewrites a YAML syntax error with the line it is on, counted
+// from 1, and that line's text: the YAML library counts its parser's lines
+// from 0 (its scanner's from 1).
+func yamlError(path string, err error) error {
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	line, _ := strconv.Atoi(m[1])
+	if yamlParserError.MatchString(m[2]) {
+		line++
+	}
+	text := ""
+	if raw, rerr := os.ReadFile(path); rerr == nil {
+		lines := strings.Split(string(raw), "\n")
+		switch {
+		case line >= 1 && line <= len(lines) && strings.TrimSpace(lines[line-1]) != "":
+			text = fmt.Sprintf(" (line %d: %q)", line, strings.TrimRight(lines[line-1], "\r"))
+		case line > len(lines) || (line == len(lines) && strings.TrimSpace(lines[line-1]) == ""):
+			text = " (at the end of the file: something opened is not closed)"
+		}
+	}
+	return fmt.Errorf("YAML syntax error on line %d: %s%s", line, m[2], text)
 }
 
 // leaveOutDaemonSettings empties what only the receiver and the dispatcher
@@ -383,7 +513,7 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 // default written in the config. An unset variable without a default is an
 // error naming the key; an empty value is left to validation (a required
 // secret then fails as empty).
-func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc) []string {
+func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc, refs map[string][]ref) []string {
 	var problems []string
 	switch v.Kind() {
 	case reflect.String:
@@ -391,14 +521,17 @@ func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc) []string {
 		if !strings.Contains(s, "${") {
 			return nil
 		}
-		out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
-			m := envRef.FindStringSubmatch(ref)
+		out := envRef.ReplaceAllStringFunc(s, func(found string) string {
+			m := envRef.FindStringSubmatch(found)
 			val, ok := lookup(m[1])
 			switch {
 			case m[2] != "" && (!ok || val == ""):
 				return m[3]
 			case !ok:
 				problems = append(problems, fmt.Sprintf("%s: environment variable %s is not set", key, m[1]))
+			}
+			if refs != nil && ok {
+				refs[key] = append(refs[key], ref{name: m[1], empty: val == ""})
 			}
 			return val
 		})
@@ -414,11 +547,11 @@ func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc) []string {
 			if key != "" {
 				child = key + "." + name
 			}
-			problems = append(problems, expandEnv(v.Field(i), child, lookup)...)
+			problems = append(problems, expandEnv(v.Field(i), child, lookup, refs)...)
 		}
 	case reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
-			problems = append(problems, expandEnv(v.Index(i), fmt.Sprintf("%s[%d]", key, i), lookup)...)
+			problems = append(problems, expandEnv(v.Index(i), fmt.Sprintf("%s[%d]", key, i), lookup, refs)...)
 		}
 	case reflect.Map:
 		iter := v.MapRange()
@@ -428,7 +561,7 @@ func expandEnv(v reflect.Value, key string, lookup LookupEnvFunc) []string {
 			}
 			elem := reflect.New(iter.Value().Type()).Elem()
 			elem.Set(iter.Value())
-			problems = append(problems, expandEnv(elem, key+"."+iter.Key().String(), lookup)...)
+			problems = append(problems, expandEnv(elem, key+"."+iter.Key().String(), lookup, refs)...)
 			v.SetMapIndex(iter.Key(), elem)
 		}
 	}

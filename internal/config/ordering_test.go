@@ -38,17 +38,17 @@ func TestLoadOrderingInvalid(t *testing.T) {
 	tests := []struct {
 		name, yaml, wantMsg string
 	}{
-		{"route ordering unknown", validYAML + "    ordering: drop_old\n", `routes[0].ordering: "drop_old" is not one of: none, drop_stale`},
-		{"version missing", withSourceOrdering("{resource: {json_path: data.id}}"), "sources[0].ordering.version: is required when ordering is set"},
-		{"resource missing", withSourceOrdering("{version: {json_path: created}}"), "sources[0].ordering.resource: is required when ordering is set"},
-		{"both header and path", withSourceOrdering("{resource: {json_path: data.id, header: X-Id}, version: {json_path: created}}"), "sources[0].ordering.resource: set header or json_path, not both"},
-		{"bad header name", withSourceOrdering("{resource: {header: \"X Id\"}, version: {json_path: created}}"), `sources[0].ordering.resource.header: "X Id" is not a valid HTTP header name`},
+		{"route ordering unknown", validYAML + "    ordering: drop_old\n", `routes[billing].ordering: "drop_old" is not one of: none, drop_stale`},
+		{"version missing", withSourceOrdering("{resource: {json_path: data.id}}"), "sources[acme].ordering.version: is required when ordering is set"},
+		{"resource missing", withSourceOrdering("{version: {json_path: created}}"), "sources[acme].ordering.resource: is required when ordering is set"},
+		{"both header and path", withSourceOrdering("{resource: {json_path: data.id, header: X-Id}, version: {json_path: created}}"), "sources[acme].ordering.resource: set header or json_path, not both"},
+		{"bad header name", withSourceOrdering("{resource: {header: \"X Id\"}, version: {json_path: created}}"), `sources[acme].ordering.resource.header: "X Id" is not a valid HTTP header name`},
 		{"unknown key", withSourceOrdering("{resource: {path: data.id}, version: {json_path: created}}"), "path: unknown key"},
 		// Issue 18, item 7: only signed material may order events.
 		{"version from an unsigned header", withSourceOrdering("{resource: {json_path: data.id}, version: {header: X-Acme-Sequence}}"),
-			"sources[0].ordering.version: header X-Acme-Sequence is not signed by scheme hmac: a replayed event with a forged version would silence its resource"},
+			"sources[acme].ordering.version: header X-Acme-Sequence is not signed by scheme hmac: a replayed event with a forged version would silence its resource"},
 		{"resource from an unsigned header", withSourceOrdering("{resource: {header: X-Acme-Id}, version: {json_path: created}}"),
-			"set sources[0].ordering.allow_unsigned: true to accept that"},
+			"set sources[acme].ordering.allow_unsigned: true to accept that"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

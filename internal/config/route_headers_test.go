@@ -30,21 +30,21 @@ func TestRouteHeadersAreValidated(t *testing.T) {
 		block   string
 		wantMsg string
 	}{
-		{"CR LF in a value", "      X-Foo: \"a\\r\\nX-Injected: 1\"\n", `routes[0].headers.x-foo: value contains a control character`},
-		{"LF in a value", "      X-Foo: \"a\\nb\"\n", `routes[0].headers.x-foo: value contains a control character`},
-		{"NUL in a value", "      X-Foo: \"a\\0b\"\n", `routes[0].headers.x-foo: value contains a control character`},
-		{"other control in a value", "      X-Foo: \"a\\x01b\"\n", `routes[0].headers.x-foo: value contains a control character`},
-		{"DEL in a value", "      X-Foo: \"a\\x7fb\"\n", `routes[0].headers.x-foo: value contains a control character`},
-		{"space in a name", "      \"X Foo\": a\n", `routes[0].headers.x foo: not a valid HTTP header name`},
-		{"colon in a name", "      \"X-Foo:\": a\n", `routes[0].headers.x-foo:: not a valid HTTP header name`},
+		{"CR LF in a value", "      X-Foo: \"a\\r\\nX-Injected: 1\"\n", `routes[billing].headers.x-foo: value contains a control character`},
+		{"LF in a value", "      X-Foo: \"a\\nb\"\n", `routes[billing].headers.x-foo: value contains a control character`},
+		{"NUL in a value", "      X-Foo: \"a\\0b\"\n", `routes[billing].headers.x-foo: value contains a control character`},
+		{"other control in a value", "      X-Foo: \"a\\x01b\"\n", `routes[billing].headers.x-foo: value contains a control character`},
+		{"DEL in a value", "      X-Foo: \"a\\x7fb\"\n", `routes[billing].headers.x-foo: value contains a control character`},
+		{"space in a name", "      \"X Foo\": a\n", `routes[billing].headers.x foo: not a valid HTTP header name`},
+		{"colon in a name", "      \"X-Foo:\": a\n", `routes[billing].headers.x-foo:: not a valid HTTP header name`},
 		{"non-ASCII name", "      \"X-Fé\": a\n", `not a valid HTTP header name`},
-		{"content type", "      Content-Type: text/plain\n", `routes[0].headers.content-type: hookrelay sets it on every delivery`},
-		{"standard webhooks header", "      Webhook-Signature: x\n", `routes[0].headers.webhook-signature: hookrelay sets it on every delivery`},
-		{"hookrelay header", "      X-Hookrelay-Attempt: \"1\"\n", `routes[0].headers.x-hookrelay-attempt: hookrelay sets it on every delivery`},
-		{"user agent", "      User-Agent: me\n", `routes[0].headers.user-agent: hookrelay sets it on every delivery`},
-		{"content length", "      Content-Length: \"3\"\n", `routes[0].headers.content-length: the HTTP client sets it`},
-		{"host", "      Host: example.com\n", `routes[0].headers.host: the HTTP client sets it`},
-		{"transfer encoding", "      Transfer-Encoding: chunked\n", `routes[0].headers.transfer-encoding: the HTTP client sets it`},
+		{"content type", "      Content-Type: text/plain\n", `routes[billing].headers.content-type: hookrelay sets it on every delivery`},
+		{"standard webhooks header", "      Webhook-Signature: x\n", `routes[billing].headers.webhook-signature: hookrelay sets it on every delivery`},
+		{"hookrelay header", "      X-Hookrelay-Attempt: \"1\"\n", `routes[billing].headers.x-hookrelay-attempt: hookrelay sets it on every delivery`},
+		{"user agent", "      User-Agent: me\n", `routes[billing].headers.user-agent: hookrelay sets it on every delivery`},
+		{"content length", "      Content-Length: \"3\"\n", `routes[billing].headers.content-length: the HTTP client sets it`},
+		{"host", "      Host: example.com\n", `routes[billing].headers.host: the HTTP client sets it`},
+		{"transfer encoding", "      Transfer-Encoding: chunked\n", `routes[billing].headers.transfer-encoding: the HTTP client sets it`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,8 +60,8 @@ func TestRouteHeadersAreValidated(t *testing.T) {
 		t.Parallel()
 		_, err := Load(writeConfig(t, withHeaders("      X-A: \"1\\n\"\n      X-B: \"2\\r\"\n")), env)
 		require.Error(t, err)
-		require.Contains(t, err.Error(), "routes[0].headers.x-a:")
-		require.Contains(t, err.Error(), "routes[0].headers.x-b:")
+		require.Contains(t, err.Error(), "routes[billing].headers.x-a:")
+		require.Contains(t, err.Error(), "routes[billing].headers.x-b:")
 	})
 }
 
@@ -72,6 +72,6 @@ func TestRouteHeaderValueIsNotEchoed(t *testing.T) {
 	yaml := validYAML + "    headers:\n      Authorization: \"Bearer hunter2\\n\"\n"
 	_, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "routes[0].headers.authorization: value contains a control character")
+	require.Contains(t, err.Error(), "routes[billing].headers.authorization: value contains a control character")
 	require.False(t, strings.Contains(err.Error(), "hunter2"), "no header value in errors")
 }

@@ -32,5 +32,5 @@ func TestSignedIDNeedsASchemeThatSignsAnID(t *testing.T) {
 	yaml := strings.Replace(validYAML, "idempotency: {json_paths: [order_id, event]}", "idempotency: {signed_id: true}", 1)
 	_, err := Load(writeConfig(t, yaml), envMap(map[string]string{"ACME_SECRET": "x"}))
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "sources[0].idempotency.signed_id: scheme hmac signs no message id (only standard-webhooks does)")
+	require.Contains(t, err.Error(), "sources[acme].idempotency.signed_id: scheme hmac signs no message id (only standard-webhooks does)")
 }

@@ -87,9 +87,9 @@ func WhsecError(s string) error {
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 	switch {
 	case err != nil:
-		return errors.New("must be whsec_ followed by standard base64")
+		return errors.New("must be whsec_ followed by standard base64 (make one with `hookrelay secret new`)")
 	case len(raw) < 16:
-		return errors.New("must decode to at least 16 bytes")
+		return errors.New("must decode to at least 16 bytes (make one with `hookrelay secret new`)")
 	}
 	return nil
 }
@@ -241,7 +241,7 @@ func crossCheck(cfg *Config, operator bool) []string {
 		}
 		seen[r.Name] = i
 		if r.SigningSecret == "" && len(r.SigningSecrets) == 0 && !operator {
-			add("routes[%d]: set signing_secret or signing_secrets (deliveries are always signed)", i)
+			add("routes[%d].signing_secret: is empty: set signing_secret or signing_secrets (deliveries are always signed; make a secret with `hookrelay secret new`)", i)
 		}
 		problems = append(problems, checkRouteHeaders(fmt.Sprintf("routes[%d].headers", i), r.Headers)...)
 	}
