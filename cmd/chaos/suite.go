@@ -145,7 +145,7 @@ func setup(ctx context.Context, opts options, out io.Writer) (*suite, error) {
 	}
 	for i := range 2 {
 		r := &proc{name: fmt.Sprintf("receiver%d", i+1), binary: filepath.Join(opts.bin, "receiver"), listen: freeAddr(), logDir: opts.work}
-		r.env = []string{"HOOKRELAY_CONFIG=" + cfgPath, "HOOKRELAY_RECEIVER_LISTEN=" + r.listen}
+		r.env = []string{"HOOKRELAY_CONFIG=" + cfgPath, "HOOKRELAY_RECEIVER_LISTEN=" + r.listen, "HOOKRELAY_RECEIVER_METRICS_LISTEN=" + freeAddr()}
 		s.receivers = append(s.receivers, r)
 	}
 	for i := range dispatches {
@@ -177,7 +177,7 @@ func (s *suite) config(dbURL string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "database: {url: %q, max_conns: 20}\n", dbURL)
 	fmt.Fprintf(&b, "amqp:\n  prefix: %s\n  urls: [%s]\n  management_urls: [%s]\n", prefix, quoteList(s.opts.amqpURLs), quoteList(s.opts.mgmtURLs))
-	b.WriteString("receiver: {listen: \"127.0.0.1:8080\", max_body_bytes: 65536}\n") // each process listens where HOOKRELAY_RECEIVER_LISTEN says
+	b.WriteString("receiver: {listen: \"127.0.0.1:8080\", max_body_bytes: 65536}\n") // each process listens where HOOKRELAY_RECEIVER_LISTEN and _METRICS_LISTEN say
 	// A dispatcher killed mid-delivery leaves its leases behind, and the
 	// redelivered copies wait them out (the dead holder's POST may have
 	// landed): route timeout 5s + lease_margin. 5s of margin is plenty for

@@ -240,6 +240,7 @@ func repoConfig(t *testing.T, dbURL, prefix string) string {
 		"prefix: hookrelay":                                                       "prefix: " + prefix,
 		`"127.0.0.1:8080"`:                                                        fmt.Sprintf("%q", freeAddr(t)),
 		`"127.0.0.1:8081"`:                                                        fmt.Sprintf("%q", freeAddr(t)),
+		`"127.0.0.1:8083"`:                                                        fmt.Sprintf("%q", freeAddr(t)),
 	} {
 		require.Contains(t, s, old, "config.yaml changed: update repoConfig")
 		s = strings.ReplaceAll(s, old, repl)

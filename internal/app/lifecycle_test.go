@@ -363,7 +363,7 @@ func TestReceiverBinaryExitsWhenAdminAddressInUse(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`
 database: {url: %q}
 amqp: {url: %q, prefix: %q}
-receiver: {listen: %q}
+receiver: {listen: %q, metrics_listen: ""}
 admin: {listen: %q, token: %q}
 retry: {backoff: [1s]}
 `, dbURL, testenv.AMQPURL(), prefix, listen, taken.Addr().String(), testAdminToken)), 0o600))

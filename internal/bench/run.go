@@ -358,12 +358,16 @@ func (r *runner) writeConfig() error {
 	if r.dispatcherAddr, err = freeAddr(); err != nil {
 		return err
 	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	cfg := map[string]any{
 		"database": map[string]any{"url": r.relayURL, "max_conns": r.o.dbConns},
 		"amqp": map[string]any{
 			"url": r.o.amqpURL, "prefix": r.prefix, "management_url": r.o.managementURL,
 		},
-		"receiver":   map[string]any{"listen": r.receiverAddr},
+		"receiver":   map[string]any{"listen": r.receiverAddr, "metrics_listen": metricsAddr},
 		"dispatcher": map[string]any{"listen": r.dispatcherAddr},
 		"log":        map[string]any{"level": "info", "format": "json"},
 		"sources": []any{map[string]any{
