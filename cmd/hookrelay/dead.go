@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
@@ -26,35 +28,42 @@ func (c *cli) withDeadLetters(fn func(cfg *config.Config, svc *ops.Service) erro
 func (c *cli) deadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dead",
-		Short: "Read and requeue a route's dead letters",
+		Short: "Read, requeue and drop a route's dead letters",
 		Long: `A route's dead letters wait in its dead-letter queue, <prefix>.route.<route>.dead,
 with headers that say why: attempts, last status and error, reason.`,
 		Args: setup.NoArgs,
 		RunE: showHelp,
 	}
-	cmd.AddCommand(c.deadListCmd(), c.deadRequeueCmd())
+	cmd.AddCommand(c.deadListCmd(), c.deadRequeueCmd(), c.deadDropCmd())
 	return cmd
 }
 
 func (c *cli) deadListCmd() *cobra.Command {
-	var route string
-	var limit int
+	var req ops.DeadListRequest
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list --route ROUTE",
-		Short: "Read a route's dead letters without consuming them",
+		Short: "Read a route's dead letters, with their pair's state, without consuming them",
 		Long: `Read up to --limit messages of the route's dead-letter queue and put them all
-back (a dead-letter queue has no delivery limit, so reading is safe). It ends
-with "12 dead letter(s) in <queue>", or "100 of 112 shown (--limit N for
-more)" when the queue holds more.`,
-		Example: `  hookrelay dead list --route billing --limit 10`,
-		Args:    setup.NoArgs,
+back (a dead-letter queue has no delivery limit, so reading is safe). Each
+shows the state Postgres holds for its pair: dead, or delivered when a replay
+or requeue delivered it since (the letter is stale: dead drop --delivered
+removes those), or missing when its event was purged. --state shows one state
+only, reading on through the queue to find them. It ends with "12 dead
+letter(s) in <queue>", or "100 of 112 shown (--limit N for more)" when the
+queue holds more.`,
+		Example: `  hookrelay dead list --route billing --limit 10
+  hookrelay dead list --route billing --state delivered`,
+		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 {
+			if req.Limit < 1 {
 				return setup.Usagef(cmd, "--limit must be positive")
 			}
-			return c.withDeadLetters(func(_ *config.Config, svc *ops.Service) error {
-				list, err := svc.DeadList(cmd.Context(), route, limit)
+			if req.State != "" && !slices.Contains(ops.DeadLetterStates, req.State) {
+				return setup.Usagef(cmd, "--state must be one of %s", strings.Join(ops.DeadLetterStates, ", "))
+			}
+			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+				list, err := svc.DeadList(cmd.Context(), req)
 				if err != nil {
 					return err
 				}
@@ -65,9 +74,52 @@ more)" when the queue holds more.`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&route, "route", "", "the route whose dead letters to read (required)")
-	cmd.Flags().IntVar(&limit, "limit", ops.DefaultListLimit, "most messages to show")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"queue", "total", "shown", "items"}`)
+	cmd.Flags().StringVar(&req.Route, "route", "", "the route whose dead letters to read (required)")
+	cmd.Flags().IntVar(&req.Limit, "limit", ops.DefaultListLimit, "most messages to show")
+	cmd.Flags().StringVar(&req.State, "state", "", "show only letters whose pair is in this state: "+strings.Join(ops.DeadLetterStates, ", "))
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"queue", "total", "read", "shown", "items"}`)
+	_ = cmd.MarkFlagRequired("route") // the flag is declared just above
+	return cmd
+}
+
+func (c *cli) deadDropCmd() *cobra.Command {
+	var route string
+	var delivered, dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "drop --route ROUTE --delivered",
+		Short: "Remove the dead letters whose pair has been delivered since",
+		Long: `Remove from the route's dead-letter queue the letters whose pair Postgres holds
+as delivered (a replay or requeue delivered them after they were parked), so
+the queue and "routes" agree again. Every other letter goes back to the queue.
+It reads the messages the queue holds when it starts. --dry-run counts them
+and removes nothing.`,
+		Example: `  hookrelay dead drop --route billing --delivered --dry-run`,
+		Args:    setup.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !delivered {
+				return setup.Usagef(cmd, "say what to drop: --delivered (the only kind a drop removes)")
+			}
+			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+				res, err := svc.DeadDropDelivered(cmd.Context(), route, dryRun)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.out, res)
+				}
+				verb := "dropped"
+				if dryRun {
+					verb = "would drop"
+				}
+				_, err = fmt.Fprintf(c.out, "%s %d of %d dead letter(s) in %s (their pair is delivered)\n", verb, res.Dropped, res.Read, res.Queue)
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&route, "route", "", "the route whose dead letters to drop (required)")
+	cmd.Flags().BoolVar(&delivered, "delivered", false, "drop the letters whose pair is delivered (required)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be dropped; drop nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"queue", "total", "read", "dropped", "dry_run"}`)
 	_ = cmd.MarkFlagRequired("route") // the flag is declared just above
 	return cmd
 }

@@ -121,7 +121,7 @@ func TestDeadLettersSayNothingBeforeItIsDone(t *testing.T) {
 	res = s.run("hookrelay", "dead", "list", "--route", "billing")
 	require.Equal(t, 0, res.code, res)
 	t.Log("\n" + res.stdout)
-	require.Regexp(t, regexp.MustCompile(id+`\s+demo\s+invoice\.paid\s+9\s+-\s+dial tcp: connection refused\s+2026-11-27T14:00:05Z\s+max_attempts`), res.stdout)
+	require.Regexp(t, regexp.MustCompile(id+`\s+missing\s+demo\s+invoice\.paid\s+9\s+-\s+dial tcp: connection refused\s+2026-11-27T14:00:05Z\s+max_attempts`), res.stdout)
 	require.Equal(t, "1 dead letter(s) in "+dead, lastLine(res.stdout))
 
 	s.env["HOOKRELAY_AMQP_URL"] = "amqp://guest:guest@127.0.0.1:1/"

@@ -27,22 +27,28 @@ func shownOf(shown int, total int64) string {
 
 func printDeadLetters(w io.Writer, list *ops.DeadLetterList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
+	fmt.Fprintln(tw, "EVENT\tSTATE\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
 	for _, d := range list.Items {
 		status := "-" // no response, as events show says it
 		if d.LastStatus != 0 {
 			status = strconv.FormatInt(d.LastStatus, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.EventID, orDash(d.Source), orDash(d.EventType), d.Attempts, status,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", orDash(d.EventID), d.State, orDash(d.Source), orDash(d.EventType), d.Attempts, status,
 			orDash(d.LastError), toSeconds(d.LastAttemptAt), orDash(d.Reason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	var err error
-	if list.Shown < list.Total {
+	switch {
+	case list.State != "" && list.Read < list.Total:
+		_, err = fmt.Fprintf(w, "%d %s shown, found in the first %d of %d dead letter(s) in %s (--limit N for more)\n",
+			list.Shown, list.State, list.Read, list.Total, list.Queue)
+	case list.State != "":
+		_, err = fmt.Fprintf(w, "%d of %d dead letter(s) in %s are %s\n", list.Shown, list.Total, list.Queue, list.State)
+	case list.Shown < list.Total:
 		_, err = fmt.Fprintf(w, "%s\n", shownOf(list.Shown, int64(list.Total)))
-	} else {
+	default:
 		_, err = fmt.Fprintf(w, "%d dead letter(s) in %s\n", list.Total, list.Queue)
 	}
 	return err

@@ -28,53 +28,87 @@ func NewDeadLetters(dialer *Dialer, names Names, connectionName string) *DeadLet
 	return &DeadLetters{dialer: dialer, names: names, connName: connectionName, now: time.Now}
 }
 
-// DeadLetterPage is part of a dead-letter queue: Items of its Total
-// messages.
-type DeadLetterPage struct {
-	Queue string
-	Total int
-	Items []DeadLetterInfo
-}
+// DeadLetterVisit is given each batch Scan reads and says which of its
+// messages to remove from the queue (drop[i] for items[i]; nil keeps all)
+// and whether to stop reading.
+type DeadLetterVisit func(items []DeadLetterInfo) (drop []bool, stop bool, err error)
 
-// List reads up to limit messages of route's dead-letter queue without
-// consuming them: they are taken unacknowledged and all returned to the
-// queue. (Dead-letter queues have no delivery limit, so reading is safe.)
-// Total is the queue's message count, at least len(Items).
-func (dl *DeadLetters) List(ctx context.Context, route string, limit int) (*DeadLetterPage, error) {
+// Scan reads route's dead-letter queue in batches of up to batch messages,
+// at most as many as it holds when Scan starts (so messages that come back
+// at once are not read twice), and gives each batch to visit. The messages
+// visit drops are acked, each once visit returned; all others are taken
+// unacknowledged and returned to the queue in one go at the end (or by the
+// broker when the connection closes on an error), so a failed scan loses
+// nothing. (Dead-letter queues have no delivery limit, so reading is
+// safe.) It returns the queue's message count at the start.
+func (dl *DeadLetters) Scan(ctx context.Context, route string, batch int, visit DeadLetterVisit) (int, error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("scan batch %d: must be positive", batch)
+	}
 	conn, ch, err := dl.channel()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer conn.Close()
 	queue := dl.names.DeadQueue(route)
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {
-		return nil, fmt.Errorf("inspecting %s: %w", queue, err)
+		return 0, fmt.Errorf("inspecting %s: %w", queue, err)
 	}
-	out := &DeadLetterPage{Queue: queue, Items: []DeadLetterInfo{}}
-	var last uint64
-	for len(out.Items) < limit {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	// kept is the highest delivery tag taken and not acked: one multiple
+	// nack up to it returns every message kept.
+	var kept uint64
+	read, empty := 0, false
+	for read < q.Messages && !empty {
+		var ds []amqp.Delivery
+		for len(ds) < batch && read < q.Messages {
+			if err := ctx.Err(); err != nil {
+				return q.Messages, err
+			}
+			d, ok, err := ch.Get(queue, false)
+			if err != nil {
+				return q.Messages, fmt.Errorf("reading %s: %w", queue, err)
+			}
+			if !ok {
+				empty = true
+				break
+			}
+			ds = append(ds, d)
+			read++
 		}
-		d, ok, err := ch.Get(queue, false)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", queue, err)
-		}
-		if !ok {
+		if len(ds) == 0 {
 			break
 		}
-		last = d.DeliveryTag
-		out.Items = append(out.Items, decodeDeadLetter(d))
-	}
-	if last > 0 {
-		if err := ch.Nack(last, true, true); err != nil {
-			return nil, fmt.Errorf("returning messages to the queue: %w", err)
+		infos := make([]DeadLetterInfo, len(ds))
+		for i, d := range ds {
+			infos[i] = decodeDeadLetter(d)
+		}
+		drop, stop, err := visit(infos)
+		if err != nil {
+			return q.Messages, err
+		}
+		if drop != nil && len(drop) != len(ds) {
+			return q.Messages, fmt.Errorf("scan visit answered %d drops for %d messages", len(drop), len(ds))
+		}
+		for i, d := range ds {
+			if drop != nil && drop[i] {
+				if err := d.Ack(false); err != nil {
+					return q.Messages, fmt.Errorf("dropping a dead letter: %w", err)
+				}
+				continue
+			}
+			kept = d.DeliveryTag
+		}
+		if stop {
+			break
 		}
 	}
-	// Messages dead-lettered since the count was taken may have been read.
-	out.Total = max(q.Messages, len(out.Items))
-	return out, nil
+	if kept > 0 {
+		if err := ch.Nack(kept, true, true); err != nil {
+			return q.Messages, fmt.Errorf("returning messages to the queue: %w", err)
+		}
+	}
+	return q.Messages, nil
 }
 
 // Requeue moves up to limit messages (0: all there are now) from route's

@@ -129,13 +129,14 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 		waitState(id, "crm", webhook.StateDead)
 	}
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 10*time.Second)
-	listed, err := svc.DeadList(ctx, "crm", 10)
+	listed, err := svc.DeadList(ctx, ops.DeadListRequest{Route: "crm", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, listed.Items, 3)
 	require.Equal(t, 3, listed.Total)
 	require.Equal(t, "HTTP 503", listed.Items[0].LastError)
 	require.EqualValues(t, 2, listed.Items[0].Attempts)
 	require.Equal(t, "max_attempts", listed.Items[0].Reason)
+	require.Equal(t, "dead", listed.Items[0].State, "its pair's state in Postgres")
 	// Listing consumed nothing: the messages go back to the queue.
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("crm"), 3, 5*time.Second)
 

@@ -69,9 +69,10 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	require.Equal(t, 1, dest.successes()["billing "+kept.String()])
 
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 1, 20*time.Second)
-	list, err := svc.DeadList(ctx, "billing", 10)
+	list, err := svc.DeadList(ctx, ops.DeadListRequest{Route: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, list.Items, 1)
 	require.Equal(t, gone.String(), list.Items[0].EventID)
 	require.Equal(t, "event_missing", list.Items[0].Reason, "what --include-dead costs")
+	require.Equal(t, ops.StateMissing, list.Items[0].State, "its event is purged")
 }

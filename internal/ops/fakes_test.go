@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // fakeEvent is a stored event and the state of each of its pairs.
@@ -269,17 +270,44 @@ func (s *fakeStore) PurgeCount(_ context.Context, cfg store.PurgeConfig) (store.
 	return store.PurgeResult{Events: 2}, nil
 }
 
-// fakeDeadLetters is ops.DeadLetters that remembers what it was asked.
+// fakeDeadLetters is ops.DeadLetters over queues in memory that
+// remembers what it was asked.
 type fakeDeadLetters struct {
-	mu    sync.Mutex
-	asked []string
+	mu     sync.Mutex
+	asked  []string
+	queues map[string][]ops.DeadLetter // route -> letters
+	// batches are the sizes of the batches Scan gave its visitor.
+	batches []int
 }
 
-func (d *fakeDeadLetters) List(_ context.Context, route string, limit int) (*ops.DeadLetterList, error) {
+func (d *fakeDeadLetters) Queue(route string) string { return "q." + route }
+
+func (d *fakeDeadLetters) Scan(_ context.Context, route string, batch int, visit func([]ops.DeadLetter) ([]bool, bool, error)) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.asked = append(d.asked, "list "+route)
-	return &ops.DeadLetterList{Queue: "q." + route, Total: 7, Shown: 1, Items: []ops.DeadLetter{{Reason: "max_attempts"}}}, nil
+	d.asked = append(d.asked, "scan "+route)
+	queue := d.queues[route]
+	var kept []ops.DeadLetter
+	i := 0
+	for i < len(queue) {
+		items := slices.Clone(queue[i:min(i+batch, len(queue))])
+		d.batches = append(d.batches, len(items))
+		drop, stop, err := visit(slices.Clone(items))
+		if err != nil {
+			return len(queue), err
+		}
+		for j, it := range items {
+			if drop == nil || !drop[j] {
+				kept = append(kept, it)
+			}
+		}
+		i += len(items)
+		if stop {
+			break
+		}
+	}
+	d.queues[route] = append(kept, queue[i:]...)
+	return len(queue), nil
 }
 
 func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
@@ -296,7 +324,7 @@ func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int, pr
 // (acme.customer.*) over a fake store and fake dead letters.
 func newService(t *testing.T) (*ops.Service, *fakeStore, *fakeDeadLetters) {
 	t.Helper()
-	st, dl := &fakeStore{}, &fakeDeadLetters{}
+	st, dl := &fakeStore{}, &fakeDeadLetters{queues: map[string][]ops.DeadLetter{}}
 	return &ops.Service{
 		Store:       st,
 		DeadLetters: dl,
@@ -338,4 +366,21 @@ func (s *fakeStore) version(route, source, resource string, reset bool) (*store.
 		delete(s.versions, k)
 	}
 	return &store.ResourceVersion{Route: route, Source: source, Resource: resource, Version: v}, nil
+}
+
+func (s *fakeStore) PairStates(_ context.Context, pairs []store.ReplayPair) (map[store.ReplayPair]webhook.DeliveryState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	out := map[store.ReplayPair]webhook.DeliveryState{}
+	for _, p := range pairs {
+		for _, ev := range s.events {
+			if st, ok := ev.states[p.Route]; ok && ev.id == p.EventID && !ev.purged {
+				out[p] = webhook.DeliveryState(st)
+			}
+		}
+	}
+	return out, nil
 }

@@ -94,16 +94,24 @@ type AttemptRow struct {
 // DeadLetterList is part of a dead-letter queue: Shown of its Total
 // messages.
 type DeadLetterList struct {
-	Queue string       `json:"queue"`
-	Total int          `json:"total"`
-	Shown int          `json:"shown"`
+	Queue string `json:"queue"`
+	// Total is the queue's message count; Read is how many of them the
+	// listing read to find what it shows.
+	Total int `json:"total"`
+	Read  int `json:"read"`
+	Shown int `json:"shown"`
+	// State is the pair state the listing showed only, if any.
+	State string       `json:"state,omitempty"`
 	Items []DeadLetter `json:"items"`
 }
 
 // DeadLetter is a message in a route's dead-letter queue, as its headers
 // describe it.
 type DeadLetter struct {
-	EventID        string `json:"event_id"`
+	EventID string `json:"event_id"`
+	// State is the pair's delivery state in Postgres, or "missing" when
+	// Postgres has no delivery of it (its event purged).
+	State          string `json:"state"`
 	Source         string `json:"source"`
 	EventType      string `json:"event_type"`
 	Attempts       int64  `json:"attempts"`

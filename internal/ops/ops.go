@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // Store is what the operations need from Postgres (*store.DB).
@@ -41,6 +42,9 @@ type Store interface {
 	Purge(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
 	// PurgeCount counts what Purge would remove, changing nothing.
 	PurgeCount(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
+	// PairStates returns the state of each of pairs that has a delivery
+	// row; the others are absent.
+	PairStates(ctx context.Context, pairs []store.ReplayPair) (map[store.ReplayPair]webhook.DeliveryState, error)
 	RetryStore
 	VersionStore
 }
@@ -48,10 +52,14 @@ type Store interface {
 // DeadLetters reads and moves the messages of the routes' dead-letter
 // queues (internal/amqp's, adapted in the wiring).
 type DeadLetters interface {
-	// List reads up to limit messages of route's dead-letter queue without
-	// consuming them: all go back to the queue. Total is the queue's
-	// message count.
-	List(ctx context.Context, route string, limit int) (*DeadLetterList, error)
+	// Queue names route's dead-letter queue.
+	Queue(route string) string
+	// Scan reads route's dead-letter queue in batches of up to batch
+	// messages, at most as many as it holds at the start, and gives each
+	// to visit, which says which to remove (drop[i] for items[i]; nil
+	// keeps all) and whether to stop. The rest go back to the queue. It
+	// returns the queue's message count at the start.
+	Scan(ctx context.Context, route string, batch int, visit func(items []DeadLetter) (drop []bool, stop bool, err error)) (int, error)
 	// Requeue moves up to limit messages (0: all there are now) back to
 	// route's queue, each as a fresh attempt series, confirmed before the
 	// dead letter is acked, and returns how many it moved. progress, when
@@ -147,30 +155,6 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 		out.Total = max(out.Total, int64(out.Shown))
 	}
 	return out, nil
-}
-
-// DeadList reads up to limit messages of route's dead-letter queue without
-// consuming them: they are taken unacknowledged and all returned to the
-// queue. (Dead-letter queues have no delivery limit, so reading is safe.)
-// Total is the queue's message count, so a caller can say what it did not
-// show.
-func (s *Service) DeadList(ctx context.Context, route string, limit int) (*DeadLetterList, error) {
-	if err := s.requireRoute(route); err != nil {
-		return nil, err
-	}
-	return s.DeadLetters.List(ctx, route, limit)
-}
-
-// DeadRequeue moves up to limit messages (0: all there are now) from
-// route's dead-letter queue back to its route queue, one at a time: each
-// copy is published with a fresh attempt count and confirmed before the
-// original is acked, so a crash can duplicate a message, never lose one.
-// progress, when set, is called after each message (moved, of total).
-func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
-	if err := s.requireRoute(route); err != nil {
-		return 0, err
-	}
-	return s.DeadLetters.Requeue(ctx, route, limit, progress)
 }
 
 // PurgeRequest says what to purge.

@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -61,19 +62,92 @@ func TestDeadLettersNeedAConfiguredRoute(t *testing.T) {
 	t.Parallel()
 	svc, _, dl := newService(t)
 	ctx := context.Background()
-	_, err := svc.DeadList(ctx, "", 10)
+	_, err := svc.DeadList(ctx, ops.DeadListRequest{Limit: 10})
 	require.ErrorContains(t, err, "a route is required (--route)")
 	_, err = svc.DeadRequeue(ctx, "legacy", 0, nil)
 	require.ErrorIs(t, err, ops.ErrUnknownRoute)
+	_, err = svc.DeadDropDelivered(ctx, "legacy", false)
+	require.ErrorIs(t, err, ops.ErrUnknownRoute)
+	_, err = svc.DeadList(ctx, ops.DeadListRequest{Route: "billing", State: "gone"})
+	require.ErrorIs(t, err, ops.ErrInvalidRequest)
 	require.Empty(t, dl.asked, "nothing asked of RabbitMQ")
 
-	list, err := svc.DeadList(ctx, "billing", 10)
+	list, err := svc.DeadList(ctx, ops.DeadListRequest{Route: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, "q.billing", list.Queue)
 	n, err := svc.DeadRequeue(ctx, "crm", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
-	require.Equal(t, []string{"list billing", "requeue crm"}, dl.asked)
+	require.Equal(t, []string{"scan billing", "requeue crm"}, dl.asked)
+}
+
+// Issue 18, item 12: each dead letter shows its pair's state; a listing of
+// one state reads on past the others; a drop removes only the delivered.
+func TestDeadLettersByPairState(t *testing.T) {
+	t.Parallel()
+	svc, st, dl := newService(t)
+	ctx := context.Background()
+	var letters []ops.DeadLetter
+	want := map[string]string{}
+	for i := range 250 {
+		state := []string{"dead", "delivered", "dead", "pending", "stale"}[i%5]
+		ev := st.add("acme", "invoice.paid", map[string]string{"billing": state})
+		if i%50 == 7 {
+			ev.purged = true
+			state = ops.StateMissing
+		}
+		letters = append(letters, ops.DeadLetter{EventID: ev.id.String()})
+		want[ev.id.String()] = state
+	}
+	letters = append(letters, ops.DeadLetter{EventID: "not-a-uuid"})
+	want["not-a-uuid"] = ops.StateMissing
+	dl.queues["billing"] = letters
+
+	all, err := svc.DeadList(ctx, ops.DeadListRequest{Route: "billing", Limit: 1000})
+	require.NoError(t, err)
+	require.Equal(t, 251, all.Total)
+	require.Equal(t, 251, all.Shown)
+	for _, it := range all.Items {
+		require.Equal(t, want[it.EventID], it.State, it.EventID)
+	}
+
+	dl.batches = nil
+	first, err := svc.DeadList(ctx, ops.DeadListRequest{Route: "billing", Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, 10, first.Shown)
+	require.Equal(t, 10, first.Read)
+	require.Equal(t, []int{10}, dl.batches, "a listing of all states reads no more than it shows")
+
+	delivered, err := svc.DeadList(ctx, ops.DeadListRequest{Route: "billing", Limit: 30, State: "delivered"})
+	require.NoError(t, err)
+	require.Equal(t, 30, delivered.Shown)
+	require.Equal(t, 200, delivered.Read, "30 delivered are among the first 200 letters")
+	for _, it := range delivered.Items {
+		require.Equal(t, "delivered", it.State)
+	}
+	missing, err := svc.DeadList(ctx, ops.DeadListRequest{Route: "billing", Limit: 100, State: ops.StateMissing})
+	require.NoError(t, err)
+	require.Equal(t, 251, missing.Read)
+	require.Equal(t, 6, missing.Shown, "five purged events and one letter naming none")
+	require.Len(t, dl.queues["billing"], 251, "listing consumed nothing")
+
+	dry, err := svc.DeadDropDelivered(ctx, "billing", true)
+	require.NoError(t, err)
+	require.Equal(t, ops.DeadDropResult{Queue: "q.billing", Total: 251, Read: 251, Dropped: 50, DryRun: true}, *dry)
+	require.Len(t, dl.queues["billing"], 251, "a dry run drops nothing")
+
+	res, err := svc.DeadDropDelivered(ctx, "billing", false)
+	require.NoError(t, err)
+	require.Equal(t, 50, res.Dropped)
+	require.Len(t, dl.queues["billing"], 251-50)
+	for _, it := range dl.queues["billing"] {
+		require.NotEqual(t, "delivered", want[it.EventID])
+	}
+
+	st.err = errors.New("postgres is away")
+	_, err = svc.DeadDropDelivered(ctx, "billing", false)
+	require.ErrorContains(t, err, "postgres is away")
+	require.Len(t, dl.queues["billing"], 251-50, "a failed lookup drops nothing")
 }
 
 // Purge takes an age, keeps dedupe keys for the window, and names the

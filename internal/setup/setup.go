@@ -88,7 +88,7 @@ func Dialer(cfg *config.Config, nodes *amqp.NodeGauge, logger zerolog.Logger) (*
 func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer) *ops.Service {
 	return &ops.Service{
 		Store:        db,
-		DeadLetters:  deadLetters{amqp.NewDeadLetters(dialer, Names(cfg), "hookrelay-cli")},
+		DeadLetters:  deadLetters{amqp.NewDeadLetters(dialer, Names(cfg), "hookrelay-cli"), Names(cfg)},
 		RoutesFunc:   RoutesFor(cfg),
 		Routes:       RouteNames(cfg),
 		DedupeWindow: cfg.Retention.DedupeWindow,
@@ -106,16 +106,23 @@ func routePauser(db *store.DB) ops.RoutePauser {
 }
 
 // deadLetters adapts *amqp.DeadLetters to ops.DeadLetters.
-type deadLetters struct{ *amqp.DeadLetters }
+type deadLetters struct {
+	*amqp.DeadLetters
+	names amqp.Names
+}
 
-func (d deadLetters) List(ctx context.Context, route string, limit int) (*ops.DeadLetterList, error) {
-	page, err := d.DeadLetters.List(ctx, route, limit)
-	if err != nil {
-		return nil, err
-	}
-	items := make([]ops.DeadLetter, len(page.Items))
-	for i, it := range page.Items {
-		items[i] = ops.DeadLetter(it)
-	}
-	return &ops.DeadLetterList{Queue: page.Queue, Total: page.Total, Shown: len(items), Items: items}, nil
+func (d deadLetters) Queue(route string) string { return d.names.DeadQueue(route) }
+
+func (d deadLetters) Scan(ctx context.Context, route string, batch int, visit func([]ops.DeadLetter) ([]bool, bool, error)) (int, error) {
+	return d.DeadLetters.Scan(ctx, route, batch, func(infos []amqp.DeadLetterInfo) ([]bool, bool, error) {
+		items := make([]ops.DeadLetter, len(infos))
+		for i, it := range infos {
+			items[i] = ops.DeadLetter{
+				EventID: it.EventID, Source: it.Source, EventType: it.EventType, Attempts: it.Attempts,
+				LastStatus: it.LastStatus, LastError: it.LastError, FirstAttemptAt: it.FirstAttemptAt,
+				LastAttemptAt: it.LastAttemptAt, Reason: it.Reason,
+			}
+		}
+		return visit(items)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -211,4 +212,35 @@ func (db *DB) ReplayPairStates(ctx context.Context, pairs []ReplayPair) (pending
 		return 0, 0, fmt.Errorf("reading replayed pairs' states: %w", err)
 	}
 	return pending, delivered, nil
+}
+
+// PairStates returns the delivery state of each of pairs that has a
+// delivery row; pairs without one (their event purged, or never stored)
+// are absent from the map.
+func (db *DB) PairStates(ctx context.Context, pairs []ReplayPair) (map[ReplayPair]webhook.DeliveryState, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	ids := make([]uuid.UUID, len(pairs))
+	routes := make([]string, len(pairs))
+	for i, p := range pairs {
+		ids[i], routes[i] = p.EventID, p.Route
+	}
+	rows, err := db.pool.Query(ctx, `
+		SELECT d.event_id, d.route, d.state
+		FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
+		JOIN deliveries d ON d.event_id = p.event_id AND d.route = p.route`, ids, routes)
+	if err != nil {
+		return nil, fmt.Errorf("reading pair states: %w", err)
+	}
+	out := make(map[ReplayPair]webhook.DeliveryState, len(pairs))
+	var p ReplayPair
+	var state string
+	_, err = pgx.ForEachRow(rows, []any{&p.EventID, &p.Route, &state}, func() error {
+		out[p] = webhook.DeliveryState(state)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading pair states: %w", err)
+	}
+	return out, nil
 }

@@ -1,0 +1,153 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+)
+
+// StateMissing is the pair state of a dead letter with no delivery in
+// Postgres: its event was purged (or the letter names no event of ours).
+const StateMissing = "missing"
+
+// DeadLetterStates are the pair states a dead letter can show.
+var DeadLetterStates = []string{
+	string(webhook.StatePending), string(webhook.StateRetrying), string(webhook.StateDelivered),
+	string(webhook.StateDead), string(webhook.StateStale), StateMissing,
+}
+
+// deadScanBatch is how many dead letters a scan reads before it looks up
+// their pairs in Postgres.
+const deadScanBatch = 100
+
+// DeadListRequest says which dead letters to list.
+type DeadListRequest struct {
+	Route string
+	// Limit is the most letters to show; DefaultListLimit when 0.
+	Limit int
+	// State shows only letters whose pair is in that state (one of
+	// DeadLetterStates); "" shows all.
+	State string
+}
+
+// DeadList reads route's dead-letter queue without consuming it (every
+// message goes back) and lists up to req.Limit letters, each with the
+// state Postgres holds for its pair: a letter whose pair is delivered (by
+// a replay, say) is stale and can be dropped. With req.State it reads on
+// past letters of other states, up to the queue's count at the start.
+func (s *Service) DeadList(ctx context.Context, req DeadListRequest) (*DeadLetterList, error) {
+	if err := s.requireRoute(req.Route); err != nil {
+		return nil, err
+	}
+	if req.State != "" && !slices.Contains(DeadLetterStates, req.State) {
+		return nil, fmt.Errorf("%w: --state must be one of %s", ErrInvalidRequest, strings.Join(DeadLetterStates, ", "))
+	}
+	if req.Limit <= 0 {
+		req.Limit = DefaultListLimit
+	}
+	batch := deadScanBatch
+	if req.State == "" {
+		batch = req.Limit // read no more than are shown
+	}
+	out := &DeadLetterList{Queue: s.DeadLetters.Queue(req.Route), State: req.State, Items: []DeadLetter{}}
+	total, err := s.DeadLetters.Scan(ctx, req.Route, batch, func(items []DeadLetter) ([]bool, bool, error) {
+		out.Read += len(items)
+		if err := s.fillStates(ctx, req.Route, items); err != nil {
+			return nil, false, err
+		}
+		for _, it := range items {
+			if len(out.Items) < req.Limit && (req.State == "" || it.State == req.State) {
+				out.Items = append(out.Items, it)
+			}
+		}
+		return nil, len(out.Items) >= req.Limit, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Total, out.Shown = total, len(out.Items)
+	return out, nil
+}
+
+// fillStates sets the State of each of route's items from Postgres.
+func (s *Service) fillStates(ctx context.Context, route string, items []DeadLetter) error {
+	pairs := make([]store.ReplayPair, 0, len(items))
+	for _, it := range items {
+		if id, err := uuid.Parse(it.EventID); err == nil {
+			pairs = append(pairs, store.ReplayPair{EventID: id, Route: route})
+		}
+	}
+	states, err := s.Store.PairStates(ctx, pairs)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		items[i].State = StateMissing
+		if id, err := uuid.Parse(items[i].EventID); err == nil {
+			if st, ok := states[store.ReplayPair{EventID: id, Route: route}]; ok {
+				items[i].State = string(st)
+			}
+		}
+	}
+	return nil
+}
+
+// DeadDropResult is what a drop did, or would do (DryRun).
+type DeadDropResult struct {
+	Queue string `json:"queue"`
+	// Total is the queue's message count when the drop started; Read is
+	// how many of them it read.
+	Total   int  `json:"total"`
+	Read    int  `json:"read"`
+	Dropped int  `json:"dropped"`
+	DryRun  bool `json:"dry_run"`
+}
+
+// DeadDropDelivered removes from route's dead-letter queue the letters
+// whose pair Postgres holds as delivered: a replay or a requeue delivered
+// them since, so the letter only misleads. Every other letter goes back.
+// A dry run counts them and removes nothing. Delivered is final for a
+// pair's series (a replay that sends it again starts from the outbox, not
+// from the letter), so a letter dropped here is never needed.
+func (s *Service) DeadDropDelivered(ctx context.Context, route string, dryRun bool) (*DeadDropResult, error) {
+	if err := s.requireRoute(route); err != nil {
+		return nil, err
+	}
+	out := &DeadDropResult{Queue: s.DeadLetters.Queue(route), DryRun: dryRun}
+	total, err := s.DeadLetters.Scan(ctx, route, deadScanBatch, func(items []DeadLetter) ([]bool, bool, error) {
+		out.Read += len(items)
+		if err := s.fillStates(ctx, route, items); err != nil {
+			return nil, false, err
+		}
+		drop := make([]bool, len(items))
+		for i, it := range items {
+			if it.State == string(webhook.StateDelivered) {
+				out.Dropped++
+				drop[i] = !dryRun
+			}
+		}
+		return drop, false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Total = total
+	return out, nil
+}
+
+// DeadRequeue moves up to limit messages (0: all there are now) from
+// route's dead-letter queue back to its route queue, one at a time: each
+// copy is published with a fresh attempt count and confirmed before the
+// original is acked, so a crash can duplicate a message, never lose one.
+// progress, when set, is called after each message (moved, of total).
+func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
+	if err := s.requireRoute(route); err != nil {
+		return 0, err
+	}
+	return s.DeadLetters.Requeue(ctx, route, limit, progress)
+}
