@@ -78,7 +78,8 @@ queue holds more.`,
 	cmd.Flags().IntVar(&req.Limit, "limit", ops.DefaultListLimit, "most messages to show")
 	cmd.Flags().StringVar(&req.State, "state", "", "show only letters whose pair is in this state: "+strings.Join(ops.DeadLetterStates, ", "))
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"queue", "total", "read", "shown", "items"}`)
-	_ = cmd.MarkFlagRequired("route") // the flag is declared just above
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(ops.DeadLetterStates, cobra.ShellCompDirectiveNoFileComp)) // declared just above
+	_ = cmd.MarkFlagRequired("route")                                                                                             // the flag is declared just above
 	return cmd
 }
 

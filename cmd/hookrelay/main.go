@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -124,5 +125,57 @@ how many there are. Nothing is printed as done before it is done, and
 	}
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
+	c.registerCompletions(root)
 	return root
+}
+
+// registerCompletions completes, in every command under cmd, the --route
+// and --source flags with the config's route and source names (read from
+// the config alone: no database, no broker), and dead list's --state.
+func (c *cli) registerCompletions(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		c.registerCompletions(sub)
+	}
+	if cmd.Flags().Lookup("route") != nil {
+		_ = cmd.RegisterFlagCompletionFunc("route", c.completeNames(c.routeNames)) // the flag exists: checked above
+	}
+	if cmd.Flags().Lookup("source") != nil {
+		_ = cmd.RegisterFlagCompletionFunc("source", c.completeNames(c.sourceNames)) // likewise
+	}
+}
+
+func (c *cli) routeNames() ([]string, error) {
+	cfg, err := c.config()
+	if err != nil {
+		return nil, err
+	}
+	return setup.RouteNames(cfg), nil
+}
+
+// sourceNames reads the names alone: the operator's config leaves the
+// sources out.
+func (c *cli) sourceNames() ([]string, error) {
+	path, err := config.Find(c.configPath, c.lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return config.SourceNames(path)
+}
+
+// completeNames completes with the names that start with what was typed;
+// with no readable config it offers nothing (and no file names).
+func (c *cli) completeNames(names func() ([]string, error)) cobra.CompletionFunc {
+	return func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		all, err := names()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, n := range all {
+			if strings.HasPrefix(n, toComplete) {
+				out = append(out, n)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }

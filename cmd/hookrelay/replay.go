@@ -71,8 +71,12 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
 				p := c.progress("replay", "event(s) scanned")
 				req.ProgressFunc = func(rp ops.ReplayProgress) {
-					p.update(int64(rp.Scanned), rp.Events, fmt.Sprintf("%d pair(s) enqueued, %d delivered so far, %d skipped (batch %d)",
-						rp.Enqueued, rp.Delivered, rp.Skipped, rp.Batch))
+					detail := fmt.Sprintf("%d pair(s) enqueued, %d delivered so far, %d skipped (batch %d)",
+						rp.Enqueued, rp.Delivered, rp.Skipped, rp.Batch)
+					if req.DryRun {
+						detail = fmt.Sprintf("%d pair(s) would be enqueued, %d skipped (nothing changed)", rp.Enqueued, rp.Skipped)
+					}
+					p.update(int64(rp.Scanned), rp.Events, detail)
 				}
 				res, err := svc.Replay(cmd.Context(), req)
 				p.done()

@@ -66,7 +66,7 @@ func routeList(ctx context.Context, cfg *config.Config, db *store.DB) (*ops.Rout
 		rs := ops.RouteSummary{
 			Route: r.Name, Queue: names.RouteQueue(r.Name), Bindings: r.Bindings,
 			Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead,
-			State: routeStateText(st), Paused: st.Paused, PausedAt: st.PausedAt, PausedBy: st.PausedBy,
+			Paused: st.Paused, PausedAt: st.PausedAt, PausedBy: st.PausedBy,
 			Circuit: st.Circuit, ConsecutiveFailures: st.ConsecutiveFailures,
 		}
 		if rs.Circuit == "" {
@@ -75,20 +75,18 @@ func routeList(ctx context.Context, cfg *config.Config, db *store.DB) (*ops.Rout
 		if st.Circuit != store.CircuitClosed && st.Circuit != "" {
 			rs.CircuitOpenUntil = st.OpenedUntil
 		}
-		if st.SlowUntil != nil && st.SlowUntil.After(st.Now) {
-			rs.HeldUntil = st.SlowUntil
-		}
 		if age, ok := oldest[r.Name]; ok {
 			rs.OldestUndeliveredSeconds = &age
 		}
 		if inspector != nil && out.BrokerError == "" {
-			ready, err := inspector.Ready(ctx, names.RouteQueue(r.Name))
+			q, err := inspector.Queue(ctx, names.RouteQueue(r.Name))
 			if err != nil {
 				out.BrokerError = err.Error()
 			} else {
-				rs.Ready = &ready
+				rs.Ready, rs.Consumers = &q.Ready, &q.Consumers
 			}
 		}
+		routeState(&rs, st, r.RateLimit > 0)
 		out.Routes = append(out.Routes, rs)
 	}
 	var others []string
@@ -113,7 +111,7 @@ func routeList(ctx context.Context, cfg *config.Config, db *store.DB) (*ops.Rout
 // unknown if it is, then how many routes there are.
 func printRoutes(w io.Writer, list *ops.RouteList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tREADY\tOLDEST")
+	fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tCONSUMERS\tREADY\tOLDEST")
 	configured, others := 0, 0
 	for _, r := range list.Routes {
 		if r.Unserved {
@@ -122,41 +120,75 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 			continue
 		}
 		configured++
-		ready, oldest := "?", "-"
+		ready, consumers, oldest := "?", "?", "-"
 		if r.Ready != nil {
 			ready = fmt.Sprint(*r.Ready)
+		}
+		if r.Consumers != nil {
+			consumers = fmt.Sprint(*r.Consumers)
 		}
 		if r.OldestUndeliveredSeconds != nil {
 			oldest = time.Duration(*r.OldestUndeliveredSeconds * float64(time.Second)).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.Route, r.Queue, strings.Join(r.Bindings, " "), r.Pending, r.Retrying, r.Dead,
-			r.State, ready, oldest)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Route, r.Queue, strings.Join(r.Bindings, " "), r.Pending, r.Retrying, r.Dead,
+			stateText(r), consumers, ready, oldest)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if list.BrokerError != "" {
-		fmt.Fprintf(w, "READY unknown (?): %s\n", list.BrokerError)
+		fmt.Fprintf(w, "CONSUMERS and READY unknown (?): %s\n", list.BrokerError)
 	}
 	_, err := fmt.Fprintf(w, "%d route(s) configured, %d more with deliveries in the database only\n", configured, others)
 	return err
 }
 
-// routeStateText is a route's state in one word or two: paused wins over
-// the circuit, which wins over a Retry-After hold. A route without a row
-// (no dispatcher has run since the controls came) is active.
-func routeStateText(s store.RouteState) string {
+// routeState sets rs's State, StateDetail and HeldUntil from the stored
+// controls st and the queue's consumers (see ops.RouteSummary.State);
+// rateLimited says whether the route has a rate limit. Times are read
+// against Postgres' clock, which wrote them.
+func routeState(rs *ops.RouteSummary, st store.RouteState, rateLimited bool) {
+	left := func(t time.Time) string { return t.Sub(st.Now).Round(time.Second).String() }
+	after := func(t *time.Time) bool { return t != nil && t.After(st.Now) }
 	switch {
-	case s.Paused:
-		return "paused"
-	case s.Circuit == store.CircuitOpen:
-		return "circuit-open"
-	case s.Circuit == store.CircuitHalfOpen:
-		return "circuit-half-open"
-	case s.SlowUntil != nil && s.SlowUntil.After(s.Now):
-		return "held(retry-after)"
+	case st.Paused:
+		rs.State = "paused"
+	case st.Circuit == store.CircuitOpen:
+		rs.State, rs.StateDetail = "circuit-open", "probe due"
+		if after(st.OpenedUntil) {
+			rs.StateDetail = "probe in " + left(*st.OpenedUntil)
+		}
+	case st.Circuit == store.CircuitHalfOpen:
+		rs.State = "circuit-half-open"
+		if st.ProbeOwner != "" {
+			rs.StateDetail = "probe by " + st.ProbeOwner
+		}
+	case after(st.SlowUntil):
+		rs.State, rs.StateDetail, rs.HeldUntil = "held(retry-after)", left(*st.SlowUntil), st.SlowUntil
+	case after(st.HeldUntil):
+		// Holds are announced a little past their end, and a Retry-After's
+		// too: only a rate-limited route's hold is the rate limit's.
+		rs.State, rs.StateDetail, rs.HeldUntil = "held", left(*st.HeldUntil), st.HeldUntil
+		if rateLimited {
+			rs.State = "held(rate-limit)"
+		}
+	case rs.Consumers != nil && *rs.Consumers == 0:
+		rs.State = "no-consumers"
+	default:
+		rs.State = "active"
 	}
-	return "active"
+}
+
+// stateText is a route's state for the table: "circuit-open, probe in
+// 12s", "held(rate-limit) 3s".
+func stateText(r ops.RouteSummary) string {
+	switch {
+	case r.StateDetail == "":
+		return r.State
+	case r.HeldUntil != nil:
+		return r.State + " " + r.StateDetail
+	}
+	return r.State + ", " + r.StateDetail
 }
 
 // routesPauseCmd is `hookrelay routes pause NAME` (pause true) or
@@ -179,6 +211,12 @@ dispatcher started later follows it. 'hookrelay routes resume NAME' ends it.`
 		Long:    long,
 		Example: "  hookrelay routes " + use[:len(use)-len(" NAME")] + " billing",
 		Args:    cobra.ExactArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return c.completeNames(c.routeNames)(cmd, args, toComplete)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.config()
 			if err != nil {

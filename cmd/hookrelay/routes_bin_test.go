@@ -28,7 +28,7 @@ func TestRoutesPauseResumeAndListing(t *testing.T) {
 
 	res = s.run("hookrelay", "routes")
 	require.Equal(t, 0, res.code, res)
-	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+0\s+0\s+0\s+active\s+0\s+-\n`, res.stdout)
+	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+0\s+0\s+0\s+no-consumers\s+0\s+0\s+-\n`, res.stdout)
 
 	res = s.run("hookrelay", "routes", "pause", "billing")
 	require.Equal(t, 0, res.code, res)
@@ -44,7 +44,7 @@ func TestRoutesPauseResumeAndListing(t *testing.T) {
 	require.Equal(t, 0, res.code, res)
 	require.Contains(t, res.stdout, "route billing was paused already")
 	res = s.run("hookrelay", "routes")
-	require.Regexp(t, `billing\s+.*\s+paused\s+0\s+-\n`, res.stdout)
+	require.Regexp(t, `billing\s+.*\s+paused\s+0\s+0\s+-\n`, res.stdout)
 
 	res = s.run("hookrelay", "routes", "resume", "billing")
 	require.Equal(t, 0, res.code, res)
@@ -54,7 +54,7 @@ func TestRoutesPauseResumeAndListing(t *testing.T) {
 	require.False(t, list[0].Paused)
 	require.Nil(t, list[0].PausedAt)
 	res = s.run("hookrelay", "routes")
-	require.Regexp(t, `billing\s+.*\s+active\s+0\s+-\n`, res.stdout)
+	require.Regexp(t, `billing\s+.*\s+no-consumers\s+0\s+0\s+-\n`, res.stdout)
 }
 
 // hookrelay routes --json prints the listing's data for scripts: each
@@ -122,7 +122,7 @@ func TestRoutesJSON(t *testing.T) {
 	// The table tells the same.
 	res := s.run("hookrelay", "routes")
 	require.Equal(t, 0, res.code, res)
-	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+1\s+0\s+0\s+paused\s+0\s+\d+s\n`, res.stdout)
+	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+1\s+0\s+0\s+paused\s+0\s+0\s+\d+s\n`, res.stdout)
 	require.Regexp(t, `legacy\s+\(not configured\)\s+-\s+1\s+0\s+0\n`, res.stdout)
 	require.Contains(t, res.stdout, "1 route(s) configured, 1 more with deliveries in the database only")
 
@@ -131,5 +131,10 @@ func TestRoutesJSON(t *testing.T) {
 	list = read()
 	require.NotEmpty(t, list.BrokerError)
 	require.Nil(t, list.Routes[0].Ready)
+	require.Nil(t, list.Routes[0].Consumers)
 	require.EqualValues(t, 1, list.Routes[0].Pending)
+	res = s.run("hookrelay", "routes")
+	require.Equal(t, 0, res.code, res)
+	require.Regexp(t, `billing\s+.*\s+paused\s+\?\s+\?\s+\d+s\n`, res.stdout)
+	require.Contains(t, res.stdout, "CONSUMERS and READY unknown (?): ")
 }

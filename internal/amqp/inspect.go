@@ -28,10 +28,24 @@ func NewInspector(d *Dialer, connectionName string) *Inspector {
 	return &Inspector{dialer: d, name: connectionName}
 }
 
+// QueueInfo is what a passive declare tells of a queue.
+type QueueInfo struct {
+	// Ready counts the messages not delivered to a consumer yet.
+	Ready int
+	// Consumers counts the queue's consumers.
+	Consumers int
+}
+
 // Ready returns the number of ready messages in queue (those not delivered
 // to a consumer yet). A missing queue is an error. Without a deadline on
 // ctx, the question is bounded by 10s.
 func (in *Inspector) Ready(ctx context.Context, queue string) (int, error) {
+	q, err := in.Queue(ctx, queue)
+	return q.Ready, err
+}
+
+// Queue returns queue's ready messages and consumers, as Ready does.
+func (in *Inspector) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
@@ -41,7 +55,7 @@ func (in *Inspector) Ready(ctx context.Context, queue string) (int, error) {
 	defer in.mu.Unlock()
 	ch, err := in.channelLocked()
 	if err != nil {
-		return 0, err
+		return QueueInfo{}, err
 	}
 	type result struct {
 		q   amqp.Queue
@@ -55,22 +69,22 @@ func (in *Inspector) Ready(ctx context.Context, queue string) (int, error) {
 	select {
 	case r := <-done:
 		if r.err == nil {
-			return r.q.Messages, nil
+			return QueueInfo{Ready: r.q.Messages, Consumers: r.q.Consumers}, nil
 		}
 		// A passive declare of a missing queue closes the channel (404);
 		// the next question opens a new one.
 		in.ch = nil
 		var ae *amqp.Error
 		if errors.As(r.err, &ae) && ae.Code == amqp.NotFound {
-			return 0, fmt.Errorf("queue %s does not exist", queue)
+			return QueueInfo{}, fmt.Errorf("queue %s does not exist", queue)
 		}
-		return 0, fmt.Errorf("inspecting %s: %w", queue, r.err)
+		return QueueInfo{}, fmt.Errorf("inspecting %s: %w", queue, r.err)
 	case <-ctx.Done():
 		// The broker did not answer in time: drop the connection so the
 		// stuck call returns, and the next question starts afresh.
 		in.resetLocked()
 		<-done
-		return 0, fmt.Errorf("inspecting %s: %w", queue, ctx.Err())
+		return QueueInfo{}, fmt.Errorf("inspecting %s: %w", queue, ctx.Err())
 	}
 }
 

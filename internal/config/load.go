@@ -108,6 +108,25 @@ func LoadOperator(path string, lookup LookupEnvFunc) (*Config, error) {
 	return load(path, lookup, true)
 }
 
+// SourceNames reads the names of the sources in the config file at path,
+// as written, validating nothing else (shell completion needs the names
+// where LoadOperator leaves the sources out). Unnamed entries are skipped.
+func SourceNames(path string) ([]string, error) {
+	v := viper.New()
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		return nil, fmt.Errorf("reading config %s: %w", path, yamlError(path, err))
+	}
+	var out []string
+	for _, n := range rawNames(v.Get("sources")) {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
 func load(path string, lookup LookupEnvFunc, operator bool) (*Config, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv

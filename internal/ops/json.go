@@ -230,10 +230,17 @@ type RouteSummary struct {
 	Pending  int64 `json:"pending"`
 	Retrying int64 `json:"retrying"`
 	Dead     int64 `json:"dead"`
-	// State is active, paused, circuit-open, circuit-half-open or
-	// held(retry-after): paused wins over the circuit, which wins over a
-	// Retry-After hold. Empty for an unserved route.
+	// State is what the dispatchers do with the route, the first of:
+	// paused; circuit-open (its probe due at CircuitOpenUntil);
+	// circuit-half-open (one probe in flight); held(retry-after) (the
+	// destination asked for a pause, until HeldUntil); held(rate-limit)
+	// (deliveries wait for the route's rate limit, until HeldUntil);
+	// no-consumers (no dispatcher consumes its queue); active. Empty for
+	// an unserved route.
 	State string `json:"state,omitempty"`
+	// StateDetail says the state's time in words: "probe in 1m29s",
+	// "probe due", "12s" (of a hold), "probe by <dispatcher>".
+	StateDetail string `json:"state_detail,omitempty"`
 	// Paused, PausedAt and PausedBy are the pause as stored.
 	Paused   bool       `json:"paused"`
 	PausedAt *time.Time `json:"paused_at,omitempty"`
@@ -243,9 +250,13 @@ type RouteSummary struct {
 	Circuit             string     `json:"circuit,omitempty"`
 	ConsecutiveFailures int        `json:"consecutive_failures"`
 	CircuitOpenUntil    *time.Time `json:"circuit_open_until,omitempty"`
-	// HeldUntil is the end of a destination's Retry-After hold, while it
-	// lasts.
+	// HeldUntil is the end of a hold (a destination's Retry-After, or
+	// deliveries waiting for the rate limit), while it lasts.
 	HeldUntil *time.Time `json:"held_until,omitempty"`
+	// Consumers counts the consumers of the route's queue (each dispatcher
+	// has one per unit of the route's concurrency); null when the broker
+	// could not be asked.
+	Consumers *int `json:"consumers"`
 	// Ready is the messages ready in the route's queue; null when the
 	// broker could not be asked (see RouteList.BrokerError).
 	Ready *int `json:"ready"`

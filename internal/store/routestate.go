@@ -34,18 +34,21 @@ type RouteState struct {
 	ProbeOwner          string
 	ProbeAt             *time.Time
 	SlowUntil           *time.Time
-	UpdatedAt           time.Time
-	Now                 time.Time
+	// HeldUntil is the end of the holds dispatchers announced (RouteHold):
+	// deliveries in hand for the rate limit or a Retry-After.
+	HeldUntil *time.Time
+	UpdatedAt time.Time
+	Now       time.Time
 }
 
 const routeStateColumns = `route, paused, paused_at, COALESCE(paused_by, ''), circuit, consecutive_failures,
-	opened_until, COALESCE(cooldown_ms, 0), COALESCE(probe_owner, ''), probe_at, slow_until, updated_at, now()`
+	opened_until, COALESCE(cooldown_ms, 0), COALESCE(probe_owner, ''), probe_at, slow_until, held_until, updated_at, now()`
 
 func scanRouteState(row pgx.CollectableRow) (RouteState, error) {
 	var s RouteState
 	var cooldownMS int64
 	err := row.Scan(&s.Route, &s.Paused, &s.PausedAt, &s.PausedBy, &s.Circuit, &s.ConsecutiveFailures,
-		&s.OpenedUntil, &cooldownMS, &s.ProbeOwner, &s.ProbeAt, &s.SlowUntil, &s.UpdatedAt, &s.Now)
+		&s.OpenedUntil, &cooldownMS, &s.ProbeOwner, &s.ProbeAt, &s.SlowUntil, &s.HeldUntil, &s.UpdatedAt, &s.Now)
 	s.Cooldown = time.Duration(cooldownMS) * time.Millisecond
 	return s, err
 }
