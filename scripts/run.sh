@@ -4,6 +4,9 @@
 #
 #   scripts/run.sh [CONFIG]        (default: $HOOKRELAY_CONFIG or config.yaml)
 #
+# scripts/services.sh says each change it makes to the machine before making
+# it (README, "What the scripts change on the machine").
+#
 # The default config.yaml reads two secrets from the environment. For a local
 # try-out this script sets demo values when they are unset and says so; set
 # real ones in any shared or production environment.

@@ -3,8 +3,21 @@
 #   - PostgreSQL, reachable with HOOKRELAY_DATABASE_URL, and its database created;
 #   - RabbitMQ, with the management, shovel and shovel_management plugins enabled.
 #
-# Used by `make run`, `make test` and CI (.ci/run). Idempotent: a second run changes
-# nothing. Progress goes to stderr; stdout stays empty.
+# Used by scripts/run.sh, scripts/test.sh and CI (.ci/run). Idempotent: a second run
+# changes nothing. Progress goes to stderr; stdout stays empty.
+#
+# It may change this machine, and says so on a "services: CHANGE:" line before each
+# change, then lists them at the end (README, "What the scripts change"):
+#   - apt-get install postgresql, rabbitmq-server, postgresql-client, curl (as root);
+#   - create a PostgreSQL cluster, start PostgreSQL or RabbitMQ;
+#   - enable RabbitMQ plugins: management (hookrelay reads queue and tier stats through
+#     it) and shovel + shovel_management (the management UI's "Move messages");
+#   - create the URL's PostgreSQL role and set its password to the URL's, through the
+#     local socket, when a password login fails (a fresh Debian PostgreSQL); create the
+#     URL's database.
+#
+#   scripts/services.sh --check   say the first change it would make and exit 3, changing
+#                                 nothing; exit 0 when there is none
 #
 # Environment:
 #   HOOKRELAY_DATABASE_URL  postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=...]
@@ -29,6 +42,25 @@ RABBIT_PLUGINS=(rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management)
 
 log() { printf 'services: %s\n' "$*" >&2; }
 die() { printf 'services: ERROR: %s\n' "$*" >&2; exit 1; }
+
+CHECK=0
+case "${1:-}" in
+--check) CHECK=1 ;;
+"") ;;
+*) die "unknown argument '$1' (--check, --help)" ;;
+esac
+CHANGES=()
+# change WHAT: say a change to this machine before making it. With --check, say it
+# would be made and stop, changing nothing.
+change() {
+	if [[ $CHECK -eq 1 ]]; then
+		printf 'services: would change: %s\n' "$*" >&2
+		printf 'services: stopped at the first change (--check changes nothing)\n' >&2
+		exit 3
+	fi
+	CHANGES+=("$*")
+	printf 'services: CHANGE: %s\n' "$*" >&2
+}
 
 # ---------------------------------------------------------------- privileges
 
@@ -154,12 +186,12 @@ if is_local_host "$RABBIT_HOST"; then RABBIT_LOCAL=1; fi
 APT_UPDATED=0
 apt_install() {
 	command -v apt-get >/dev/null 2>&1 || die "missing packages ($*) and no apt-get to install them: install them by hand"
+	change "install Debian packages: $* (apt-get update and install, as root)"
 	if [[ $APT_UPDATED -eq 0 ]]; then
 		log "apt-get update"
 		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || die "apt-get update failed"
 		APT_UPDATED=1
 	fi
-	log "installing: $*"
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2 || die "apt-get install $* failed"
 }
 
@@ -191,7 +223,7 @@ fi
 if [[ $PG_LOCAL -eq 1 ]] && ! pg_cluster_exists; then
 	pg_version="$(find /usr/lib/postgresql -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V | tail -n 1)"
 	[[ -n "$pg_version" ]] || die "PostgreSQL server binaries not found under /usr/lib/postgresql"
-	log "creating PostgreSQL cluster $pg_version/main on port $DB_PORT"
+	change "create PostgreSQL cluster $pg_version/main on port $DB_PORT (pg_createcluster, as root)"
 	as_root pg_createcluster --port "$DB_PORT" "$pg_version" main >&2 || die "pg_createcluster $pg_version main failed"
 fi
 
@@ -205,7 +237,7 @@ if ! pg_ready; then
 		while read -r ver name port status _; do
 			[[ "$port" == "$DB_PORT" ]] || continue
 			if [[ "$status" == down* ]]; then
-				log "starting PostgreSQL cluster $ver/$name (port $port)"
+				change "start PostgreSQL cluster $ver/$name on port $port (pg_ctlcluster, as root)"
 				as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2 ||
 					log "pg_ctlcluster $ver $name start failed (see /var/log/postgresql/postgresql-$ver-$name.log)"
 			fi
@@ -236,10 +268,10 @@ if [[ $RABBIT_LOCAL -eq 1 ]]; then
 	fi
 	if ! rabbit_running; then
 		if rabbit_node_up; then
-			log "RabbitMQ node is up but its application is stopped: rabbitmqctl start_app"
+			change "start the stopped RabbitMQ application of the running node (rabbitmqctl start_app, as root)"
 			as_root timeout 60 rabbitmqctl -q start_app >&2 || true
 		else
-			log "starting RabbitMQ (rabbitmq-server -detached)"
+			change "start RabbitMQ (rabbitmq-server -detached, as root)"
 			as_root rabbitmq-server -detached >&2 || die "rabbitmq-server -detached failed"
 		fi
 		log "waiting for RabbitMQ to boot (up to ${WAIT_SECONDS}s)"
@@ -259,7 +291,7 @@ if [[ $RABBIT_LOCAL -eq 1 ]]; then
 		if ! grep -qxF "$plugin" <<<"$enabled"; then to_enable+=("$plugin"); fi
 	done
 	if [[ ${#to_enable[@]} -gt 0 ]]; then
-		log "enabling RabbitMQ plugins: ${to_enable[*]}"
+		change "enable RabbitMQ plugins ${to_enable[*]} on the local node (rabbitmq-plugins, as root; rabbitmq-plugins disable undoes it)"
 		as_root timeout 120 rabbitmq-plugins -q enable "${to_enable[@]}" >/dev/null ||
 			die "rabbitmq-plugins enable ${to_enable[*]} failed"
 	fi
@@ -296,7 +328,8 @@ if ! admin_check; then
 		if [[ -z "$DB_PASS" ]]; then
 			die "cannot log in to PostgreSQL as '$DB_USER' and HOOKRELAY_DATABASE_URL has no password: ${admin_err}"
 		fi
-		log "password login as '$DB_USER' failed; setting the role's password from HOOKRELAY_DATABASE_URL (through the local socket)"
+		log "password login as '$DB_USER' failed: ${admin_err}"
+		change "set the password of PostgreSQL role '$DB_USER' to HOOKRELAY_DATABASE_URL's, creating the role if missing (ALTER ROLE through the local socket, as the postgres OS user)"
 		# SQL string literal of the password: double the single quotes (standard_conforming_strings
 		# is set on, so backslashes are literal). Fed on stdin, so it is in no process' argv;
 		# VERBOSITY terse keeps any error message from quoting the statement.
@@ -325,10 +358,16 @@ db_exists() {
 if db_exists; then
 	log "database '$DB_NAME' exists"
 else
-	log "creating database '$DB_NAME'"
+	change "create database '$DB_NAME' on $DB_HOST:$DB_PORT"
 	if ! pg_admin -q -v db="$DB_NAME" <<<"SELECT format('CREATE DATABASE %I', :'db') \\gexec" >/dev/null; then
 		db_exists || die "could not create database '$DB_NAME'"
 	fi
 fi
 
 log "postgres and rabbitmq ready"
+if [[ ${#CHANGES[@]} -eq 0 ]]; then
+	log "changed nothing on this machine"
+else
+	log "made ${#CHANGES[@]} change(s) on this machine:"
+	for c in "${CHANGES[@]}"; do log "  - $c"; done
+fi
