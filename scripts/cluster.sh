@@ -50,7 +50,7 @@
 # 127.0.0.1) and the rabbitmq_management plugin. Quorum queues get a member on every
 # node: rabbit.quorum_cluster_size (RabbitMQ's default is 3) is set to CLUSTER_NODES.
 # rabbit.dead_letter_worker_publisher_confirm_timeout is 5 s (default 2-3 minutes), as
-# README (Operating) recommends for the relay's retry tiers.
+# docs/production.md ("Running on a RabbitMQ cluster") recommends for the relay's retry tiers.
 # Progress and errors go to stderr; stdout carries only what status, leader and env print.
 # Needs bash, curl, jq, procps (pgrep) and the rabbitmq-server package (tried with
 # Debian's 3.10.8).

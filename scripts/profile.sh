@@ -2,7 +2,7 @@
 # Profiles the relay under the benchmark: builds bin/, starts a scratch
 # Postgres of its own (cmd/chaos's, `bin/chaos postgres`: initdb in a
 # temporary folder, on port PROFILE_PG_PORT, default 25442) that loads
-# pg_stat_statements and has the settings README's Performance section
+# pg_stat_statements and has the settings docs/performance.md
 # assumes, runs
 #
 #   bin/hookrelay bench --quick --profile OUT --database-url <scratch> [your bench flags]
@@ -86,7 +86,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# README "Postgres settings it assumes", plus pg_stat_statements.
+# docs/performance.md, "Postgres settings it assumes", plus pg_stat_statements.
 settings=(
 	shared_preload_libraries=pg_stat_statements
 	pg_stat_statements.track=top

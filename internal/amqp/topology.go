@@ -135,7 +135,7 @@ func FormatDelay(d time.Duration) string {
 // replace ours and silently bring back a delivery limit on the dead-letter
 // queues (or drop the route queues' limit). Operators use 0 to 10, now and
 // then 100; 1000 is far above that. An operator who means to override ours
-// uses a higher one and repeats delivery-limit (README: Operating).
+// uses a higher one and repeats delivery-limit (docs/deliveries.md).
 const PolicyPriority = 1000
 
 // quorumArgs are the arguments of every hookrelay queue. Quorum queues

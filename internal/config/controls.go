@@ -17,7 +17,7 @@ const rateTurnMax = 10 * time.Minute
 // consumer waiting, the last waits concurrency/rate_limit. Such a message
 // would be given back at the bound, taken again, and so on toward
 // dispatcher.delivery_limit, never delivered. Consumers of other
-// dispatchers share the rate too (README: keep rate_limit × 600 well above
+// dispatchers share the rate too (docs/route-controls.md: keep rate_limit × 600 well above
 // the consumers across all dispatchers); one dispatcher's are the least.
 func checkRateLimits(cfg *Config) []string {
 	var problems []string

@@ -24,7 +24,7 @@ type preset struct {
 }
 
 // presets: per provider, how it signs, its stable event id, and where the
-// event type is. The README explains each choice.
+// event type is. docs/configuration.md explains each choice.
 var presets = map[string]preset{
 	"stripe": {
 		scheme:      "stripe",

@@ -35,7 +35,7 @@ type Scheme struct {
 }
 
 // schemes is the one list of verification schemes, in the order the
-// README and config errors give them.
+// docs/configuration.md and config errors give them.
 var schemes = []Scheme{
 	{Name: "none", Keys: []string{}, New: func(SchemeConfig) (Verifier, error) { return None{}, nil }},
 	{
