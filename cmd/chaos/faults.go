@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -194,6 +195,14 @@ func (s *suite) runFaults(ctx context.Context) error {
 	var results []faultResult
 	var interrupting int
 	faults := s.faults()
+	if len(s.opts.only) > 0 {
+		faults = slices.DeleteFunc(faults, func(f fault) bool {
+			return !slices.ContainsFunc(s.opts.only, func(w string) bool { return strings.Contains(f.name, w) })
+		})
+		if len(faults) == 0 {
+			return fmt.Errorf("--only %s matches no fault", strings.Join(s.opts.only, ","))
+		}
+	}
 	for i, f := range faults {
 		if err := s.pause(ctx, s.opts.settle); err != nil {
 			return err

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 )
 
@@ -78,8 +79,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	fs.IntVar(&opts.rate, "rate", 100, "events per second sent, open loop, split over both receivers")
 	fs.IntVar(&opts.pgPort, "pg-port", defaultPGPort, "port of the suite's own Postgres")
 	fs.DurationVar(&opts.settle, "settle", 0, "steady load before the first fault and between faults (default 8s)")
+	only := fs.String("only", "", "run only the faults whose names contain one of these comma-separated words (\"destination,alarm\"), to study them")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *only != "" {
+		opts.only = strings.Split(*only, ",")
 	}
 	opts.amqpURLs = splitList(getenv("CLUSTER_AMQP_URLS"))
 	opts.mgmtURLs = splitList(getenv("CLUSTER_MANAGEMENT_URLS"))

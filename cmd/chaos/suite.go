@@ -24,6 +24,8 @@ type options struct {
 	rate, pgPort       int
 	settle             time.Duration
 	amqpURLs, mgmtURLs []string
+	// only, when set, keeps the faults whose names contain one of them.
+	only []string
 }
 
 // route is one route of the suite's config.
