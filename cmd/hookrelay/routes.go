@@ -166,8 +166,8 @@ func routeState(rs *ops.RouteSummary, st store.RouteState, rateLimited bool) {
 	case after(st.SlowUntil):
 		rs.State, rs.StateDetail, rs.HeldUntil = "held(retry-after)", left(*st.SlowUntil), st.SlowUntil
 	case after(st.HeldUntil):
-		// Holds are announced a little past their end, and a Retry-After's
-		// too: only a rate-limited route's hold is the rate limit's.
+		// Only rate-limit holds are marked (a Retry-After is slow_until);
+		// a route without a limit now had one when it was marked.
 		rs.State, rs.StateDetail, rs.HeldUntil = "held", left(*st.HeldUntil), st.HeldUntil
 		if rateLimited {
 			rs.State = "held(rate-limit)"

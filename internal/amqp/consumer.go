@@ -413,7 +413,12 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate,
 		if !open {
 			// Cancel, then give back (without a requeue) what the broker
 			// sent before the cancel took effect.
-			if err := cc.ch.Cancel(cc.tag, false); err == nil {
+			if err := cc.ch.Cancel(cc.tag, false); err != nil {
+				// The channel is going: what it holds goes back to the
+				// queue with a requeue, which counts toward the delivery
+				// limit.
+				cc.logger.Warn().Err(err).Msg("cancelling the consumer to give its messages back failed; the channel's close returns them with a requeue")
+			} else {
 				cc.drainGivingBack(work)
 			}
 			return true

@@ -73,19 +73,16 @@ const appID = "hookrelay"
 // exchange, with the pair's generation; for a retry copy, the retry tier
 // of its delay. corr is the correlation id its return is matched by.
 func eventMessage(events string, names Names, m webhook.Message, corr string) (exchange, key string, p amqp.Publishing) {
+	if m.Route != "" && m.RetryIn > 0 {
+		// A retry copy recorded with its failed attempt: to the tier of
+		// its delay, which dead-letters it to the route queue (key).
+		return names.Retry(m.RetryIn), names.RouteQueue(m.Route), retryMessage(m, time.Now(), corr)
+	}
 	id := m.EventID.String()
 	headers := amqp.Table{
 		HeaderEventID:   id,
 		HeaderSource:    m.Source,
 		HeaderEventType: m.EventType,
-	}
-	if m.Route != "" && m.RetryIn > 0 {
-		// A retry copy recorded with its failed attempt: to the tier of
-		// its delay, which dead-letters it to the route queue (key).
-		return names.Retry(m.RetryIn), names.RouteQueue(m.Route), retryMessage(webhook.RouteMessage{
-			EventID: m.EventID, Source: m.Source, EventType: m.EventType, ContentType: m.ContentType, Body: m.Body,
-			Gen: m.Gen, Attempt: m.Attempt, FirstAttemptAt: m.FirstAttemptAt,
-		}, time.Now(), corr)
 	}
 	exchange, key = events, m.RoutingKey
 	if m.Route != "" {
@@ -109,9 +106,9 @@ func eventMessage(events string, names Names, m webhook.Message, corr string) (e
 	}
 }
 
-// retryMessage is next, the copy of a route message for its next attempt,
-// as published to a retry tier; corr as for eventMessage.
-func retryMessage(next webhook.RouteMessage, now time.Time, corr string) amqp.Publishing {
+// retryMessage is next, a pair's retry copy from the outbox (for its next
+// attempt), as published to a retry tier; corr as for eventMessage.
+func retryMessage(next webhook.Message, now time.Time, corr string) amqp.Publishing {
 	id := next.EventID.String()
 	return amqp.Publishing{
 		DeliveryMode:  amqp.Persistent,

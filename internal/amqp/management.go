@@ -202,13 +202,17 @@ func (m *Management) QueueStats(ctx context.Context, prefix string) ([]QueueStat
 }
 
 // ClearDeadLettering drops the messages quorum queue queue holds waiting to
-// be dead-lettered (messages_dlx): it applies policy, a policy that sets
-// the queue's overflow to drop-head, which turns its at-least-once
-// dead-lettering off (RabbitMQ then deletes those messages), waits until
-// the queue's statistics count none (they lag by up to about 10 s), and
-// removes the policy, which turns at-least-once dead-lettering back on.
-// The policy is removed even when the wait fails or ctx ends.
-func (m *Management) ClearDeadLettering(ctx context.Context, policy, queue string) error {
+// be dead-lettered (messages_dlx): it applies a policy named policy.<queue>
+// (one per queue, so that two clears of different queues do not replace
+// each other's) that sets the queue's overflow to drop-head, which turns
+// its at-least-once dead-lettering off (RabbitMQ then deletes those
+// messages), waits until the queue's statistics count none (they lag by up
+// to about 10 s), and removes the policy, which turns at-least-once
+// dead-lettering back on. The policy is removed even when the wait fails
+// or ctx ends; a removal that fails is an error (the queue would stay
+// without at-least-once dead-lettering).
+func (m *Management) ClearDeadLettering(ctx context.Context, policy, queue string) (err error) {
+	policy += "." + queue
 	path := "policies/{vhost}/" + url.PathEscape(policy)
 	if _, err := m.Do(ctx, http.MethodPut, path, map[string]any{
 		"pattern": "^" + regexp.QuoteMeta(queue) + "$", "apply-to": "queues", "priority": PolicyPriority,
@@ -219,20 +223,29 @@ func (m *Management) ClearDeadLettering(ctx context.Context, policy, queue strin
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_, _ = m.Do(dctx, http.MethodDelete, path, nil) // a failure leaves a policy the next clear replaces
+		if _, derr := m.Do(dctx, http.MethodDelete, path, nil); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing policy %s: %s keeps overflow drop-head (no at-least-once dead-lettering) until it is removed: %w", policy, queue, derr))
+		}
 	}()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		body, err := m.Do(ctx, http.MethodGet, "queues/{vhost}/"+url.PathEscape(queue)+"?columns=name,messages_dlx", nil)
-		if err == nil {
-			var q QueueStat
-			if err = json.Unmarshal(body, &q); err == nil && q.DeadLettering == 0 {
+		body, rerr := m.Do(ctx, http.MethodGet, "queues/{vhost}/"+url.PathEscape(queue)+"?columns=name,messages_dlx", nil)
+		if rerr == nil {
+			var q struct {
+				DeadLettering *int `json:"messages_dlx"`
+			}
+			if rerr = json.Unmarshal(body, &q); rerr == nil && q.DeadLettering == nil {
+				rerr = errors.New("its statistics have no messages_dlx")
+			} else if rerr == nil && *q.DeadLettering == 0 {
 				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
+			if rerr != nil {
+				return fmt.Errorf("clearing %s: reading its statistics: %w (%w)", queue, rerr, ctx.Err())
+			}
 			return fmt.Errorf("clearing %s: the messages waiting to be dead-lettered are still counted: %w", queue, ctx.Err())
 		case <-tick.C: // the statistics refresh every few seconds
 		}

@@ -161,6 +161,12 @@ func (p *Publisher) connectLocked() (*session, error) {
 		p.resetLocked()
 		return nil, err
 	}
+	// The tiers the topology holds were declared with it.
+	for _, q := range p.cfg.Topology.Queues {
+		if d, ok := p.cfg.Names.TierDelay(q.Name); ok {
+			cc.tiers[d] = true
+		}
+	}
 	p.cc = cc
 	return s, nil
 }

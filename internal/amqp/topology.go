@@ -4,8 +4,8 @@
 // topology (exchanges, quorum queues, bindings) built from the config,
 // declared idempotently and exported as a definitions file; the dialer
 // over a cluster's nodes; the confirming publishers that reconnect (the
-// outbox's batch Publisher, the dispatcher's ConfirmPublisher and its
-// DispatchPublisher of retries and dead letters); the dispatcher's
+// outbox's batch Publisher, which also sends the retry copies to their
+// tiers, and the dispatcher's DispatchPublisher of dead letters); the dispatcher's
 // Consumers, which hand each message over decoded; and DeadLetters, which
 // reads and moves dead letters for an operator.
 package amqp
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -112,6 +113,20 @@ func (n Names) TierTopology(d time.Duration) Topology {
 		Queues:    []Queue{{Name: name, Args: args}},
 		Bindings:  []Binding{{Exchange: name, Queue: name, RoutingKey: ""}},
 	}
+}
+
+// TierDelay is the delay of the retry tier named name (Retry's inverse);
+// false for any other name.
+func (n Names) TierDelay(name string) (time.Duration, bool) {
+	rest, ok := strings.CutPrefix(name, n.RetryPrefix())
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(rest)
+	if err != nil || n.Retry(d) != name {
+		return 0, false
+	}
+	return d, true
 }
 
 // FormatDelay writes d in the largest unit that divides it: 10s, 5m, 2h,

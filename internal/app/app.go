@@ -146,6 +146,8 @@ func metricsHandler(reg *prometheus.Registry) map[string]http.Handler {
 func statusMux(reg *prometheus.Registry, logger zerolog.Logger, checks ...httpserver.Check) *http.ServeMux {
 	mux := http.NewServeMux()
 	httpserver.Health(mux, logger, checks...)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	for pattern, h := range metricsHandler(reg) {
+		mux.Handle(pattern, h)
+	}
 	return mux
 }

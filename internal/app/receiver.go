@@ -154,6 +154,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		rabbitmq = "unreachable"
 		logger.Error().Err(err).Msg("rabbitmq still does not answer; starting anyway: webhooks are stored in Postgres and published once it does")
 	}
+	sv.set("rabbitmq", rabbitmq)
 	publisher := amqp.NewPublisher(amqp.PublisherConfig{
 		Dialer:         dialer,
 		Topology:       setup.Topology(cfg),

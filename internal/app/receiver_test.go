@@ -150,9 +150,9 @@ func (h *harness) waitStarted(done chan error) {
 		resp, err := http.Get(h.base + "/readyz")
 		if err == nil {
 			var body map[string]string
-			_ = json.NewDecoder(resp.Body).Decode(&body)
+			derr := json.NewDecoder(resp.Body).Decode(&body)
 			resp.Body.Close()
-			if body["status"] != "starting" {
+			if derr == nil && body["status"] != "starting" {
 				return
 			}
 		}

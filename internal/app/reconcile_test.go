@@ -172,7 +172,7 @@ func TestReconcilerClearsAStrandedTier(t *testing.T) {
 		require.Len(c, stats, 1)
 		require.Zero(c, stats[0].DeadLettering)
 	}, 30*time.Second, 500*time.Millisecond)
-	_, err = m.Do(context.Background(), http.MethodGet, "policies/{vhost}/"+h.names.Prefix+".clear-stranded-tier", nil)
+	_, err = m.Do(context.Background(), http.MethodGet, "policies/{vhost}/"+h.names.Prefix+".clear-stranded-tier."+tier, nil)
 	require.ErrorContains(t, err, "HTTP 404", "the clearing policy is removed")
 
 	dest.waitFor(20*time.Second, "the route's events", func([]received) bool { return len(dest.successes()) == len(ids) })

@@ -39,9 +39,7 @@ func checkRabbitMQ(ctx context.Context, dialer *amqp.Dialer, name string, giveUp
 			}
 			return nil
 		}
-		if state != nil {
-			state("waiting")
-		}
+		state("waiting")
 		if errors.Is(err, amqp.ErrRefused) {
 			return err // it names amqp.url/urls
 		}

@@ -578,8 +578,12 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 			waitedFor[reason] = true
 			c.waits.WithLabelValues(name, reason).Inc()
 		}
-		if err := c.markHeld(ctx, r, hold); err != nil {
-			return err
+		// A rate-limit hold is marked for the reconciler; a Retry-After is
+		// already, as the route's slow_until.
+		if reason == reasonRate {
+			if err := c.markHeld(ctx, r, hold); err != nil {
+				return err
+			}
 		}
 		started := time.Now()
 		t := time.NewTimer(hold)

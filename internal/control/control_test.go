@@ -204,6 +204,24 @@ func TestAdmitWaitsForTheRateLimitAndStops(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, c.Admit(context.Background(), "billing", nil))
 	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "waited twice")
+	holds := 0
+	for _, call := range st.calls {
+		if call == "hold billing" {
+			holds++
+		}
+	}
+	require.Equal(t, 1, holds, "the route marked held for the reconciler, once for both waits: %v", st.calls)
+
+	// A Retry-After hold is the route's slow_until already: no mark.
+	ra := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}}
+	rc := newTest(t, ra, Route{Name: "billing"})
+	require.NoError(t, rc.Init(context.Background()))
+	rc.Observe(context.Background(), "billing", 503, 30*time.Millisecond)
+	start = time.Now()
+	require.NoError(t, rc.Admit(context.Background(), "billing", nil))
+	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond, "held for the Retry-After")
+	require.Contains(t, ra.calls, "slow billing")
+	require.NotContains(t, ra.calls, "hold billing", "a Retry-After is marked as the route's slow_until")
 
 	st.rateWait = []time.Duration{time.Hour}
 	stopping := make(chan struct{})

@@ -286,7 +286,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	}
 	tier, deadReason := d.decide(attempt, retryAfter)
 	attempt.FirstAttemptAt = msg.FirstAttemptAt
-	if _, done, err := d.record(ctx, lease, attempt); done || err != nil {
+	if done, err := d.record(ctx, lease, attempt); done || err != nil {
 		return err
 	}
 	if h.cfg.AfterRecordFunc != nil {
@@ -418,8 +418,7 @@ func (d *delivery) decide(a *webhook.Attempt, retryAfter time.Duration) (tier in
 }
 
 // record stores the attempt and the pair's new state and releases the
-// lease, retrying while Postgres fails, and returns the pair's generation
-// afterwards. If another copy moved the pair on meanwhile (a replay), that
+// lease, retrying while Postgres fails. If another copy moved the pair on meanwhile (a replay), that
 // copy owns what comes next, and done says this one is handled. If the
 // lease was lost (it expired, during a long Postgres outage, and another
 // copy of the message claimed the pair), the attempt is stored as lost and
@@ -427,10 +426,10 @@ func (d *delivery) decide(a *webhook.Attempt, retryAfter time.Duration) (tier in
 // acked: it comes back, and what Postgres says then decides (delivered:
 // acked without a POST), so neither a success nor a failure of this
 // attempt is taken as the pair's outcome blindly.
-func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) (gen int64, done bool, err error) {
+func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) (done bool, err error) {
 	var current bool
 	err = d.retryStore(ctx, "recording attempt", func() (err error) {
-		gen, current, err = lease.Record(ctx, a)
+		_, current, err = lease.Record(ctx, a)
 		if errors.Is(err, ErrLeaseLost) {
 			return permanent{err}
 		}
@@ -440,17 +439,17 @@ func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) 
 		d.cfg.Metrics.lease(d.route.Name, "lost")
 		d.log.Warn().Int("status", a.Status).Str("error", a.Error).Str("outcome", string(a.Outcome)).
 			Msg("delivery lease lost before recording; attempt stored as lost_lease, message requeued")
-		return 0, true, fmt.Errorf("recording attempt: %w", err)
+		return true, fmt.Errorf("recording attempt: %w", err)
 	}
 	if err != nil {
-		return 0, true, err
+		return true, err
 	}
 	if !current && a.Outcome != webhook.StateDelivered {
 		d.cfg.Metrics.outcome(d.route.Name, "superseded")
 		d.log.Info().Msg("pair moved on while recording; this copy is done")
-		return gen, true, nil
+		return true, nil
 	}
-	return gen, false, nil
+	return false, nil
 }
 
 // retryStore runs op until it succeeds, retrying with backoff for up to

@@ -218,6 +218,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		if !r.ping(ctx) {
+			clear(r.stuck) // a stranded run is one of readings that follow each other
 			continue
 		}
 		tiers, err := r.readTiers(ctx)
@@ -264,6 +265,9 @@ func (r *Reconciler) readTiers(ctx context.Context) (tierState, error) {
 	defer cancel()
 	counts, err := r.cfg.Tiers(qctx)
 	if err != nil {
+		// A tier is stranding only when every reading over StrandAfter
+		// counted messages: a run with a reading missing starts again.
+		clear(r.stuck)
 		return tierState{}, err
 	}
 	st := tierState{known: true, deadLettering: map[string]int{}}
@@ -351,9 +355,9 @@ func (r *Reconciler) ping(ctx context.Context) bool {
 // (a delivery, or the reconciler itself) less than d ago, or a delivery
 // holds its message retrying now.
 func (r *Reconciler) postgresFailedWithin(d time.Duration) bool {
-	last := time.Unix(0, r.storeFailedAt.Load())
-	if r.storeFailedAt.Load() == 0 {
-		last = time.Time{}
+	var last time.Time
+	if at := r.storeFailedAt.Load(); at != 0 {
+		last = time.Unix(0, at)
 	}
 	if r.cfg.LastStoreFailureFunc != nil {
 		if t := r.cfg.LastStoreFailureFunc(); t.After(last) {

@@ -3,6 +3,7 @@ package deliver_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,4 +225,47 @@ func (s *failingReconcileStore) DeliveryReconcile(ctx context.Context, route str
 		return nil, s.fail
 	}
 	return s.fakeReconcileStore.DeliveryReconcile(ctx, route, margin, limit)
+}
+
+// Review of issue 18, item 6: a tier is stranding only when every reading
+// over strand_after counted messages waiting to be dead-lettered; a
+// reading that could not be made (the management API or Postgres away)
+// starts the run again, so two readings around an outage do not make one.
+func TestReconcilerStrandedRunNeedsEveryReading(t *testing.T) {
+	t.Parallel()
+	var reads atomic.Int32
+	var gaps atomic.Bool
+	gaps.Store(true)
+	cleared := make(chan string, 10)
+	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Store:      &fakeReconcileStore{},
+		QueueReady: func(context.Context, string) (int, error) { return 0, nil },
+		Tiers: func(context.Context) (map[string]int, error) {
+			if n := reads.Add(1); gaps.Load() && n%2 == 0 {
+				return nil, errors.New("management API away")
+			}
+			return map[string]int{"hr.retry.10s": 5}, nil
+		},
+		ClearTierFunc: func(_ context.Context, tier string) error { cleared <- tier; return nil },
+		Interval:      5 * time.Millisecond, Margin: 20 * time.Millisecond, StrandAfter: 20 * time.Millisecond,
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	require.Eventually(t, func() bool { return reads.Load() >= 40 }, 10*time.Second, time.Millisecond)
+	require.Empty(t, cleared, "every other reading failed: no run lasted")
+	gaps.Store(false)
+	select {
+	case tier := <-cleared:
+		require.Equal(t, "hr.retry.10s", tier)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a tier counted at every reading for strand_after was not cleared")
+	}
 }

@@ -60,7 +60,7 @@ func (d *delivery) stale(ctx context.Context, lease Lease) (done bool, err error
 			s.Version, s.Resource, s.Delivered),
 		Outcome: webhook.StateStale, Gen: d.msg.Gen,
 	}
-	if _, done, err := d.record(ctx, lease, a); done || err != nil {
+	if done, err := d.record(ctx, lease, a); done || err != nil {
 		return true, err
 	}
 	d.cfg.Metrics.outcome(d.route.Name, "stale")

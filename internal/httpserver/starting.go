@@ -2,9 +2,9 @@ package httpserver
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,15 +76,8 @@ func (e *Early) Set(dependency, state string) {
 func (e *Early) snapshot() map[string]string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := map[string]string{"status": "starting"}
-	names := make([]string, 0, len(e.states))
-	for n := range e.states {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		out[n] = e.states[n]
-	}
+	out := maps.Clone(e.states)
+	out["status"] = "starting"
 	return out
 }
 

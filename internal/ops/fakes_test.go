@@ -222,28 +222,6 @@ func (s *fakeStore) ReplayEnqueue(_ context.Context, pairs []store.ReplayPair, i
 	return done, nil
 }
 
-func (s *fakeStore) ReplayPairStates(_ context.Context, pairs []store.ReplayPair) (pending, delivered int, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range pairs {
-		for _, ev := range s.events {
-			if ev.id != p.EventID {
-				continue
-			}
-			if s.drain && ev.states[p.Route] == "pending" {
-				ev.states[p.Route] = "delivered"
-			}
-			switch ev.states[p.Route] {
-			case "pending":
-				pending++
-			case "delivered":
-				delivered++
-			}
-		}
-	}
-	return pending, delivered, nil
-}
-
 func (s *fakeStore) Purge(_ context.Context, cfg store.PurgeConfig) (store.PurgeResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -377,6 +355,9 @@ func (s *fakeStore) PairStates(_ context.Context, pairs []store.ReplayPair) (map
 	out := map[store.ReplayPair]webhook.DeliveryState{}
 	for _, p := range pairs {
 		for _, ev := range s.events {
+			if s.drain && ev.id == p.EventID && ev.states[p.Route] == "pending" {
+				ev.states[p.Route] = "delivered"
+			}
 			if st, ok := ev.states[p.Route]; ok && ev.id == p.EventID && !ev.purged {
 				out[p] = webhook.DeliveryState(st)
 			}

@@ -35,9 +35,6 @@ type Store interface {
 	// ReplayEnqueue puts pairs back through the outbox in one transaction
 	// and returns those it enqueued.
 	ReplayEnqueue(ctx context.Context, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error)
-	// ReplayPairStates counts how many of pairs are pending and how many
-	// delivered.
-	ReplayPairStates(ctx context.Context, pairs []store.ReplayPair) (pending, delivered int, err error)
 	// Purge removes what cfg says.
 	Purge(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
 	// PurgeCount counts what Purge would remove, changing nothing.

@@ -377,9 +377,18 @@ func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
 			return fmt.Errorf("replay interrupted after %d pair(s) enqueued (they stay enqueued): %w", r.res.ReplayedCount, ctx.Err())
 		case <-tick.C:
 		}
-		pending, delivered, err := r.s.Store.ReplayPairStates(ctx, batch)
+		states, err := r.s.Store.PairStates(ctx, batch)
 		if err != nil {
 			return err
+		}
+		pending, delivered := 0, 0
+		for _, st := range states {
+			switch st {
+			case webhook.StatePending:
+				pending++
+			case webhook.StateDelivered:
+				delivered++
+			}
 		}
 		r.res.Delivered = r.delivered + delivered
 		r.progress()

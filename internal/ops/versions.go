@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -30,7 +31,7 @@ func (s *Service) checkVersion(req VersionRequest) error {
 		return err
 	}
 	if req.Source == "" || req.Resource == "" {
-		return errors.New("a source and a resource are required (--source, --resource)")
+		return fmt.Errorf("%w: a source and a resource are required (--source, --resource)", ErrInvalidRequest)
 	}
 	return nil
 }
@@ -107,7 +108,7 @@ func versionsAPI(mux *http.ServeMux, s *Service, logger zerolog.Logger) {
 				httpserver.WriteError(w, http.StatusNotFound, err.Error())
 			case errors.Is(err, store.ErrNotFound):
 				httpserver.WriteError(w, http.StatusNotFound, "no version of "+req.Source+" "+req.Resource+" is kept on route "+req.Route)
-			case err != nil && (req.Source == "" || req.Resource == ""):
+			case errors.Is(err, ErrInvalidRequest):
 				httpserver.WriteError(w, http.StatusBadRequest, "source and resource query parameters are required")
 			case err != nil:
 				logger.Error().Err(err).Str("route", req.Route).Msg("resource version")

@@ -44,6 +44,14 @@ type DeliveryLease struct {
 	held  bool
 	state webhook.DeliveryState
 	gen   int64
+	// attempts is the pair's attempt count the claim left: a record that
+	// finds the lease gone (the claim lost to a crash) goes on only while
+	// it is unchanged, that is while no other claim took or recorded the
+	// pair since.
+	attempts int
+	// tries counts Record's calls: a try after the first waits for the
+	// first (it may still be in Postgres) before it looks.
+	tries int
 	// TookOver says the claim took over an expired lease: an attempt of
 	// a dispatcher that died mid-POST was recorded as 'lease_expired'.
 	TookOver bool
@@ -86,13 +94,14 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 			id, gen           int64
 			state             string
 			remaining         float64
+			attempts          int
 		)
 		// prev locks the row for this statement only (no transaction is
 		// held afterwards) and reads the lease as it is now, so the update
 		// and the record of an expired lease see the same holder.
 		err := db.lax.QueryRow(ctx, `
 			WITH prev AS (
-				SELECT id, state, gen, lease_owner, lease_at, lease_until, lease_attempt
+				SELECT id, state, gen, lease_owner, lease_at, lease_until, lease_attempt, attempts
 				FROM deliveries WHERE event_id = $1 AND route = $2
 				FOR UPDATE
 			), u AS (
@@ -109,18 +118,18 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 				WHERE d.id = prev.id AND prev.state NOT IN ('delivered', 'stale') AND ($7::bigint IS NULL OR prev.gen = $7)
 				  AND (prev.lease_until IS NULL OR prev.lease_until <= now() OR prev.lease_owner = $3)
 				RETURNING d.id, d.state, d.gen, d.series, taken.over AS took_over,
-				          prev.lease_at, prev.lease_until, prev.lease_attempt
+				          prev.lease_at, prev.lease_until, prev.lease_attempt, d.attempts
 			), expired AS (
 				INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error, outcome, series)
 				SELECT id, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $6, 'lease_expired', series
 				FROM u WHERE took_over
 			)
-			SELECT true, id, state, gen, took_over, 0::float8 FROM u
+			SELECT true, id, state, gen, took_over, 0::float8, attempts FROM u
 			UNION ALL
-			SELECT false, id, state, gen, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8
+			SELECT false, id, state, gen, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8, attempts
 			FROM prev WHERE NOT EXISTS (SELECT 1 FROM u)`,
 			pgUUID(eventID), route, pgUUID(owner), ttl, attempt, leaseExpiredError, copyGen,
-		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining)
+		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining, &attempts)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No row for the pair yet: create it, then claim.
 			if err := deliveryCreate(ctx, db, eventID, route); err != nil {
@@ -131,7 +140,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 		if err != nil {
 			return nil, fmt.Errorf("taking delivery lease: %w", err)
 		}
-		l := &DeliveryLease{db: db, id: id, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, TookOver: tookOver}
+		l := &DeliveryLease{db: db, id: id, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
 		switch {
 		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, copyGen != nil && *copyGen != gen:
 			// Claimed; or delivered or recorded stale (both final), or the
@@ -203,14 +212,34 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	if l.db.records != nil {
-		gen, current, err = l.db.recordGrouped(ctx, l.id, l.owner, a)
-	} else {
-		gen, current, err = recordAttempt(ctx, l.db, l.id, l.owner, a)
+	l.tries++
+	switch {
+	case l.tries > 1:
+		gen, current, err = l.recordAgain(ctx, a)
+	case l.db.records != nil:
+		gen, current, err = l.db.recordGrouped(ctx, l.id, l.owner, l.attempts, a)
+	default:
+		gen, current, err = recordAttempt(ctx, l.db.pool, l.id, l.owner, l.attempts, a)
 	}
 	if err == nil {
 		l.held = false
 	}
+	return gen, current, err
+}
+
+// recordAgain is a try after the first, whose caller gave up on it: the
+// first may still be running. It locks the pair's row first, in a
+// transaction, so that the record's statement starts after the first
+// committed (or rolled back) and sees its attempt row: answered as then,
+// not recorded twice.
+func (l *DeliveryLease) recordAgain(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
+	err = pgx.BeginFunc(ctx, l.db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, l.id); err != nil {
+			return fmt.Errorf("recording attempt: locking delivery: %w", err)
+		}
+		gen, current, err = recordAttempt(ctx, tx, l.id, l.owner, l.attempts, a)
+		return err
+	})
 	return gen, current, err
 }
 
@@ -248,6 +277,11 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 	return l.Record(ctx, a)
 }
 
+// querier runs one statement: the pool, or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // recordAttempt inserts the attempt and, when the pair is still at the
 // attempt's generation, moves it to a.Outcome (a retrying outcome to the
 // next generation, due when its tier expires, with that generation's
@@ -259,7 +293,7 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 // owner's attempt is recorded already (a try whose answer was lost), which
 // is answered again as it was, changing nothing. Its statement has a
 // grouped twin in recordBatch: change both.
-func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUID, a *webhook.Attempt) (int64, bool, error) {
+func recordAttempt(ctx context.Context, q querier, deliveryID int64, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
 	var status *int
 	if a.Status != 0 {
 		status = &a.Status
@@ -281,7 +315,7 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 		gen     int64
 		current bool
 	)
-	err := db.pool.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 		WITH old AS (
 			-- Locks the row and reads its generation as it is now (a replay
 			-- may have moved it since this statement's snapshot); u joins it
@@ -305,9 +339,11 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 			-- The holder's own lease; or none at all, when its claim was
 			-- lost (committed without a WAL flush, then a Postgres crash):
 			-- nobody else holds the pair, so the attempt is recorded as if
-			-- held, not taken for a lost lease and POSTed again. Not when
-			-- this claim recorded already (done, below).
-			WHERE d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND NOT EXISTS (
+			-- held, not taken for a lost lease and POSTed again. Only while
+			-- the pair's attempts are as the claim left them (no other
+			-- claim took the pair over or recorded since), and not when this
+			-- claim recorded already (done, below).
+			WHERE d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND d.attempts = $15 AND NOT EXISTS (
 			      SELECT 1 FROM delivery_attempts a WHERE a.delivery_id = $1 AND a.claim = $8)))
 			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AS current, old.gen = $6 AND $2 = 'retrying' AS moved
 		), done AS (
@@ -338,7 +374,7 @@ func recordAttempt(ctx context.Context, db *DB, deliveryID int64, owner uuid.UUI
 		)
 		SELECT gen, current FROM u UNION ALL SELECT gen, current FROM done`,
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
-		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a)).Scan(&gen, &current)
+		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts).Scan(&gen, &current)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, ErrLeaseLost
 	}

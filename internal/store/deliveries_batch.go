@@ -135,7 +135,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::bigint[], $6::bigint[])
 			       AS t(event_id, route, owner, attempt, copy_gen, ttl_ms)
 		), prev AS (
-			SELECT d.id, d.state, d.gen, d.lease_owner, d.lease_at, d.lease_until, d.lease_attempt,
+			SELECT d.id, d.state, d.gen, d.lease_owner, d.lease_at, d.lease_until, d.lease_attempt, d.attempts,
 			       i.event_id, i.route, i.owner, i.attempt, i.copy_gen, i.ttl_ms,
 			       d.lease_owner IS NOT NULL AND d.lease_owner <> i.owner AS over
 			FROM input i JOIN deliveries d ON d.event_id = i.event_id AND d.route = i.route
@@ -154,7 +154,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 			FROM prev p
 			WHERE d.id = p.id AND p.state NOT IN ('delivered', 'stale') AND p.gen = p.copy_gen
 			  AND (p.lease_until IS NULL OR p.lease_until <= now() OR p.lease_owner = p.owner)
-			RETURNING d.id, d.state, d.gen, d.series, p.over, p.lease_at, p.lease_until, p.lease_attempt
+			RETURNING d.id, d.state, d.gen, d.series, p.over, p.lease_at, p.lease_until, p.lease_attempt, d.attempts
 		), expired AS (
 			INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error, outcome, series)
 			SELECT id, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $7, 'lease_expired', series
@@ -162,7 +162,8 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 		)
 		SELECT p.event_id, p.route, u.id IS NOT NULL, p.id, COALESCE(u.state, p.state), COALESCE(u.gen, p.gen),
 		       COALESCE(u.over, false),
-		       CASE WHEN u.id IS NULL THEN COALESCE(EXTRACT(EPOCH FROM p.lease_until - now()), 0) ELSE 0 END::float8
+		       CASE WHEN u.id IS NULL THEN COALESCE(EXTRACT(EPOCH FROM p.lease_until - now()), 0) ELSE 0 END::float8,
+		       COALESCE(u.attempts, p.attempts)
 		FROM prev p LEFT JOIN u ON u.id = p.id`,
 		eventIDs, routes, owners, attempts, gens, ttls, leaseExpiredError)
 	if err != nil {
@@ -177,8 +178,9 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 			id, gen           int64
 			state             string
 			remaining         float64
+			attempts          int
 		)
-		if err := rows.Scan(&eventID, &k.route, &claimed, &id, &state, &gen, &tookOver, &remaining); err != nil {
+		if err := rows.Scan(&eventID, &k.route, &claimed, &id, &state, &gen, &tookOver, &remaining, &attempts); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("taking delivery leases: %w", err)
 		}
@@ -190,7 +192,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 		}
 		seen[i] = true
 		it := items[i]
-		l := &DeliveryLease{db: db, id: id, owner: it.owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, TookOver: tookOver}
+		l := &DeliveryLease{db: db, id: id, owner: it.owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
 		switch {
 		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, it.gen != gen:
 			out[i].lease = l
@@ -230,7 +232,9 @@ func refusedAlone[O any](out []O, err error, alone func(*O)) ([]O, error) {
 type recordItem struct {
 	deliveryID int64
 	owner      uuid.UUID
-	a          *webhook.Attempt
+	// claimAttempts is the pair's attempt count the claim left.
+	claimAttempts int
+	a             *webhook.Attempt
 }
 
 // recordOut is its result; alone as for claimOut.
@@ -242,13 +246,13 @@ type recordOut struct {
 }
 
 // recordGrouped is recordAttempt through the batcher.
-func (db *DB) recordGrouped(ctx context.Context, deliveryID int64, owner uuid.UUID, a *webhook.Attempt) (int64, bool, error) {
-	out, err := db.records.Do(ctx, recordItem{deliveryID: deliveryID, owner: owner, a: a})
+func (db *DB) recordGrouped(ctx context.Context, deliveryID int64, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
+	out, err := db.records.Do(ctx, recordItem{deliveryID: deliveryID, owner: owner, claimAttempts: claimAttempts, a: a})
 	if err != nil {
 		return 0, false, err
 	}
 	if out.alone {
-		return recordAttempt(ctx, db, deliveryID, owner, a)
+		return recordAttempt(ctx, db.pool, deliveryID, owner, claimAttempts, a)
 	}
 	return out.gen, out.current, out.err
 }
@@ -263,7 +267,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 	if len(items) == 1 {
 		it := items[0]
 		o := &out[0]
-		o.gen, o.current, o.err = recordAttempt(ctx, db, it.deliveryID, it.owner, it.a)
+		o.gen, o.current, o.err = recordAttempt(ctx, db.pool, it.deliveryID, it.owner, it.claimAttempts, it.a)
 		return out, nil
 	}
 	n := len(items)
@@ -274,7 +278,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		errTexts, headers                 = make([]*string, n), make([]*string, n)
 		started, series                   = make([]time.Time, n), make([]time.Time, n)
 		owners                            = make([][16]byte, n)
-		numbers                           = make([]int32, n)
+		numbers, claimAttempts            = make([]int32, n), make([]int32, n)
 		bodies                            = make([][]byte, n)
 	)
 	for i, it := range items {
@@ -282,6 +286,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		ids[i], owners[i], outcomes[i] = it.deliveryID, pgUUID(it.owner), string(a.Outcome)
 		gens[i], retryMS[i], durMS[i] = a.Gen, a.RetryIn.Milliseconds(), a.Duration.Milliseconds()
 		started[i], numbers[i], bodies[i], series[i] = a.StartedAt, int32(a.Number), a.ResponseBody, seriesStart(a)
+		claimAttempts[i] = int32(it.claimAttempts)
 		if a.Status != 0 {
 			s := int32(a.Status)
 			statuses[i] = &s
@@ -309,9 +314,10 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 	rows, err := db.pool.Query(ctx, `
 		WITH input AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[],
-			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[], $13::timestamptz[])
+			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[], $13::timestamptz[],
+			                     $14::int[])
 			       WITH ORDINALITY AS t(id, outcome, status, error, started_at, gen, retry_ms, owner, number, duration_ms, headers, body,
-			                            series_start, ord)
+			                            series_start, claim_attempts, ord)
 		), old AS (
 			-- Locks the rows in id order before u changes them, and reads
 			-- each one's generation before the change. u joins it so that
@@ -337,7 +343,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
 				updated_at       = now()
 			FROM input i JOIN old o ON o.id = i.id
-			WHERE d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL AND NOT EXISTS (
+			WHERE d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL AND d.attempts = i.claim_attempts AND NOT EXISTS (
 			      SELECT 1 FROM delivery_attempts a WHERE a.delivery_id = i.id AND a.claim = i.owner)))
 			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AS current,
 			          o.gen = i.gen AND i.outcome = 'retrying' AS moved
@@ -369,7 +375,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		SELECT i.ord, u.ord IS NOT NULL OR done.ord IS NOT NULL, COALESCE(u.gen, done.gen_after, 0),
 		       COALESCE(u.current, done.copy_current, false)
 		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`,
-		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series)
+		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series, claimAttempts)
 	if err != nil {
 		return refusedAlone(out, err, func(o *recordOut) { o.alone = true })
 	}

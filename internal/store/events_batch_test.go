@@ -147,6 +147,12 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 	}
 	a := []store.EventInsertItem{item("a1", "X"), item("a2", "Y")}
 	b := []store.EventInsertItem{item("b1", "Y"), item("b2", "X")}
+	deadlocks := func() int64 {
+		var n int64
+		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
+		return n
+	}
+	before := deadlocks()
 	type answer struct {
 		res []store.EventInsertResult
 		err error
@@ -177,4 +183,8 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 	var n int
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
 	require.Equal(t, 2, n)
+	// The batches did cross: Postgres broke a deadlock between them (its
+	// statistics arrive within a second or so).
+	require.Eventually(t, func() bool { return deadlocks() > before }, 10*time.Second, 50*time.Millisecond,
+		"no deadlock happened: the test did not cross the batches")
 }

@@ -54,7 +54,7 @@ type Recorded struct {
 func (db *DB) RecordTogether(ctx context.Context, leases []*DeliveryLease, attempts []*webhook.Attempt) ([]Together[Recorded], error) {
 	items := make([]recordItem, len(leases))
 	for i, l := range leases {
-		items[i] = recordItem{deliveryID: l.id, owner: l.owner, a: attempts[i]}
+		items[i] = recordItem{deliveryID: l.id, owner: l.owner, claimAttempts: l.attempts, a: attempts[i]}
 	}
 	out, err := db.recordBatch(ctx, items)
 	if err != nil {

@@ -61,6 +61,50 @@ func TestRecordOutcomeIsKnownToItsCaller(t *testing.T) {
 		require.Len(t, retryRows(t, db, id), 1, "one retry copy")
 	})
 
+	t.Run("grouped, recorded again while the first still waits", func(t *testing.T) {
+		t.Parallel()
+		db, _ := storetest.Open(t)
+		db.GroupDeliveries(64, nil)
+		id := insertBilling(t, db, "evt_again_while_waiting")
+		lease, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		holder, err := db.Pool().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = holder.Rollback(ctx) }()
+		_, err = holder.Exec(ctx, `SELECT 1 FROM deliveries WHERE event_id = $1 FOR UPDATE`, id)
+		require.NoError(t, err)
+		waiting := func() int {
+			var n int
+			require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
+			return n
+		}
+
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, _, err = lease.Record(short, retry(id))
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the caller gave up; its batch still waits")
+		type answer struct {
+			gen     int64
+			current bool
+			err     error
+		}
+		again := make(chan answer, 1)
+		go func() {
+			gen, current, err := lease.Record(ctx, retry(id))
+			again <- answer{gen, current, err}
+		}()
+		require.Eventually(t, func() bool { return waiting() == 2 }, 10*time.Second, 10*time.Millisecond,
+			"the batch and the second try both wait for the row")
+		require.NoError(t, holder.Rollback(ctx))
+		a := <-again
+		require.NoError(t, a.err)
+		require.EqualValues(t, 1, a.gen)
+		require.True(t, a.current, "the first try's record, answered as it was")
+		require.Equal(t, []string{"retrying"}, readLease(t, db, id).outcomes, "the attempt stored once")
+		require.Len(t, retryRows(t, db, id), 1, "one retry copy")
+	})
+
 	t.Run("alone, the answer lost after the commit", func(t *testing.T) {
 		t.Parallel()
 		db, _ := storetest.Open(t)
@@ -159,4 +203,46 @@ func TestRecordAfterALostClaim(t *testing.T) {
 	}
 	require.Equal(t, []string{"delivered"}, readLease(t, db, lostG).outcomes)
 	require.Equal(t, []string{"delivered"}, readLease(t, db, keptG).outcomes)
+}
+
+// Review of issue 18, item 5: a record that finds no lease goes on only
+// when no other claim took the pair since. A's lease expires while its
+// record waits; B takes the pair over, and records it dead (releasing the
+// lease). A's late record is then a lost lease, alone or grouped: the dead
+// pair is not brought back to retrying, and no retry copy is sent.
+func TestLateRecordAfterAnotherClaimRecordedIsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, grouped := range []bool{false, true} {
+		db, _ := storetest.Open(t)
+		id := insertBilling(t, db, "evt_late_record")
+		a, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		expireLease(t, db, id)
+		b, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
+		require.NoError(t, err)
+		require.True(t, b.TookOver)
+		_, _, err = b.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 410,
+			Outcome: webhook.StateDead})
+		require.NoError(t, err)
+
+		late := &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 503,
+			Outcome: webhook.StateRetrying, RetryIn: time.Minute}
+		if grouped {
+			other := insertBilling(t, db, "evt_late_record_other")
+			o, err := db.DeliveryClaim(ctx, uuid.New(), other, "billing", 1, 0, time.Minute)
+			require.NoError(t, err)
+			res, err := db.RecordTogether(ctx, []*store.DeliveryLease{a, o}, []*webhook.Attempt{late,
+				{EventID: other, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 204, Outcome: webhook.StateDelivered}})
+			require.NoError(t, err)
+			require.ErrorIs(t, res[0].Err, store.ErrLeaseLost, "grouped")
+			require.NoError(t, res[1].Err)
+		} else {
+			_, _, err = a.Record(ctx, late)
+			require.ErrorIs(t, err, store.ErrLeaseLost)
+		}
+		r := readLease(t, db, id)
+		require.Equal(t, "dead", r.state, "grouped %v: the dead pair stays dead", grouped)
+		require.Empty(t, retryRows(t, db, id), "grouped %v: no retry copy", grouped)
+	}
 }

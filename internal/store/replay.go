@@ -193,27 +193,6 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 	return done, err
 }
 
-// ReplayPairStates counts how many of pairs are pending (not attempted
-// since they were enqueued) and how many are delivered.
-func (db *DB) ReplayPairStates(ctx context.Context, pairs []ReplayPair) (pending, delivered int, err error) {
-	ctx, cancel := db.boundOps(ctx)
-	defer cancel()
-	ids := make([]uuid.UUID, len(pairs))
-	routes := make([]string, len(pairs))
-	for i, p := range pairs {
-		ids[i], routes[i] = p.EventID, p.Route
-	}
-	err = db.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE d.state = 'pending'), count(*) FILTER (WHERE d.state = 'delivered')
-		FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
-		JOIN deliveries d ON d.event_id = p.event_id AND d.route = p.route`, ids, routes,
-	).Scan(&pending, &delivered)
-	if err != nil {
-		return 0, 0, fmt.Errorf("reading replayed pairs' states: %w", err)
-	}
-	return pending, delivered, nil
-}
-
 // PairStates returns the delivery state of each of pairs that has a
 // delivery row; pairs without one (their event purged, or never stored)
 // are absent from the map.
