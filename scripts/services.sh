@@ -8,7 +8,7 @@
 #
 # It may change this machine, and says so on a "services: CHANGE:" line before each
 # change, then lists them at the end (README, "What the scripts change"):
-#   - apt-get install postgresql, rabbitmq-server, postgresql-client, curl (as root);
+#   - apt-get install postgresql, rabbitmq-server, postgresql-client, curl, jq (as root);
 #   - create a PostgreSQL cluster, start PostgreSQL or RabbitMQ;
 #   - enable RabbitMQ plugins: management (hookrelay reads queue and tier stats through
 #     it) and shovel + shovel_management (the management UI's "Move messages");
@@ -212,8 +212,13 @@ fi
 if ! command -v psql >/dev/null 2>&1 || ! command -v pg_isready >/dev/null 2>&1; then
 	missing+=(postgresql-client)
 fi
-if [[ $RABBIT_LOCAL -eq 1 ]] && ! command -v curl >/dev/null 2>&1; then
+# curl reads the local management API; curl and jq run the admin API's
+# examples (docs/api.md), which the tests run too.
+if ! command -v curl >/dev/null 2>&1; then
 	missing+=(curl)
+fi
+if ! command -v jq >/dev/null 2>&1; then
+	missing+=(jq)
 fi
 if [[ ${#missing[@]} -gt 0 ]]; then
 	apt_install "${missing[@]}"

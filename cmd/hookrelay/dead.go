@@ -11,20 +11,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// withDeadLetters runs fn with the operator service for the dead-letter
-// queues: they are on the broker, so no database is opened.
-func (c *cli) withDeadLetters(fn func(cfg *config.Config, svc *ops.Service) error) error {
-	cfg, err := c.config()
-	if err != nil {
-		return err
-	}
-	dialer, err := setup.Dialer(cfg, nil, nopLogger)
-	if err != nil {
-		return err
-	}
-	return fn(cfg, setup.Ops(cfg, nil, dialer))
-}
-
 func (c *cli) deadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dead",
@@ -62,7 +48,7 @@ queue holds more.`,
 			if req.State != "" && !slices.Contains(ops.DeadLetterStates, req.State) {
 				return setup.Usagef(cmd, "--state must be one of %s", strings.Join(ops.DeadLetterStates, ", "))
 			}
-			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				list, err := svc.DeadList(cmd.Context(), req)
 				if err != nil {
 					return err
@@ -100,7 +86,7 @@ and removes nothing.`,
 			if !delivered {
 				return setup.Usagef(cmd, "say what to drop: --delivered (the only kind a drop removes)")
 			}
-			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				res, err := svc.DeadDropDelivered(cmd.Context(), route, dryRun)
 				if err != nil {
 					return err
@@ -143,7 +129,7 @@ stderr.`,
 			if limit < 0 {
 				return setup.Usagef(cmd, "--limit must be 0 (all) or more")
 			}
-			return c.withDeadLetters(func(cfg *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(cfg *config.Config, svc *ops.Service) error {
 				names := setup.Names(cfg)
 				p := c.progress("requeue", "message(s) moved")
 				n, err := svc.DeadRequeue(cmd.Context(), route, limit, func(moved, total int) {

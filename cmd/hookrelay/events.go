@@ -1,10 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
+	"os/user"
 	"strconv"
 	"strings"
 
@@ -12,29 +12,34 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
 // withOps runs fn with the operator service over the database (schema
-// checked) and the broker's dead-letter queues (dialled only when a
-// command uses them).
-func (c *cli) withOps(ctx context.Context, fn func(cfg *config.Config, svc *ops.Service) error) error {
+// checked) and the broker (dialled only when a command uses it), cmd's
+// context naming the operator ("cli:<os user>") for the audit log.
+func (c *cli) withOps(cmd *cobra.Command, fn func(cfg *config.Config, svc *ops.Service) error) error {
 	cfg, err := c.config()
 	if err != nil {
 		return err
 	}
-	db, err := openDB(ctx, cfg)
+	svc, closeOps, err := setup.OpenOps(cmd.Context(), cfg, "hookrelay-cli")
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	dialer, err := setup.Dialer(cfg, nil, nopLogger)
-	if err != nil {
-		return err
+	defer closeOps()
+	cmd.SetContext(ops.WithActor(cmd.Context(), cliActor()))
+	return fn(cfg, svc)
+}
+
+// cliActor names the operator at the shell: cli:<os user>.
+func cliActor() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
 	}
-	return fn(cfg, setup.Ops(cfg, db, dialer))
+	return "cli:" + name
 }
 
 func (c *cli) eventsCmd() *cobra.Command {
@@ -69,7 +74,7 @@ func (f *filter) flags(fs *pflag.FlagSet, limit int, limitUsage string) {
 
 // filter is the store filter the flags give, checked as the admin API
 // checks its query.
-func (f *filter) filter(cmd *cobra.Command) (store.EventFilter, error) {
+func (f *filter) filter(cmd *cobra.Command) (ops.EventFilter, error) {
 	v := url.Values{}
 	for k, s := range map[string]string{"source": f.source, "event_type": f.eventType, "state": f.state,
 		"route": f.route, "since": f.since, "until": f.until} {
@@ -78,7 +83,7 @@ func (f *filter) filter(cmd *cobra.Command) (store.EventFilter, error) {
 		}
 	}
 	if f.limit < 0 {
-		return store.EventFilter{}, setup.Usagef(cmd, "--limit: must be positive")
+		return ops.EventFilter{}, setup.Usagef(cmd, "--limit: must be positive")
 	}
 	if f.limit > 0 {
 		v.Set("limit", strconv.Itoa(f.limit))
@@ -107,7 +112,7 @@ with "100 of 112 shown (--limit N for more)".`,
 			if err != nil {
 				return err
 			}
-			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				list, err := svc.EventList(cmd.Context(), sf)
 				if err != nil {
 					return err
@@ -146,9 +151,9 @@ is due.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := uuid.MustParse(args[0])
-			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				ev, err := svc.EventShow(cmd.Context(), id)
-				if errors.Is(err, store.ErrNotFound) {
+				if errors.Is(err, ops.ErrNotFound) {
 					return fmt.Errorf("no event %s", id)
 				}
 				if err != nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -76,19 +75,6 @@ func (c *cli) config() (*config.Config, error) {
 	return cfg, nil
 }
 
-// openDB opens the database of cfg and checks that its schema is current.
-func openDB(ctx context.Context, cfg *config.Config) (*store.DB, error) {
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-cli", QueryTimeout: cfg.Database.QueryTimeout})
-	if err != nil {
-		return nil, err
-	}
-	if err := db.RequireSchema(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
-}
-
 func (c *cli) root() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "hookrelay",
@@ -115,11 +101,11 @@ how many there are. Nothing is printed as done before it is done, and
 		&cobra.Group{ID: "events", Title: "Events and deliveries:"},
 		&cobra.Group{ID: "setup", Title: "Set-up:"},
 	)
-	for _, cmd := range []*cobra.Command{c.eventsCmd(), c.replayCmd(), c.retryCmd(), c.deadCmd(), c.purgeCmd(), c.routesCmd(), c.versionsCmd()} {
+	for _, cmd := range []*cobra.Command{c.eventsCmd(), c.replayCmd(), c.retryCmd(), c.deadCmd(), c.purgeCmd(), c.routesCmd(), c.versionsCmd(), c.auditCmd()} {
 		cmd.GroupID = "events"
 		root.AddCommand(cmd)
 	}
-	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), c.secretCmd(), benchCmd(), benchChildCmd()} {
+	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), c.secretCmd(), c.tokensCmd(), benchCmd(), benchChildCmd()} {
 		cmd.GroupID = "setup"
 		root.AddCommand(cmd)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -57,7 +56,7 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 			if batch < 1 {
 				return setup.Usagef(cmd, "--batch must be positive")
 			}
-			return c.withOps(cmd.Context(), func(cfg *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(cfg *config.Config, svc *ops.Service) error {
 				req := ops.PurgeRequest{OlderThan: age, Batch: batch, IncludeDead: includeDead, DryRun: true}
 				plan, err := svc.Purge(cmd.Context(), req)
 				if err != nil {
@@ -78,7 +77,7 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 				p := c.progress("purge", "event(s)")
 				total := plan.Events + plan.Stripped
 				req.DryRun = false
-				req.ProgressFunc = func(r store.PurgeResult) {
+				req.ProgressFunc = func(r ops.PurgeResult) {
 					p.update(r.Events+r.Stripped, max(total, r.Events+r.Stripped),
 						fmt.Sprintf("%d deliveries deleted, batch %d", r.Deliveries, r.Batches))
 				}
@@ -129,7 +128,7 @@ var errNotConfirmed = errors.New("not confirmed; nothing purged")
 
 // confirmPurge asks the person at the terminal whether to purge what plan
 // counts. Without a terminal nobody can answer: it refuses unless --yes.
-func (c *cli) confirmPurge(cmd *cobra.Command, plan store.PurgeResult, olderThan string) error {
+func (c *cli) confirmPurge(cmd *cobra.Command, plan ops.PurgeResult, olderThan string) error {
 	if !c.inTerminal {
 		return setup.Usagef(cmd, "refusing to purge %d deliveries and %d events without --yes: standard input is not a terminal, so nobody can confirm (--dry-run shows what would go)",
 			plan.Deliveries, plan.Events+plan.Stripped)
@@ -147,7 +146,7 @@ func (c *cli) confirmPurge(cmd *cobra.Command, plan store.PurgeResult, olderThan
 	return errNotConfirmed
 }
 
-func printPurge(w io.Writer, verb string, res store.PurgeResult, olderThan, kept string, includeDead bool) error {
+func printPurge(w io.Writer, verb string, res ops.PurgeResult, olderThan, kept string, includeDead bool) error {
 	fmt.Fprintf(w, "%s: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
 		verb, res.Deliveries, res.Events, res.Stripped, kept, res.Batches)
 	if res.Versions > 0 {

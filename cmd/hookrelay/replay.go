@@ -9,7 +9,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -65,10 +64,10 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 				if req.EventID, err = uuid.Parse(event); err != nil {
 					return setup.Usagef(cmd, "--event: invalid event id %q", event)
 				}
-			} else if sf == (store.EventFilter{}) {
+			} else if sf == (ops.EventFilter{}) {
 				return setup.Usagef(cmd, "refusing to replay everything: give --event or a filter")
 			}
-			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				p := c.progress("replay", "event(s) scanned")
 				req.ProgressFunc = func(rp ops.ReplayProgress) {
 					detail := fmt.Sprintf("%d pair(s) enqueued, %d delivered so far, %d skipped (batch %d)",

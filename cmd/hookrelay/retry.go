@@ -11,7 +11,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -58,7 +57,7 @@ for before the next (as a replay), with progress on stderr.`,
 				return setup.Usagef(cmd, "--batch must be positive, --list at least 0")
 			}
 			req.StallTimeout = stallTimeout
-			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				p := c.progress("retry", "pair(s)")
 				req.ProgressFunc = func(rp ops.RetryProgress) {
 					p.update(int64(rp.Retried), int64(rp.Total), fmt.Sprintf("%d of the last batch not attempted yet", rp.Waiting))
@@ -66,7 +65,7 @@ for before the next (as a replay), with progress on stderr.`,
 				res, err := svc.Retry(cmd.Context(), req)
 				p.done()
 				switch {
-				case errors.Is(err, store.ErrNotFound):
+				case errors.Is(err, ops.ErrNotFound):
 					return fmt.Errorf("no event %s", req.EventID)
 				case errors.Is(err, ops.ErrInvalidRequest), errors.Is(err, ops.ErrUnknownRoute):
 					return setup.Usagef(cmd, "%v", err)

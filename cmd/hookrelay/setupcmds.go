@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/bench"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
@@ -35,7 +35,7 @@ behind, naming this command.`,
 			if err != nil {
 				return err
 			}
-			v, err := store.Migrate(cmd.Context(), cfg.Database.URL)
+			v, err := setup.Migrate(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -152,23 +152,16 @@ dispatcher delivers it).`,
   hookrelay routes pause billing`,
 		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := c.config()
-			if err != nil {
-				return err
-			}
-			db, err := openDB(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			list, err := routeList(cmd.Context(), cfg, db)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(c.out, list)
-			}
-			return printRoutes(c.out, list)
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				list, err := svc.RouteList(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.out, list)
+				}
+				return printRoutes(c.out, list)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", ...}], "broker_error"}`)

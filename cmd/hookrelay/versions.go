@@ -9,7 +9,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -45,7 +44,7 @@ func (c *cli) versionCmd(reset bool) *cobra.Command {
 		Example: example,
 		Args:    setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withOps(cmd.Context(), func(_ *config.Config, svc *ops.Service) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				var (
 					v   *ops.Version
 					err error
@@ -55,7 +54,7 @@ func (c *cli) versionCmd(reset bool) *cobra.Command {
 				} else {
 					v, err = svc.ResourceVersion(cmd.Context(), req)
 				}
-				if errors.Is(err, store.ErrNotFound) {
+				if errors.Is(err, ops.ErrNotFound) {
 					return fmt.Errorf("no version of %s %s is kept on route %s (none delivered, or reset, or purged)", req.Source, req.Resource, req.Route)
 				}
 				if err != nil {

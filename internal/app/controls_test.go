@@ -13,6 +13,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -339,7 +340,7 @@ func TestAdminAPIPausesAndResumesRoute(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"route":"billing","paused":true,"changed":true}`, body)
 	require.True(t, h.routeState("billing").Paused)
-	require.Contains(t, h.routeState("billing").PausedBy, "admin api")
+	require.Equal(t, ops.ConfigTokenActor, h.routeState("billing").PausedBy, "paused by the actor the audit log names")
 	status, body = post("/api/routes/billing/pause", adminToken)
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"route":"billing","paused":true,"changed":false}`, body)

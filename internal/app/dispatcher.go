@@ -439,7 +439,7 @@ func routeStats(db *store.DB) deliver.RouteStatsFunc {
 		}
 		out := make([]deliver.RouteStat, len(list))
 		for i, s := range list {
-			out[i] = deliver.RouteStat(s)
+			out[i] = deliver.RouteStat{Route: s.Route, Undelivered: s.Undelivered, OldestUndelivered: s.OldestUndelivered, Dead: s.Dead}
 		}
 		return out, nil
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
-	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rabbitmq/amqp091-go"
@@ -53,8 +52,8 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	h.start(app.ReceiverOptions{AdminListener: adminLn})
 	h.startDispatcher(app.DispatcherOptions{})
-	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
-	ctx := context.Background()
+	svc := testOps(t, h, amqptest.Dialer(t))
+	ctx := ops.WithActor(context.Background(), "test")
 
 	waitState := func(id, route string, want webhook.DeliveryState) {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -333,7 +332,9 @@ func TestAdminAPI(t *testing.T) {
 func adminReplay(t *testing.T, addr, token string, r ops.ReplayRequest) (int, string) {
 	t.Helper()
 	raw, err := json.Marshal(ops.ReplayBody{
-		EventID: r.EventID, Filter: ops.FilterBody(r.Filter), After: r.After,
+		EventID: r.EventID, After: r.After,
+		Filter: ops.FilterBody{Source: r.Filter.Source, EventType: r.Filter.EventType, State: r.Filter.State, Route: r.Filter.Route,
+			Since: r.Filter.Since, Until: r.Filter.Until, Limit: r.Filter.Limit},
 		IncludeDelivered: r.IncludeDelivered, DryRun: r.DryRun, ListLimit: r.ListLimit,
 	})
 	require.NoError(t, err)

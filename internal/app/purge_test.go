@@ -11,7 +11,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/ops"
-	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
@@ -36,8 +35,8 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	h.cfg.Routes[0].MaxAttempts = 1
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
-	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
-	ctx := context.Background()
+	svc := testOps(t, h, amqptest.Dialer(t))
+	ctx := ops.WithActor(context.Background(), "test")
 
 	kept := uuid.MustParse(h.postSigned("evt_dead_kept", "invoice.paid").ID)
 	gone := uuid.MustParse(h.postSigned("evt_dead_gone", "invoice.paid").ID)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/api"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ingest"
@@ -190,7 +191,23 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 	}
 	if aln != nil {
-		rc.admin = ops.Handler(setup.Ops(cfg, db, dialer), cfg.Admin.Token, logger)
+		svc, closeOps := setup.Ops(cfg, db, dialer, "hookrelay-receiver-ops")
+		defer closeOps()
+		// Jobs end with the receiver, each stored as stopped, before the
+		// pool closes (defers run last in, first out).
+		jobCtx, stopJobs := context.WithCancel(ctx)
+		svc.Jobs = ops.NewJobRunner(jobCtx, logger.With().Str("component", "jobs").Logger())
+		defer svc.Jobs.Wait()
+		defer stopJobs()
+		v1, err := api.Handler(svc, api.Options{ConfigToken: cfg.Admin.Token, FailedAuthPerMinute: cfg.Admin.AuthFailuresPerMinute}, logger.With().Str("component", "api").Logger())
+		if err != nil {
+			return err
+		}
+		admin := http.NewServeMux()
+		admin.Handle(api.Prefix+"/", v1)
+		admin.Handle("/", ops.Handler(svc, cfg.Admin.Token, logger)) // the first API, /api/..., admin.token only
+		rc.admin = admin
+		logger.Info().Msg("admin API " + api.Prefix + ": named tokens (hookrelay tokens create) with roles; admin.token is accepted as an admin token, audited as " + ops.ConfigTokenActor)
 		if cfg.Debug.Pprof {
 			rc.admin = withPprof(rc.admin, cfg.Admin.Token)
 			logger.Warn().Msg("debug.pprof: profiles served under /debug/pprof/ on the admin listener")

@@ -21,6 +21,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
@@ -543,4 +544,13 @@ func scrape(t tb, base string) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// testOps is the operator service over h's database and dialer, closed
+// with the test.
+func testOps(t *testing.T, h *harness, dialer *hamqp.Dialer) *ops.Service {
+	t.Helper()
+	svc, closeOps := setup.Ops(h.cfg, h.db, dialer, "hookrelay-test-ops")
+	t.Cleanup(closeOps)
+	return svc
 }

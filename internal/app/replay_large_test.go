@@ -9,14 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/ops"
-	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/stretchr/testify/require"
 )
@@ -128,7 +127,10 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 	h.cfg.Routes[0].Concurrency = 8
 	h.cfg.Outbox.BatchSize = 100
 	h.cfg.Database.MaxConns = 20
-	h.start(app.ReceiverOptions{})
+	h.cfg.Admin.Token = adminToken
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.start(app.ReceiverOptions{AdminListener: adminLn})
 	h.startDispatcher(app.DispatcherOptions{})
 	started := time.Now()
 	ids := bulkDead(t, h.db, replayed, "billing")
@@ -180,20 +182,36 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 		}
 	}()
 
-	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
-	var progress []ops.ReplayProgress
+	// The replay runs as a job of the admin API, polled to its end: its
+	// request answers at once.
+	c := newAPIClient(t, "http://"+adminLn.Addr().String())
 	replayStart := time.Now()
-	res, err := svc.Replay(context.Background(), ops.ReplayRequest{
-		Filter:       store.EventFilter{Source: "acme", State: "dead", Route: "billing"},
-		ProgressFunc: func(p ops.ReplayProgress) { progress = append(progress, p) },
-	})
+	a := c.call("replay", http.MethodPost, "/api/v1/replay", adminToken,
+		map[string]any{"filter": map[string]any{"source": "acme", "state": "dead", "route": "billing"}})
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	require.Less(t, time.Since(replayStart), 5*time.Second, "a job's request does not wait for the job")
+	var job ops.Job
+	a.decode(t, &job)
+	job, progress := c.waitJob(adminToken, job.ID.String(), 300*time.Second)
 	replayTook := time.Since(replayStart)
-	require.NoError(t, err)
+	require.Equal(t, "succeeded", job.State, job.Error)
+	var res ops.ReplayResult
+	require.NoError(t, json.Unmarshal(job.Result, &res))
 	require.Equal(t, replayed, res.ReplayedCount)
 	require.Zero(t, res.SkippedCount)
-	t.Logf("replay of %d pairs returned after %s with %d delivered, %d progress reports",
-		replayed, replayTook, res.Delivered, len(progress))
-	require.NotEmpty(t, progress)
+	t.Logf("replay job of %d pairs ended after %s with %d delivered; %d distinct progress reports polled, last %s",
+		replayed, replayTook, res.Delivered, len(progress), progress[len(progress)-1])
+	var enqueued []int
+	for _, raw := range progress {
+		var p ops.ReplayProgress
+		require.NoError(t, json.Unmarshal([]byte(raw), &p))
+		if len(enqueued) == 0 || enqueued[len(enqueued)-1] != p.Enqueued {
+			enqueued = append(enqueued, p.Enqueued)
+		}
+	}
+	require.GreaterOrEqual(t, len(enqueued), 3, "the job reports its progress as it goes: %v", enqueued)
+	require.True(t, slices.IsSorted(enqueued), "progress only grows: %v", enqueued)
+	require.Equal(t, replayed, enqueued[len(enqueued)-1])
 
 	// Live traffic goes on until every replayed pair has arrived.
 	delivered := func() int {

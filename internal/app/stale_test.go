@@ -12,7 +12,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
-	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
@@ -44,7 +43,7 @@ func TestStaleSubscriptionUpdateIsDroppedAfterCancel(t *testing.T) {
 	first := h.dispatcherBase
 	h.startDispatcher(app.DispatcherOptions{})
 	second := h.dispatcherBase
-	ctx := context.Background()
+	ctx := ops.WithActor(context.Background(), "test")
 
 	post := func(id, eventType, sub string, created int) string {
 		t.Helper()
@@ -99,7 +98,7 @@ func TestStaleSubscriptionUpdateIsDroppedAfterCancel(t *testing.T) {
 
 	// What an operator sees: events show says why; events list --state
 	// stale finds it.
-	svc := setup.Ops(h.cfg, h.db, amqptest.Dialer(t))
+	svc := testOps(t, h, amqptest.Dialer(t))
 	detail, err := svc.EventShow(ctx, uuid.MustParse(lateUpdate))
 	require.NoError(t, err)
 	require.Equal(t, "sub_A", detail.OrderingResource)
@@ -162,7 +161,7 @@ func TestFarFutureVersionDoesNotSilenceItsResource(t *testing.T) {
 	amqptestCleanup(t, h)
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
-	ctx := context.Background()
+	ctx := ops.WithActor(context.Background(), "test")
 	post := func(id, updatedAt string) string {
 		t.Helper()
 		body := []byte(fmt.Sprintf(`{"id":%q,"type":"orders.updated","admin_graphql_api_id":"gid://shopify/Order/1","updated_at":%q}`, id, updatedAt))
@@ -190,7 +189,7 @@ func TestFarFutureVersionDoesNotSilenceItsResource(t *testing.T) {
 	v, err := h.db.ResourceVersionGet(ctx, "orders", "acme", "gid://shopify/Order/1")
 	require.NoError(t, err)
 	require.Equal(t, uuid.MustParse(genuine), v.Event)
-	svc := setup.Ops(h.cfg, h.db, nil)
+	svc := testOps(t, h, nil)
 	reset, err := svc.ResourceVersionReset(ctx, ops.VersionRequest{Route: "orders", Source: "acme", Resource: "gid://shopify/Order/1"})
 	require.NoError(t, err)
 	require.Equal(t, v.Version, reset.Version)

@@ -244,6 +244,10 @@ type Admin struct {
 	// IdleTimeout closes a keep-alive connection that sends no new request
 	// for this long. Default 60s.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
+	// AuthFailuresPerMinute is how many failed authentications one client
+	// address may make in a minute; then /api/v1 answers it 429 until the
+	// minute ends. Default 20.
+	AuthFailuresPerMinute int `mapstructure:"auth_failures_per_minute" validate:"gte=1,lte=100000"`
 }
 
 // Debug configures diagnostics that expose the process's internals.
@@ -510,6 +514,7 @@ func setDefaults(set func(key string, value any)) {
 	set("admin.read_timeout", "10s")
 	set("admin.write_timeout", "10m")
 	set("admin.idle_timeout", "60s")
+	set("admin.auth_failures_per_minute", 20)
 	set("outbox.batch_size", 100)
 	set("outbox.poll_interval", "1s")
 	set("outbox.publish_timeout", "10s")

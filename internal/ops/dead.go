@@ -118,6 +118,16 @@ func (s *Service) DeadDropDelivered(ctx context.Context, route string, dryRun bo
 	if err := s.requireRoute(route); err != nil {
 		return nil, err
 	}
+	if dryRun {
+		return s.deadDrop(ctx, route, true)
+	}
+	return audited(ctx, s, "dead.drop", route, nil, func() (*DeadDropResult, error) { return s.deadDrop(ctx, route, false) },
+		func(r *DeadDropResult) map[string]any {
+			return map[string]any{"total": r.Total, "read": r.Read, "dropped": r.Dropped}
+		})
+}
+
+func (s *Service) deadDrop(ctx context.Context, route string, dryRun bool) (*DeadDropResult, error) {
 	out := &DeadDropResult{Queue: s.DeadLetters.Queue(route), DryRun: dryRun}
 	total, err := s.DeadLetters.Scan(ctx, route, deadScanBatch, func(items []DeadLetter) ([]bool, bool, error) {
 		out.Read += len(items)
@@ -149,5 +159,7 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, prog
 	if err := s.requireRoute(route); err != nil {
 		return 0, err
 	}
-	return s.DeadLetters.Requeue(ctx, route, limit, progress)
+	return audited(ctx, s, "dead.requeue", route, map[string]any{"limit": limit},
+		func() (int, error) { return s.DeadLetters.Requeue(ctx, route, limit, progress) },
+		func(n int) map[string]any { return map[string]any{"moved": n} })
 }

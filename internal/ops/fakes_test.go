@@ -46,6 +46,37 @@ type fakeStore struct {
 	listLimit int
 	// versions are resource versions by "route source resource".
 	versions map[string]string
+	// audits are the audit rows written.
+	audits []store.AuditEntry
+
+	// The tokens and jobs are not faked: a test that reaches them panics.
+	ops.AccessStore
+}
+
+func (s *fakeStore) AuditInsert(_ context.Context, e *store.AuditEntry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.audits = append(s.audits, *e)
+	return nil
+}
+
+func (s *fakeStore) RouteStatsList(context.Context) ([]store.RouteStats, error) { return nil, s.err }
+
+func (s *fakeStore) RouteStateList(context.Context) ([]store.RouteState, error) { return nil, s.err }
+
+func (s *fakeStore) RoutePauseAudited(_ context.Context, _ string, _ bool, _ string, e *store.AuditEntry) (bool, error) {
+	return true, s.AuditInsert(actorCtx(), e)
+}
+
+func (s *fakeStore) ResourceVersionResetAudited(ctx context.Context, route, source, resource string, e *store.AuditEntry) (*store.ResourceVersion, error) {
+	v, err := s.ResourceVersionReset(ctx, route, source, resource)
+	if err != nil {
+		return nil, err
+	}
+	return v, s.AuditInsert(ctx, e)
 }
 
 func (s *fakeStore) add(source, eventType string, states map[string]string) *fakeEvent {
@@ -365,3 +396,6 @@ func (s *fakeStore) PairStates(_ context.Context, pairs []store.ReplayPair) (map
 	}
 	return out, nil
 }
+
+// actorCtx names the actor every change needs.
+func actorCtx() context.Context { return ops.WithActor(context.Background(), "test") }

@@ -147,9 +147,13 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			httpserver.WriteError(w, http.StatusUnauthorized, "missing or invalid bearer token")
 			return
 		}
-		mux.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r.WithContext(WithActor(r.Context(), ConfigTokenActor)))
 	})
 }
+
+// ConfigTokenActor is who acts with the config's admin.token: an admin
+// token named by where it is kept.
+const ConfigTokenActor = "config:admin.token"
 
 // MaxAPIReplayEvents bounds a replay through the admin API. A replay is
 // paced (it waits for each batch to drain so live events keep flowing), so
@@ -230,25 +234,57 @@ func retry(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Lo
 }
 
 // FilterFromQuery reads an EventFilter from query parameters (the CLI's
-// flags have the same names). Times are RFC 3339.
+// flags have the same names). Times are RFC 3339 or an age.
 func FilterFromQuery(q url.Values) (store.EventFilter, error) {
-	f := store.EventFilter{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route")}
-	var err error
-	if f.Since, err = parseTime(q.Get("since")); err != nil {
-		return f, fmt.Errorf("since: %w", err)
-	}
-	if f.Until, err = parseTime(q.Get("until")); err != nil {
-		return f, fmt.Errorf("until: %w", err)
-	}
+	ff := FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
+		Since: q.Get("since"), Until: q.Get("until")}
 	if v := q.Get("limit"); v != "" {
-		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 {
-			return f, errors.New("limit: must be a positive number")
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return store.EventFilter{}, errors.New("limit: must be a positive number")
 		}
+		ff.Limit = n
 	}
-	if f.State != "" && !validState(f.State) {
-		return f, errors.New("state: must be pending, retrying, delivered, dead or stale")
+	f, err := FilterFromFields(ff)
+	if err != nil {
+		return f, errors.New(strings.TrimPrefix(err.Error(), ErrInvalidRequest.Error()+": "))
 	}
 	return f, nil
+}
+
+// FilterFields is an event filter as typed: times as RFC 3339 or an age,
+// the cursor as a listing gave it.
+type FilterFields struct {
+	Source, EventType, State, Route, Since, Until string
+	Limit                                         int
+	Cursor                                        string
+}
+
+// FilterFromFields checks and reads ff (ErrInvalidRequest when wrong).
+func FilterFromFields(ff FilterFields) (store.EventFilter, error) {
+	f := store.EventFilter{Source: ff.Source, EventType: ff.EventType, State: ff.State, Route: ff.Route, Limit: ff.Limit}
+	var err error
+	if f.Since, err = parseTime(ff.Since); err != nil {
+		return f, Invalid("since: " + err.Error())
+	}
+	if f.Until, err = parseTime(ff.Until); err != nil {
+		return f, Invalid("until: " + err.Error())
+	}
+	if f.Limit < 0 {
+		return f, Invalid("limit: must be positive")
+	}
+	if f.State != "" && !validState(f.State) {
+		return f, Invalid("state: must be pending, retrying, delivered, dead or stale")
+	}
+	if f.Before, err = store.ParseReplayCursor(ff.Cursor); err != nil {
+		return f, Invalid("cursor: not one this listing gave")
+	}
+	return f, nil
+}
+
+// Invalid is an ErrInvalidRequest saying msg.
+func Invalid(msg string) error {
+	return fmt.Errorf("%w: %s", ErrInvalidRequest, msg)
 }
 
 func validState(s string) bool {

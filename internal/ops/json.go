@@ -16,6 +16,9 @@ type EventList struct {
 	Total int64          `json:"total"`
 	Shown int            `json:"shown"`
 	Items []EventSummary `json:"items"`
+	// NextCursor, when set, gives the next page (older events) as the
+	// listing's cursor; empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // EventSummary is an event in a listing.
@@ -151,7 +154,9 @@ type ReplayBody struct {
 // Request is the ReplayRequest b asks for.
 func (b ReplayBody) Request() ReplayRequest {
 	return ReplayRequest{
-		EventID: b.EventID, Filter: store.EventFilter(b.Filter), After: b.After,
+		EventID: b.EventID, After: b.After,
+		Filter: store.EventFilter{Source: b.Filter.Source, EventType: b.Filter.EventType, State: b.Filter.State, Route: b.Filter.Route,
+			Since: b.Filter.Since, Until: b.Filter.Until, Limit: b.Filter.Limit},
 		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, DryRun: b.DryRun, ListLimit: b.ListLimit,
 	}
 }

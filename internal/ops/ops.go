@@ -44,6 +44,8 @@ type Store interface {
 	PairStates(ctx context.Context, pairs []store.ReplayPair) (map[store.ReplayPair]webhook.DeliveryState, error)
 	RetryStore
 	VersionStore
+	RouteStore
+	AccessStore
 }
 
 // DeadLetters reads and moves the messages of the routes' dead-letter
@@ -77,8 +79,14 @@ type Service struct {
 	DedupeWindow time.Duration
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
-	// RoutePauser pauses and resumes routes (admin API); nil answers 503.
-	RoutePauser RoutePauser
+	// RouteConfigs are the configured routes as the listing shows them.
+	RouteConfigs []RouteConfig
+	// Broker reads queue depths and consumers for the routes listing; nil
+	// leaves them unknown.
+	Broker Broker
+	// Jobs runs long actions in the background (the API); nil in the CLI,
+	// which runs them in the foreground.
+	Jobs *JobRunner
 }
 
 func (s *Service) now() time.Time {
@@ -90,6 +98,10 @@ func (s *Service) now() time.Time {
 
 // ErrUnknownRoute is returned for a route that is not configured.
 var ErrUnknownRoute = errors.New("unknown route")
+
+// CheckRoute returns ErrUnknownRoute for a route that is not configured;
+// "" (no route) passes.
+func (s *Service) CheckRoute(route string) error { return s.checkRoute(route) }
 
 func (s *Service) checkRoute(route string) error {
 	if route == "" || s.served(route) {
@@ -144,12 +156,16 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 	}
 	items := convert(rows, func(e store.EventSummary) EventSummary { return eventSummary(e, s.served) })
 	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
-	if len(items) >= f.Limit {
-		// Only a full page needs the count.
+	if len(items) >= f.Limit || !f.Before.ReceivedAt.IsZero() {
+		// Only a full page, or a later one, needs the count.
 		if out.Total, err = s.Store.EventCountByFilter(ctx, f); err != nil {
 			return nil, err
 		}
 		out.Total = max(out.Total, int64(out.Shown))
+	}
+	if len(items) >= f.Limit {
+		last := rows[len(rows)-1]
+		out.NextCursor = store.ReplayCursor{ReceivedAt: last.ReceivedAt, ID: last.ID}.String()
 	}
 	return out, nil
 }
@@ -191,5 +207,9 @@ func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResul
 	if req.DryRun {
 		return s.Store.PurgeCount(ctx, cfg)
 	}
-	return s.Store.Purge(ctx, cfg)
+	args := map[string]any{"older_than": req.OlderThan.String(), "include_dead": req.IncludeDead}
+	return audited(ctx, s, "purge", "", args, func() (store.PurgeResult, error) { return s.Store.Purge(ctx, cfg) },
+		func(r store.PurgeResult) map[string]any {
+			return map[string]any{"events": r.Events, "stripped": r.Stripped, "batches": r.Batches}
+		})
 }

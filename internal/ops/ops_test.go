@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -20,7 +19,7 @@ func TestEventList(t *testing.T) {
 	for range 3 {
 		st.add("acme", "invoice.paid", map[string]string{"billing": "delivered", "legacy": "pending"})
 	}
-	list, err := svc.EventList(context.Background(), store.EventFilter{})
+	list, err := svc.EventList(actorCtx(), store.EventFilter{})
 	require.NoError(t, err)
 	require.Equal(t, ops.DefaultListLimit, st.listLimit, "the default limit")
 	require.EqualValues(t, 3, list.Total)
@@ -29,7 +28,7 @@ func TestEventList(t *testing.T) {
 	require.False(t, list.Items[0].Deliveries[0].Unserved, "billing is served")
 	require.True(t, list.Items[0].Deliveries[1].Unserved, "legacy is not")
 
-	list, err = svc.EventList(context.Background(), store.EventFilter{Limit: 2})
+	list, err = svc.EventList(actorCtx(), store.EventFilter{Limit: 2})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, list.Total, "how many match in all")
 	require.Equal(t, 2, list.Shown)
@@ -42,7 +41,7 @@ func TestEventShow(t *testing.T) {
 	t.Parallel()
 	svc, st, _ := newService(t)
 	ev := st.add("acme", "invoice.paid", map[string]string{"billing": "dead", "legacy": "pending"})
-	got, err := svc.EventShow(context.Background(), ev.id)
+	got, err := svc.EventShow(actorCtx(), ev.id)
 	require.NoError(t, err)
 	raw, err := json.Marshal(got)
 	require.NoError(t, err)
@@ -53,7 +52,7 @@ func TestEventShow(t *testing.T) {
 
 	missing := ev.id
 	missing[15]++
-	_, err = svc.EventShow(context.Background(), missing)
+	_, err = svc.EventShow(actorCtx(), missing)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -61,7 +60,7 @@ func TestEventShow(t *testing.T) {
 func TestDeadLettersNeedAConfiguredRoute(t *testing.T) {
 	t.Parallel()
 	svc, _, dl := newService(t)
-	ctx := context.Background()
+	ctx := actorCtx()
 	_, err := svc.DeadList(ctx, ops.DeadListRequest{Limit: 10})
 	require.ErrorContains(t, err, "a route is required (--route)")
 	_, err = svc.DeadRequeue(ctx, "legacy", 0, nil)
@@ -86,7 +85,7 @@ func TestDeadLettersNeedAConfiguredRoute(t *testing.T) {
 func TestDeadLettersByPairState(t *testing.T) {
 	t.Parallel()
 	svc, st, dl := newService(t)
-	ctx := context.Background()
+	ctx := actorCtx()
 	var letters []ops.DeadLetter
 	want := map[string]string{}
 	for i := range 250 {
@@ -155,7 +154,7 @@ func TestDeadLettersByPairState(t *testing.T) {
 func TestPurgeArguments(t *testing.T) {
 	t.Parallel()
 	svc, st, _ := newService(t)
-	ctx := context.Background()
+	ctx := actorCtx()
 	for _, age := range []time.Duration{0, -time.Hour} {
 		_, err := svc.Purge(ctx, ops.PurgeRequest{OlderThan: age})
 		require.ErrorContains(t, err, "--older-than must be positive")

@@ -102,15 +102,15 @@ type ReplayResult struct {
 type ReplayProgress struct {
 	// Events is how many events the selection matches; Scanned how many
 	// were looked at so far.
-	Events  int64
-	Scanned int
+	Events  int64 `json:"events"`
+	Scanned int   `json:"scanned"`
 	// Enqueued and Skipped count pairs so far; Delivered those of the
 	// enqueued seen delivered.
-	Enqueued  int
-	Skipped   int
-	Delivered int
+	Enqueued  int `json:"enqueued"`
+	Skipped   int `json:"skipped"`
+	Delivered int `json:"delivered"`
 	// Batch is the current batch size.
-	Batch int
+	Batch int `json:"batch"`
 }
 
 // ErrReplayStalled is the cause of a StalledError.
@@ -145,7 +145,48 @@ func (e *StalledError) Unwrap() error { return ErrReplayStalled }
 // replay of one event is not paced. On error (a stall, ctx done) the
 // result counts what was done before it, and what was enqueued stays
 // enqueued.
+//
+// A replay that is not a dry run is audited as "replay" when it ends.
 func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
+	if req.DryRun {
+		return s.replay(ctx, req)
+	}
+	target := req.Filter.Route
+	args := filterArgs(req.Filter)
+	if req.EventID != uuid.Nil {
+		target = req.EventID.String() // the route, if any, is in args
+	}
+	if req.After != "" {
+		args["after"] = req.After
+	}
+	args["include_delivered"], args["include_stale"] = req.IncludeDelivered, req.IncludeStale
+	return audited(ctx, s, "replay", target, args, func() (*ReplayResult, error) { return s.replay(ctx, req) },
+		func(r *ReplayResult) map[string]any {
+			return map[string]any{"events": r.Events, "replayed": r.ReplayedCount, "skipped": r.SkippedCount, "delivered": r.Delivered, "next_after": r.NextAfter}
+		})
+}
+
+// filterArgs is f as audit arguments: its set fields.
+func filterArgs(f store.EventFilter) map[string]any {
+	args := map[string]any{}
+	for k, v := range map[string]string{"source": f.Source, "event_type": f.EventType, "state": f.State, "route": f.Route} {
+		if v != "" {
+			args[k] = v
+		}
+	}
+	if !f.Since.IsZero() {
+		args["since"] = f.Since.UTC().Format(time.RFC3339)
+	}
+	if !f.Until.IsZero() {
+		args["until"] = f.Until.UTC().Format(time.RFC3339)
+	}
+	if f.Limit > 0 {
+		args["limit"] = f.Limit
+	}
+	return args
+}
+
+func (s *Service) replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
 	if err := s.checkRoute(req.Filter.Route); err != nil {
 		return nil, err
 	}

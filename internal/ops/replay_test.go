@@ -89,7 +89,7 @@ func TestReplayRules(t *testing.T) {
 				names := setupEvents(st)
 				req := tc.req
 				req.DryRun = dry
-				res, err := svc.Replay(context.Background(), req)
+				res, err := svc.Replay(actorCtx(), req)
 				require.NoError(t, err)
 				require.ElementsMatch(t, tc.replayed, pairs(res.Replayed, names))
 				require.ElementsMatch(t, tc.skipped, pairs(res.Skipped, names))
@@ -115,7 +115,7 @@ func TestReplayRules(t *testing.T) {
 func TestReplayUnknownRoute(t *testing.T) {
 	t.Parallel()
 	svc, _, _ := newService(t)
-	_, err := svc.Replay(context.Background(), ops.ReplayRequest{Filter: store.EventFilter{Route: "legacy"}})
+	_, err := svc.Replay(actorCtx(), ops.ReplayRequest{Filter: store.EventFilter{Route: "legacy"}})
 	require.ErrorIs(t, err, ops.ErrUnknownRoute)
 	require.ErrorContains(t, err, `route "legacy" is not in the config`)
 }
@@ -127,19 +127,19 @@ func TestReplayOneEvent(t *testing.T) {
 	svc, st, _ := newService(t)
 	ev := st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
 	st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
-	res, err := svc.Replay(context.Background(), ops.ReplayRequest{EventID: ev.id})
+	res, err := svc.Replay(actorCtx(), ops.ReplayRequest{EventID: ev.id})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.ReplayedCount)
 	require.EqualValues(t, 1, res.Events)
 	require.Equal(t, "pending", st.state(ev.id, "billing"), "enqueued, not waited for")
 
-	res, err = svc.Replay(context.Background(), ops.ReplayRequest{EventID: ev.id, Filter: store.EventFilter{Route: "crm"}})
+	res, err = svc.Replay(actorCtx(), ops.ReplayRequest{EventID: ev.id, Filter: store.EventFilter{Route: "crm"}})
 	require.NoError(t, err)
 	require.Zero(t, res.ReplayedCount, "crm does not bind the event")
 
 	missing := ev.id
 	missing[15]++
-	res, err = svc.Replay(context.Background(), ops.ReplayRequest{EventID: missing})
+	res, err = svc.Replay(actorCtx(), ops.ReplayRequest{EventID: missing})
 	require.ErrorIs(t, err, store.ErrNotFound)
 	require.Nil(t, res)
 }
@@ -153,7 +153,7 @@ func TestReplayLeavesPairsThatChanged(t *testing.T) {
 	a := st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
 	b := st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
 	st.changed = map[store.ReplayPair]bool{{EventID: b.id, Route: "billing"}: true}
-	res, err := svc.Replay(context.Background(), ops.ReplayRequest{Filter: store.EventFilter{State: "dead"}})
+	res, err := svc.Replay(actorCtx(), ops.ReplayRequest{Filter: store.EventFilter{State: "dead"}})
 	require.NoError(t, err)
 	require.Len(t, res.Replayed, 1)
 	require.Equal(t, a.id, res.Replayed[0].EventID)
@@ -171,13 +171,13 @@ func TestReplayPagesByCursor(t *testing.T) {
 		st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
 	}
 	f := store.EventFilter{State: "dead", Limit: 3}
-	first, err := svc.Replay(context.Background(), ops.ReplayRequest{Filter: f, DryRun: true})
+	first, err := svc.Replay(actorCtx(), ops.ReplayRequest{Filter: f, DryRun: true})
 	require.NoError(t, err)
 	require.Equal(t, 3, first.Scanned)
 	require.EqualValues(t, 3, first.Events)
 	require.NotEmpty(t, first.NextAfter)
 
-	rest, err := svc.Replay(context.Background(), ops.ReplayRequest{Filter: f, After: first.NextAfter, DryRun: true})
+	rest, err := svc.Replay(actorCtx(), ops.ReplayRequest{Filter: f, After: first.NextAfter, DryRun: true})
 	require.NoError(t, err)
 	require.Equal(t, 2, rest.Scanned)
 	require.Empty(t, rest.NextAfter, "nothing left")
@@ -187,7 +187,7 @@ func TestReplayPagesByCursor(t *testing.T) {
 	}
 	require.Len(t, seen, 5, "each event once")
 
-	_, err = svc.Replay(context.Background(), ops.ReplayRequest{Filter: f, After: "yesterday"})
+	_, err = svc.Replay(actorCtx(), ops.ReplayRequest{Filter: f, After: "yesterday"})
 	require.ErrorIs(t, err, ops.ErrInvalidRequest)
 }
 
@@ -202,7 +202,7 @@ func TestReplayBatchesAndLists(t *testing.T) {
 		st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
 	}
 	var progress []ops.ReplayProgress
-	res, err := svc.Replay(context.Background(), ops.ReplayRequest{
+	res, err := svc.Replay(actorCtx(), ops.ReplayRequest{
 		Filter: store.EventFilter{State: "dead"}, MaxBatch: 3, ListLimit: 2,
 		ProgressFunc: func(p ops.ReplayProgress) { progress = append(progress, p) },
 	})
@@ -227,7 +227,7 @@ func TestReplayStalls(t *testing.T) {
 	for range 3 {
 		st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
 	}
-	res, err := svc.Replay(context.Background(), ops.ReplayRequest{Filter: store.EventFilter{State: "dead"}, StallTimeout: 250 * time.Millisecond})
+	res, err := svc.Replay(actorCtx(), ops.ReplayRequest{Filter: store.EventFilter{State: "dead"}, StallTimeout: 250 * time.Millisecond})
 	var stalled *ops.StalledError
 	require.ErrorAs(t, err, &stalled)
 	require.ErrorIs(t, err, ops.ErrReplayStalled)
@@ -240,7 +240,7 @@ func TestReplayInterrupted(t *testing.T) {
 	t.Parallel()
 	svc, st, _ := newService(t)
 	st.add("acme", "invoice.paid", map[string]string{"billing": "dead"})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(actorCtx())
 	res, err := svc.Replay(ctx, ops.ReplayRequest{Filter: store.EventFilter{State: "dead"}, ProgressFunc: func(p ops.ReplayProgress) {
 		if p.Enqueued > 0 {
 			cancel()

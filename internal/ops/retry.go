@@ -79,7 +79,9 @@ type RetryResult struct {
 type RetryProgress struct {
 	// Retried of Total pairs so far; Waiting of the last batch not
 	// attempted yet.
-	Retried, Total, Waiting int
+	Retried int `json:"retried"`
+	Total   int `json:"total"`
+	Waiting int `json:"waiting"`
 }
 
 // Retry brings forward the next attempt of the retrying pairs req
@@ -90,7 +92,29 @@ type RetryProgress struct {
 // superseded). A pair that is not retrying is skipped, saying why. A
 // route's pairs go in batches, each waited for (most of it attempted)
 // before the next, as a replay does, so live events keep flowing.
+//
+// A retry that is not a dry run is audited as "retry" when it ends.
 func (s *Service) Retry(ctx context.Context, req RetryRequest) (*RetryResult, error) {
+	if req.DryRun {
+		return s.retry(ctx, req)
+	}
+	args, target := map[string]any{}, req.Route
+	if req.EventID != uuid.Nil {
+		target = req.EventID.String()
+		if req.Route != "" {
+			args["route"] = req.Route
+		}
+	}
+	if req.State != "" {
+		args["state"] = req.State
+	}
+	return audited(ctx, s, "retry", target, args, func() (*RetryResult, error) { return s.retry(ctx, req) },
+		func(r *RetryResult) map[string]any {
+			return map[string]any{"retried": r.RetriedCount, "skipped": r.SkippedCount}
+		})
+}
+
+func (s *Service) retry(ctx context.Context, req RetryRequest) (*RetryResult, error) {
 	if req.EventID == uuid.Nil {
 		if req.Route == "" || req.State != string(webhook.StateRetrying) {
 			return nil, fmt.Errorf("%w: give --event ID, or --route R --state retrying", ErrInvalidRequest)

@@ -2,21 +2,160 @@ package ops
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/hookrelay/hookrelay/internal/httpserver"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/rs/zerolog"
 )
 
-// RoutePauser pauses and resumes routes in Postgres, where every dispatcher
-// follows it (store.DB.RoutePause).
-type RoutePauser interface {
-	RoutePause(ctx context.Context, route string, paused bool, by string) (changed bool, err error)
+// RouteStore is what the routes listing and pausing need from Postgres
+// (*store.DB).
+type RouteStore interface {
+	// RouteStatsList counts each route's deliveries pending, retrying
+	// and dead, with the age of its oldest undelivered one.
+	RouteStatsList(ctx context.Context) ([]store.RouteStats, error)
+	RouteStateList(ctx context.Context) ([]store.RouteState, error)
+	RoutePauseAudited(ctx context.Context, route string, paused bool, by string, e *store.AuditEntry) (bool, error)
 }
 
-// RoutePauseResult is the answer of POST /api/routes/{name}/pause and
-// /resume.
+// RouteConfig is a configured route as the listing shows it.
+type RouteConfig struct {
+	Name     string
+	Queue    string
+	Bindings []string
+	// RateLimited says whether the route has a rate limit.
+	RateLimited bool
+}
+
+// Broker answers questions about queues without changing them
+// (internal/amqp's Inspector, adapted in the wiring).
+type Broker interface {
+	// QueueStats returns queue's ready messages and consumers.
+	QueueStats(ctx context.Context, queue string) (ready, consumers int, err error)
+}
+
+// RouteList lists every configured route in the config's order with its
+// counts and state from Postgres and the ready messages and consumers of
+// its queue from the broker (a passive declare: it changes nothing), then
+// the routes with deliveries in Postgres that are not in the config. A
+// broker that cannot be asked leaves Ready and Consumers nil and says why
+// in BrokerError; Postgres errors are returned.
+func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
+	stats, err := s.Store.RouteStatsList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]store.RouteStats{}
+	for _, st := range stats {
+		counts[st.Route] = st
+	}
+	states, err := s.Store.RouteStateList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byRoute := map[string]store.RouteState{}
+	for _, st := range states {
+		byRoute[st.Route] = st
+	}
+	out := &RouteList{Routes: []RouteSummary{}}
+	if s.Broker == nil {
+		out.BrokerError = "no broker to ask"
+	}
+	configured := map[string]bool{}
+	for _, r := range s.RouteConfigs {
+		configured[r.Name] = true
+		st, n := byRoute[r.Name], counts[r.Name]
+		rs := RouteSummary{
+			Route: r.Name, Queue: r.Queue, Bindings: r.Bindings,
+			Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead,
+			Paused: st.Paused, PausedAt: st.PausedAt, PausedBy: st.PausedBy,
+			Circuit: st.Circuit, ConsecutiveFailures: st.ConsecutiveFailures,
+		}
+		if rs.Bindings == nil {
+			rs.Bindings = []string{}
+		}
+		if rs.Circuit == "" {
+			rs.Circuit = store.CircuitClosed // no row yet: no dispatcher ran since the controls came
+		}
+		if st.Circuit != store.CircuitClosed && st.Circuit != "" {
+			rs.CircuitOpenUntil = st.OpenedUntil
+		}
+		if n.Undelivered > 0 {
+			age := n.OldestUndelivered.Seconds()
+			rs.OldestUndeliveredSeconds = &age
+		}
+		if s.Broker != nil && out.BrokerError == "" {
+			ready, consumers, err := s.Broker.QueueStats(ctx, r.Queue)
+			if err != nil {
+				out.BrokerError = err.Error()
+			} else {
+				rs.Ready, rs.Consumers = &ready, &consumers
+			}
+		}
+		routeState(&rs, st, r.RateLimited)
+		out.Routes = append(out.Routes, rs)
+	}
+	var others []string
+	for route := range counts {
+		if !configured[route] {
+			others = append(others, route)
+		}
+	}
+	slices.Sort(others)
+	for _, route := range others {
+		n := counts[route]
+		rs := RouteSummary{Route: route, Bindings: []string{}, Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead, Unserved: true}
+		if n.Undelivered > 0 {
+			age := n.OldestUndelivered.Seconds()
+			rs.OldestUndeliveredSeconds = &age
+		}
+		out.Routes = append(out.Routes, rs)
+	}
+	return out, nil
+}
+
+// routeState sets rs's State, StateDetail and HeldUntil from the stored
+// controls st and the queue's consumers (see RouteSummary.State);
+// rateLimited says whether the route has a rate limit. Times are read
+// against Postgres' clock, which wrote them.
+func routeState(rs *RouteSummary, st store.RouteState, rateLimited bool) {
+	left := func(t time.Time) string { return t.Sub(st.Now).Round(time.Second).String() }
+	after := func(t *time.Time) bool { return t != nil && t.After(st.Now) }
+	switch {
+	case st.Paused:
+		rs.State = "paused"
+	case st.Circuit == store.CircuitOpen:
+		rs.State, rs.StateDetail = "circuit-open", "probe due"
+		if after(st.OpenedUntil) {
+			rs.StateDetail = "probe in " + left(*st.OpenedUntil)
+		}
+	case st.Circuit == store.CircuitHalfOpen:
+		rs.State = "circuit-half-open"
+		if st.ProbeOwner != "" {
+			rs.StateDetail = "probe by " + st.ProbeOwner
+		}
+	case after(st.SlowUntil):
+		rs.State, rs.StateDetail, rs.HeldUntil = "held(retry-after)", left(*st.SlowUntil), st.SlowUntil
+	case after(st.HeldUntil):
+		// Only rate-limit holds are marked (a Retry-After is slow_until);
+		// a route without a limit now had one when it was marked.
+		rs.State, rs.StateDetail, rs.HeldUntil = "held", left(*st.HeldUntil), st.HeldUntil
+		if rateLimited {
+			rs.State = "held(rate-limit)"
+		}
+	case rs.Consumers != nil && *rs.Consumers == 0:
+		rs.State = "no-consumers"
+	default:
+		rs.State = "active"
+	}
+}
+
+// RoutePauseResult is what pausing or resuming a route did.
 type RoutePauseResult struct {
 	Route  string `json:"route"`
 	Paused bool   `json:"paused"`
@@ -24,7 +163,29 @@ type RoutePauseResult struct {
 	Changed bool `json:"changed"`
 }
 
-// routesAPI serves
+// RoutePause pauses (or resumes) route: every dispatcher follows within
+// 2s. The change and its audit row are one transaction. A route that is
+// not in the config is ErrUnknownRoute.
+func (s *Service) RoutePause(ctx context.Context, route string, paused bool) (*RoutePauseResult, error) {
+	if route == "" || !s.served(route) {
+		return nil, fmt.Errorf("%w: route %q is not in the config (routes: %v)", ErrUnknownRoute, route, s.Routes)
+	}
+	action := "route.resume"
+	if paused {
+		action = "route.pause"
+	}
+	e, err := entry(ctx, action, route, nil)
+	if err != nil {
+		return nil, err
+	}
+	changed, err := s.Store.RoutePauseAudited(ctx, route, paused, e.Actor, e)
+	if err != nil {
+		return nil, err
+	}
+	return &RoutePauseResult{Route: route, Paused: paused, Changed: changed}, nil
+}
+
+// routesAPI serves the first admin API's
 //
 //	POST /api/routes/{name}/pause
 //	POST /api/routes/{name}/resume
@@ -35,25 +196,19 @@ func routesAPI(mux *http.ServeMux, s *Service, logger zerolog.Logger) {
 	for _, action := range []string{"pause", "resume"} {
 		paused := action == "pause"
 		mux.HandleFunc("POST /api/routes/{name}/"+action, func(w http.ResponseWriter, r *http.Request) {
-			route := r.PathValue("name")
-			if !slices.Contains(s.Routes, route) {
-				httpserver.WriteError(w, http.StatusNotFound, "route "+route+" is not in the config")
-				return
-			}
-			if s.RoutePauser == nil {
-				httpserver.WriteError(w, http.StatusServiceUnavailable, "route controls unavailable")
-				return
-			}
-			changed, err := s.RoutePauser.RoutePause(r.Context(), route, paused, "admin api from "+r.RemoteAddr)
-			if err != nil {
-				logger.Error().Err(err).Str("route", route).Msg("pausing or resuming a route")
+			res, err := s.RoutePause(r.Context(), r.PathValue("name"), paused)
+			switch {
+			case errors.Is(err, ErrUnknownRoute):
+				httpserver.WriteError(w, http.StatusNotFound, "route "+r.PathValue("name")+" is not in the config")
+			case err != nil:
+				logger.Error().Err(err).Str("route", r.PathValue("name")).Msg("pausing or resuming a route")
 				httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
-				return
+			default:
+				if res.Changed {
+					logger.Info().Str("route", res.Route).Bool("paused", paused).Str("by", ActorOf(r.Context())).Msg("route " + action + "d through the admin api")
+				}
+				httpserver.WriteJSON(w, http.StatusOK, res)
 			}
-			if changed {
-				logger.Info().Str("route", route).Bool("paused", paused).Str("by", r.RemoteAddr).Msg("route " + action + "d through the admin api")
-			}
-			httpserver.WriteJSON(w, http.StatusOK, RoutePauseResult{Route: route, Paused: paused, Changed: changed})
 		})
 	}
 }

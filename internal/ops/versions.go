@@ -18,7 +18,7 @@ import (
 // the resource stale there (routes with ordering drop_stale).
 type VersionStore interface {
 	ResourceVersionGet(ctx context.Context, route, source, resource string) (*store.ResourceVersion, error)
-	ResourceVersionReset(ctx context.Context, route, source, resource string) (*store.ResourceVersion, error)
+	ResourceVersionResetAudited(ctx context.Context, route, source, resource string, e *store.AuditEntry) (*store.ResourceVersion, error)
 }
 
 // VersionRequest names a resource of a source on a route.
@@ -75,7 +75,11 @@ func (s *Service) ResourceVersionReset(ctx context.Context, req VersionRequest) 
 	if err := s.checkVersion(req); err != nil {
 		return nil, err
 	}
-	v, err := s.Store.ResourceVersionReset(ctx, req.Route, req.Source, req.Resource)
+	e, err := entry(ctx, "version.reset", req.Route, map[string]any{"source": req.Source, "resource": req.Resource})
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.Store.ResourceVersionResetAudited(ctx, req.Route, req.Source, req.Resource, e)
 	if err != nil {
 		return nil, err
 	}

@@ -84,25 +84,34 @@ func Dialer(cfg *config.Config, nodes *amqp.NodeGauge, logger zerolog.Logger) (*
 }
 
 // Ops returns the operator service over db for cfg, reaching the
-// dead-letter queues through dialer.
-func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer) *ops.Service {
-	return &ops.Service{
+// dead-letter queues and the route queues' depths through dialer, and a
+// function that closes its broker connections. connectionName names them
+// in the management UI.
+func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer, connectionName string) (*ops.Service, func()) {
+	names := Names(cfg)
+	inspector := amqp.NewInspector(dialer, connectionName)
+	routes := make([]ops.RouteConfig, 0, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		routes = append(routes, ops.RouteConfig{Name: r.Name, Queue: names.RouteQueue(r.Name), Bindings: r.Bindings, RateLimited: r.RateLimit > 0})
+	}
+	svc := &ops.Service{
 		Store:        db,
-		DeadLetters:  deadLetters{amqp.NewDeadLetters(dialer, Names(cfg), "hookrelay-cli"), Names(cfg)},
+		DeadLetters:  deadLetters{amqp.NewDeadLetters(dialer, names, connectionName), names},
 		RoutesFunc:   RoutesFor(cfg),
 		Routes:       RouteNames(cfg),
+		RouteConfigs: routes,
+		Broker:       broker{inspector},
 		DedupeWindow: cfg.Retention.DedupeWindow,
-		RoutePauser:  routePauser(db),
 	}
+	return svc, func() { _ = inspector.Close() } // questions' connection: nothing to flush
 }
 
-// routePauser is db as an ops.RoutePauser; nil without a database (a
-// nil *store.DB inside the interface would not read as nil).
-func routePauser(db *store.DB) ops.RoutePauser {
-	if db == nil {
-		return nil
-	}
-	return db
+// broker adapts *amqp.Inspector to ops.Broker.
+type broker struct{ in *amqp.Inspector }
+
+func (b broker) QueueStats(ctx context.Context, queue string) (int, int, error) {
+	q, err := b.in.Queue(ctx, queue)
+	return q.Ready, q.Consumers, err
 }
 
 // deadLetters adapts *amqp.DeadLetters to ops.DeadLetters.
@@ -125,4 +134,31 @@ func (d deadLetters) Scan(ctx context.Context, route string, batch int, visit fu
 		}
 		return visit(items)
 	})
+}
+
+// OpenOps opens cfg's database (its schema checked current) and returns
+// the operator service over it and the broker, and a function that
+// closes both. The CLI reaches Postgres only through it.
+func OpenOps(ctx context.Context, cfg *config.Config, connectionName string) (*ops.Service, func(), error) {
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: connectionName, QueryTimeout: cfg.Database.QueryTimeout})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := db.RequireSchema(ctx); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	dialer, err := Dialer(cfg, nil, zerolog.Nop())
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	svc, closeBroker := Ops(cfg, db, dialer, connectionName)
+	return svc, func() { closeBroker(); db.Close() }, nil
+}
+
+// Migrate applies cfg's database migrations and returns the version it is
+// at.
+func Migrate(ctx context.Context, cfg *config.Config) (uint, error) {
+	return store.Migrate(ctx, cfg.Database.URL)
 }

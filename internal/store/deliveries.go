@@ -420,21 +420,25 @@ func (db *DB) DeliveryGet(ctx context.Context, eventID uuid.UUID, route string) 
 // RouteStats is what Postgres knows of one route's deliveries.
 type RouteStats struct {
 	Route string
-	// Undelivered counts pairs pending or retrying.
-	Undelivered int64
+	// Pending and Retrying count the pairs in those states; Undelivered
+	// is their sum.
+	Pending, Retrying, Undelivered int64
 	// OldestUndelivered is the age of the oldest such pair.
 	OldestUndelivered time.Duration
 	// Dead counts pairs in the dead-letter state.
 	Dead int64
 }
 
-// RouteStatsList reports undelivered and dead pairs per route.
+// RouteStatsList reports undelivered and dead pairs per route (the
+// dispatcher's gauges and the routes listing). Routes with none are
+// absent.
 func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	rows, err := db.pool.Query(ctx, `
 		SELECT route,
-		       count(*) FILTER (WHERE state IN ('pending', 'retrying')),
+		       count(*) FILTER (WHERE state = 'pending'),
+		       count(*) FILTER (WHERE state = 'retrying'),
 		       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('pending', 'retrying'))), 0)::float8,
 		       count(*) FILTER (WHERE state = 'dead')
 		FROM deliveries
@@ -446,7 +450,8 @@ func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RouteStats, error) {
 		var s RouteStats
 		var age float64
-		err := row.Scan(&s.Route, &s.Undelivered, &age, &s.Dead)
+		err := row.Scan(&s.Route, &s.Pending, &s.Retrying, &age, &s.Dead)
+		s.Undelivered = s.Pending + s.Retrying
 		s.OldestUndelivered = time.Duration(age * float64(time.Second))
 		return s, err
 	})

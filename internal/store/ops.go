@@ -32,6 +32,9 @@ type EventFilter struct {
 	Since     time.Time
 	Until     time.Time
 	Limit     int
+	// Before pages a listing (newest first): only events before this
+	// cursor (the last event of the page before). Replay ignores it.
+	Before ReplayCursor
 }
 
 // DeliverySummary is one route's delivery state of an event.
@@ -75,6 +78,13 @@ func filterArgs(f EventFilter) []any {
 	return []any{f.Source, f.EventType, since, until, f.State, f.Route}
 }
 
+func cursorTime(c ReplayCursor) *time.Time {
+	if c.ReceivedAt.IsZero() {
+		return nil
+	}
+	return &c.ReceivedAt
+}
+
 // EventList returns events matching f, newest first, with their deliveries.
 // Limit defaults to 100.
 func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, error) {
@@ -95,8 +105,9 @@ func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, err
 				FROM deliveries d WHERE d.event_id = e.id), '[]')
 		FROM events e
 		WHERE `+eventFilterSQL+`
+		  AND ($8::timestamptz IS NULL OR (e.received_at, e.id) < ($8, $9::uuid))
 		ORDER BY e.received_at DESC, e.id DESC
-		LIMIT $7`, append(filterArgs(f), f.Limit)...)
+		LIMIT $7`, append(filterArgs(f), f.Limit, cursorTime(f.Before), pgUUID(f.Before.ID))...)
 	if err != nil {
 		return nil, fmt.Errorf("listing events: %w", err)
 	}
@@ -233,20 +244,20 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 
 // PurgeResult counts what Purge removed.
 type PurgeResult struct {
-	Events     int64
-	Stripped   int64
-	Deliveries int64
+	Events     int64 `json:"events"`
+	Stripped   int64 `json:"stripped"`
+	Deliveries int64 `json:"deliveries"`
 	// Abandoned counts the deleted deliveries that were pending or
 	// retrying on a route no dispatcher serves.
-	Abandoned int64
+	Abandoned int64 `json:"abandoned"`
 	// Versions counts the resources' stored versions deleted with the
 	// last event of their resource left whole (see ResourceVersion).
-	Versions int64
-	Batches  int
+	Versions int64 `json:"versions"`
+	Batches  int   `json:"batches"`
 	// KeptUndelivered counts events old enough to purge that were kept
 	// because something of them is undelivered: in the outbox, in flight on
 	// a served route, or dead (without IncludeDead).
-	KeptUndelivered int64
+	KeptUndelivered int64 `json:"kept_undelivered"`
 }
 
 // PurgeConfig says what Purge removes.
@@ -467,37 +478,4 @@ func (db *DB) PurgeCount(ctx context.Context, cfg PurgeConfig) (PurgeResult, err
 	res.Batches = int(selected/int64(cfg.Batch)) + 1
 	res.KeptUndelivered, err = db.purgeKept(ctx, cfg)
 	return res, err
-}
-
-// RouteCounts counts one route's deliveries that are not delivered.
-type RouteCounts struct {
-	Pending, Retrying, Dead int64
-}
-
-// DeliveryCountByRoute counts, per route, the deliveries pending,
-// retrying and dead (the `hookrelay routes` listing). Routes with none
-// are absent.
-func (db *DB) DeliveryCountByRoute(ctx context.Context) (map[string]RouteCounts, error) {
-	ctx, cancel := db.boundOps(ctx)
-	defer cancel()
-	rows, err := db.pool.Query(ctx, `
-		SELECT route,
-		       count(*) FILTER (WHERE state = 'pending'),
-		       count(*) FILTER (WHERE state = 'retrying'),
-		       count(*) FILTER (WHERE state = 'dead')
-		FROM deliveries WHERE state <> 'delivered' GROUP BY route`)
-	if err != nil {
-		return nil, fmt.Errorf("counting deliveries by route: %w", err)
-	}
-	out := map[string]RouteCounts{}
-	var route string
-	var n RouteCounts
-	_, err = pgx.ForEachRow(rows, []any{&route, &n.Pending, &n.Retrying, &n.Dead}, func() error {
-		out[route] = n
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("counting deliveries by route: %w", err)
-	}
-	return out, nil
 }

@@ -88,8 +88,26 @@ func (db *DB) ResourceVersionGet(ctx context.Context, route, source, resource st
 func (db *DB) ResourceVersionReset(ctx context.Context, route, source, resource string) (*ResourceVersion, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
+	return resourceVersionReset(ctx, db.pool, route, source, resource)
+}
+
+// ResourceVersionResetAudited is ResourceVersionReset that writes e to the
+// audit log in the same transaction, with the version it forgot.
+func (db *DB) ResourceVersionResetAudited(ctx context.Context, route, source, resource string, e *AuditEntry) (*ResourceVersion, error) {
+	var v *ResourceVersion
+	err := db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
+		var err error
+		if v, err = resourceVersionReset(ctx, tx, route, source, resource); err != nil {
+			return nil, err
+		}
+		return map[string]any{"version": v.Version, "event_id": v.Event.String()}, nil
+	})
+	return v, err
+}
+
+func resourceVersionReset(ctx context.Context, q querier, route, source, resource string) (*ResourceVersion, error) {
 	v := ResourceVersion{Route: route, Source: source, Resource: resource}
-	err := db.pool.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 		DELETE FROM route_resource_versions
 		WHERE route = $1 AND source = $2 AND resource = $3
 		RETURNING version, event_id, delivered_at`, route, source, resource,

@@ -93,10 +93,24 @@ func (db *DB) RouteStateList(ctx context.Context) ([]RouteState, error) {
 func (db *DB) RoutePause(ctx context.Context, route string, paused bool, by string) (changed bool, err error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
+	return routePause(ctx, db.pool, route, paused, by)
+}
+
+// RoutePauseAudited is RoutePause that writes e to the audit log in the
+// same transaction, with whether the route changed.
+func (db *DB) RoutePauseAudited(ctx context.Context, route string, paused bool, by string, e *AuditEntry) (changed bool, err error) {
+	err = db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
+		changed, err = routePause(ctx, tx, route, paused, by)
+		return map[string]any{"paused": paused, "changed": changed}, err
+	})
+	return changed, err
+}
+
+func routePause(ctx context.Context, q querier, route string, paused bool, by string) (bool, error) {
 	// The upsert's WHERE leaves a row already in the asked state alone, so
 	// RETURNING says whether anything changed.
 	var n int
-	err = db.pool.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 		WITH u AS (
 			INSERT INTO route_state AS r (route, paused, paused_at, paused_by)
 			VALUES ($1, $2, CASE WHEN $2 THEN now() END, CASE WHEN $2 THEN $3 END)

@@ -1,0 +1,249 @@
+// Package api is the admin HTTP API, /api/v1: a thin layer of JSON in and
+// out over ops.Service, the one way into operator actions (the CLI is the
+// other layer over it). Its OpenAPI 3.1 document is generated from the
+// handlers' Go types by huma, so the document and the handlers cannot
+// disagree; it is committed as api/openapi.json (a test keeps it current)
+// and served at /api/v1/openapi.json.
+//
+// Every operation but the document needs "Authorization: Bearer <token>":
+// a named token (hookrelay tokens create) or the config's admin.token. An
+// operation names the role it needs in the document (x-required-role).
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/rs/zerolog"
+)
+
+// Prefix is where the API lives.
+const Prefix = "/api/v1"
+
+// DocumentPath serves the OpenAPI document, without a token.
+const DocumentPath = Prefix + "/openapi.json"
+
+// Error is every error the API answers with: a stable machine-readable
+// code and a message for people.
+type Error struct {
+	status  int
+	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, too_many_requests, storage_unavailable, unavailable, internal." example:"unknown_route"`
+	Message string `json:"message" doc:"What went wrong, for people."`
+	// RequiredRole is the role a 403 needed.
+	RequiredRole string `json:"required_role,omitempty" enum:"viewer,operator,admin" doc:"The role the operation needs (403 only)."`
+}
+
+func (e *Error) Error() string  { return e.Message }
+func (e *Error) GetStatus() int { return e.status }
+
+func apiError(status int, code, msg string) *Error {
+	return &Error{status: status, Code: code, Message: msg}
+}
+
+func codeFor(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return "bad_request"
+	case http.StatusUnauthorized:
+		return "unauthenticated"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusConflict:
+		return "conflict"
+	case http.StatusRequestEntityTooLarge:
+		return "body_too_large"
+	case http.StatusTooManyRequests:
+		return "too_many_requests"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	}
+	if status >= 500 {
+		return "internal"
+	}
+	return "error"
+}
+
+// installErrors makes huma's own errors (validation, a malformed body)
+// take our shape, so the document's one error schema is what is sent.
+// huma keeps them in package variables: every API of this process has the
+// same error shape.
+func installErrors() {
+	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
+		e := apiError(status, codeFor(status), msg)
+		var details []string
+		for _, err := range errs {
+			var ae *Error
+			var ed huma.ErrorDetailer
+			switch {
+			case err == nil:
+			case errors.As(err, &ae):
+				e.Code, e.RequiredRole = ae.Code, ae.RequiredRole
+			case errors.As(err, &ed):
+				d := ed.ErrorDetail()
+				details = append(details, strings.TrimPrefix(d.Location+": ", ": ")+d.Message)
+			default:
+				details = append(details, err.Error())
+			}
+		}
+		if len(details) > 0 {
+			e.Message = msg + ": " + strings.Join(details, "; ")
+		}
+		return e
+	}
+	huma.NewErrorWithContext = func(_ huma.Context, status int, msg string, errs ...error) huma.StatusError {
+		return huma.NewError(status, msg, errs...)
+	}
+}
+
+// Options configure the API.
+type Options struct {
+	// ConfigToken is the config's admin.token, an admin token; "" for
+	// none.
+	ConfigToken string
+	// FailedAuthPerMinute is how many failed authentications one client
+	// address may make a minute before it is answered 429; default 20.
+	FailedAuthPerMinute int
+	// Version is the document's info.version.
+	Version string
+}
+
+// Mux is where the API registers its routes: an *http.ServeMux, or a
+// recorder around one in tests.
+type Mux = humago.Mux
+
+// New registers the API over svc on mux and returns it.
+func New(mux Mux, svc *ops.Service, opts Options, logger zerolog.Logger) huma.API {
+	installErrors()
+	cfg := huma.DefaultConfig("hookrelay admin API", cmpOr(opts.Version, "1"))
+	cfg.Info.Description = "Every operator action on a hookrelay: routes, events, retries, replays, dead letters, purges, " +
+		"resource versions, tokens and the audit log. Long actions run as jobs (GET /api/v1/jobs/{id}). " +
+		"Every operation needs a bearer token whose role is at least the operation's x-required-role."
+	cfg.OpenAPIPath, cfg.DocsPath, cfg.SchemasPath = "", "", "" // the document is served below, nothing else
+	cfg.CreateHooks = nil                                       // no "$schema" field or Link header in answers
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "A named token (hookrelay tokens create) or the config's admin.token."},
+	}
+	cfg.Security = []map[string][]string{{"bearer": {}}}
+	api := humago.New(mux, cfg)
+	a := &server{api: api, svc: svc, logger: logger, limiter: newFailLimiter(cmpOr(opts.FailedAuthPerMinute, 20))}
+	if opts.ConfigToken != "" {
+		a.configToken = ops.HashToken(opts.ConfigToken)
+	}
+	api.UseMiddleware(a.authenticate)
+	a.routes()
+	a.events()
+	a.deadLetters()
+	a.jobs()
+	a.admin()
+	return api
+}
+
+// Handler is the API over svc with its document, ready to serve.
+func Handler(svc *ops.Service, opts Options, logger zerolog.Logger) (http.Handler, error) {
+	mux := http.NewServeMux()
+	api := New(mux, svc, opts, logger)
+	doc, err := Document(api)
+	if err != nil {
+		return nil, err
+	}
+	mux.HandleFunc("GET "+DocumentPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/openapi+json")
+		_, _ = w.Write(doc) // a client gone mid-answer has nothing to be told
+	})
+	return mux, nil
+}
+
+// Document is api's OpenAPI document as committed and served.
+func Document(api huma.API) ([]byte, error) {
+	b, err := json.MarshalIndent(api.OpenAPI(), "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("marshalling the OpenAPI document: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+type server struct {
+	api         huma.API
+	svc         *ops.Service
+	logger      zerolog.Logger
+	configToken []byte
+	limiter     *failLimiter
+}
+
+// roleKey is where an operation keeps the role it needs.
+const roleKey = "x-required-role"
+
+// RequiredRole is the role op needs, "" when it names none.
+func RequiredRole(op *huma.Operation) string {
+	r, _ := op.Extensions[roleKey].(string)
+	return r
+}
+
+// op describes an operation that needs role; errs are the error statuses
+// it can answer besides 400, 401, 403, 429 and 503, which all can.
+func op(method, path, id, role, summary string, errs ...int) huma.Operation {
+	if method == http.MethodPost {
+		errs = append(errs, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType)
+	}
+	return huma.Operation{
+		OperationID: id,
+		Method:      method,
+		Path:        Prefix + path,
+		Summary:     summary,
+		Description: summary + ". Needs role " + role + ".",
+		Extensions:  map[string]any{roleKey: role},
+		Errors: append([]int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
+			http.StatusTooManyRequests, http.StatusServiceUnavailable}, errs...),
+	}
+}
+
+// jobOp is op for an action that runs as a job: it answers 202 with the
+// job, whose Location is where to poll it.
+func jobOp(method, path, id, role, summary string, errs ...int) huma.Operation {
+	o := op(method, path, id, role, summary, errs...)
+	o.DefaultStatus = http.StatusAccepted
+	o.Description += " Answers 202 with the job at once; poll GET /api/v1/jobs/{id} (the Location header) for progress and the report."
+	return o
+}
+
+// fail turns an ops error into the API's: what the caller can act on by
+// its kind, anything else (a driver error naming hosts and users) logged
+// and answered as unavailable storage.
+func (a *server) fail(ctx context.Context, what string, err error) error {
+	var stalled *ops.StalledError
+	switch {
+	case errors.Is(err, ops.ErrUnknownRoute):
+		return apiError(http.StatusNotFound, "unknown_route", err.Error())
+	case errors.Is(err, ops.ErrNotFound):
+		return apiError(http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, ops.ErrInvalidRequest):
+		return apiError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
+	case errors.Is(err, ops.ErrExists):
+		return apiError(http.StatusConflict, "conflict", err.Error())
+	case errors.As(err, &stalled):
+		return apiError(http.StatusServiceUnavailable, "stalled", err.Error())
+	case errors.Is(err, ops.ErrNoJobs):
+		return apiError(http.StatusServiceUnavailable, "unavailable", "this process runs no jobs")
+	case ctx.Err() != nil:
+		return apiError(http.StatusServiceUnavailable, "unavailable", "the request ended before it was answered")
+	}
+	a.logger.Error().Err(err).Str("actor", ops.ActorOf(ctx)).Msg(what)
+	return apiError(http.StatusServiceUnavailable, "storage_unavailable", what+" failed: storage unavailable (the receiver's log says why)")
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,488 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
+)
+
+// body wraps an answer's body for huma.
+type body[T any] struct {
+	Body T
+}
+
+func answer[T any](v T) *body[T] { return &body[T]{Body: v} }
+
+// RouteInput names a configured route.
+type RouteInput struct {
+	Route string `path:"route" doc:"A route of the config." maxLength:"200"`
+}
+
+// IdempotencyInput is the header that makes a job-starting action safe to
+// repeat: the same key from the same token answers the job the first
+// request started, and starts nothing.
+type IdempotencyInput struct {
+	IdempotencyKey string `header:"Idempotency-Key" maxLength:"200" doc:"Repeating a request with the same key (per token) returns the job the first one started, starting nothing."`
+}
+
+// Listing is one page of a listing: Items of Total, and the cursor of the
+// next page, empty on the last.
+type Listing[T any] struct {
+	Total      int64  `json:"total" doc:"How many items the listing's filter selects in all."`
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as cursor for the next page; absent on the last page."`
+}
+
+func (a *server) routes() {
+	huma.Register(a.api, op(http.MethodGet, "/routes", "list-routes", ops.RoleViewer,
+		"List the routes with their state, backlog, dead letters, consumers and circuit"),
+		func(ctx context.Context, _ *struct{}) (*body[*ops.RouteList], error) {
+			list, err := a.svc.RouteList(ctx)
+			if err != nil {
+				return nil, a.fail(ctx, "listing routes", err)
+			}
+			return answer(list), nil
+		})
+	for _, paused := range []bool{true, false} {
+		verb, summary := "resume", "Resume a paused route: every dispatcher consumes it again within 2s"
+		if paused {
+			verb, summary = "pause", "Pause a route: every dispatcher stops taking its messages within 2s; nothing is lost"
+		}
+		huma.Register(a.api, op(http.MethodPost, "/routes/{route}/"+verb, verb+"-route", ops.RoleOperator, summary, http.StatusNotFound),
+			func(ctx context.Context, in *RouteInput) (*body[*ops.RoutePauseResult], error) {
+				res, err := a.svc.RoutePause(ctx, in.Route, paused)
+				if err != nil {
+					return nil, a.fail(ctx, verb+" route", err)
+				}
+				return answer(res), nil
+			})
+	}
+	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/retry", "retry-route", ops.RoleOperator,
+		"Attempt now every retrying delivery of a route, paced, as a job", http.StatusNotFound),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			IdempotencyInput
+			Body RetryRouteBody
+		}) (*jobAnswer, error) {
+			req := ops.RetryRequest{Route: in.Route, State: "retrying", DryRun: in.Body.DryRun}
+			if err := a.svc.CheckRoute(in.Route); err != nil {
+				return nil, a.fail(ctx, "retry", err)
+			}
+			return a.start(ctx, "retry", in.IdempotencyKey, in.Body, func(ctx context.Context, progress func(any)) (any, error) {
+				req.ProgressFunc = func(p ops.RetryProgress) { progress(p) }
+				return a.svc.Retry(ctx, req)
+			})
+		})
+	huma.Register(a.api, op(http.MethodGet, "/routes/{route}/versions", "get-version", ops.RoleViewer,
+		"Show the newest version of a resource delivered on a route (ordering drop_stale)", http.StatusNotFound),
+		func(ctx context.Context, in *VersionInput) (*body[*ops.Version], error) {
+			v, err := a.svc.ResourceVersion(ctx, ops.VersionRequest{Route: in.Route, Source: in.Source, Resource: in.Resource})
+			if err != nil {
+				return nil, a.fail(ctx, "reading a version", err)
+			}
+			return answer(v), nil
+		})
+	huma.Register(a.api, op(http.MethodDelete, "/routes/{route}/versions", "reset-version", ops.RoleAdmin,
+		"Forget the version of a resource on a route: its next event is delivered whatever its version", http.StatusNotFound),
+		func(ctx context.Context, in *VersionInput) (*body[*ops.Version], error) {
+			v, err := a.svc.ResourceVersionReset(ctx, ops.VersionRequest{Route: in.Route, Source: in.Source, Resource: in.Resource})
+			if err != nil {
+				return nil, a.fail(ctx, "resetting a version", err)
+			}
+			return answer(v), nil
+		})
+}
+
+// RetryRouteBody is the body of retry-route.
+type RetryRouteBody struct {
+	DryRun bool `json:"dry_run,omitempty" doc:"Count and list what would be retried; change nothing."`
+}
+
+// VersionInput names a resource of a source on a route.
+type VersionInput struct {
+	RouteInput
+	Source   string `query:"source" required:"true" minLength:"1" doc:"The source whose resource it is."`
+	Resource string `query:"resource" required:"true" minLength:"1" doc:"The resource as its events carry it (gid://shopify/Order/1)."`
+}
+
+// EventsInput filters the events listing.
+type EventsInput struct {
+	Source    string `query:"source" doc:"Only events of this source."`
+	EventType string `query:"event_type" doc:"Only events of this type."`
+	State     string `query:"state" enum:"pending,retrying,delivered,dead,stale" doc:"Only events with a delivery in this state."`
+	Route     string `query:"route" doc:"Only events with a delivery to this route."`
+	Since     string `query:"since" doc:"Received at or after: RFC 3339, or an age (2h, 3d)."`
+	Until     string `query:"until" doc:"Received before: RFC 3339, or an age."`
+	Limit     int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"The most events on a page."`
+	Cursor    string `query:"cursor" doc:"The next_cursor of the page before."`
+}
+
+func (a *server) events() {
+	huma.Register(a.api, op(http.MethodGet, "/events", "list-events", ops.RoleViewer,
+		"List events newest first, each with its deliveries' states"),
+		func(ctx context.Context, in *EventsInput) (*body[Listing[ops.EventSummary]], error) {
+			f, err := ops.FilterFromFields(ops.FilterFields{Source: in.Source, EventType: in.EventType, State: in.State, Route: in.Route,
+				Since: in.Since, Until: in.Until, Limit: in.Limit, Cursor: in.Cursor})
+			if err != nil {
+				return nil, a.fail(ctx, "listing events", err)
+			}
+			list, err := a.svc.EventList(ctx, f)
+			if err != nil {
+				return nil, a.fail(ctx, "listing events", err)
+			}
+			return answer(Listing[ops.EventSummary]{Total: list.Total, Items: list.Items, NextCursor: list.NextCursor}), nil
+		})
+	huma.Register(a.api, op(http.MethodGet, "/events/{id}", "get-event", ops.RoleViewer,
+		"Show one event with its body, every delivery and every attempt", http.StatusNotFound),
+		func(ctx context.Context, in *EventInput) (*body[*ops.EventDetail], error) {
+			ev, err := a.svc.EventShow(ctx, in.ID)
+			if err != nil {
+				return nil, a.fail(ctx, "reading an event", err)
+			}
+			return answer(ev), nil
+		})
+	huma.Register(a.api, jobOp(http.MethodPost, "/events/{id}/retry", "retry-event", ops.RoleOperator,
+		"Attempt an event's retrying deliveries now (to one route or all), as a job", http.StatusNotFound),
+		func(ctx context.Context, in *struct {
+			EventInput
+			IdempotencyInput
+			Body RetryEventBody
+		}) (*jobAnswer, error) {
+			req := ops.RetryRequest{EventID: in.ID, Route: in.Body.Route, DryRun: in.Body.DryRun}
+			if err := a.svc.CheckRoute(in.Body.Route); err != nil {
+				return nil, a.fail(ctx, "retry", err)
+			}
+			return a.start(ctx, "retry", in.IdempotencyKey, map[string]any{"event_id": in.ID, "route": in.Body.Route, "dry_run": in.Body.DryRun},
+				func(ctx context.Context, _ func(any)) (any, error) { return a.svc.Retry(ctx, req) })
+		})
+	huma.Register(a.api, jobOp(http.MethodPost, "/replay", "replay", ops.RoleOperator,
+		"Deliver events again as a new attempt series, paced so live events keep flowing, as a job", http.StatusNotFound),
+		func(ctx context.Context, in *struct {
+			IdempotencyInput
+			Body ReplayBody
+		}) (*jobAnswer, error) {
+			req, err := in.Body.request()
+			if err != nil {
+				return nil, a.fail(ctx, "replay", err)
+			}
+			if err := a.svc.CheckRoute(req.Filter.Route); err != nil {
+				return nil, a.fail(ctx, "replay", err)
+			}
+			return a.start(ctx, "replay", in.IdempotencyKey, in.Body, func(ctx context.Context, progress func(any)) (any, error) {
+				req.ProgressFunc = func(p ops.ReplayProgress) { progress(p) }
+				return a.svc.Replay(ctx, req)
+			})
+		})
+}
+
+// EventInput names an event.
+type EventInput struct {
+	ID uuid.UUID `path:"id" doc:"The event's id."`
+}
+
+// RetryEventBody is the body of retry-event.
+type RetryEventBody struct {
+	Route  string `json:"route,omitempty" doc:"Only the delivery to this route; all the event's routes when absent."`
+	DryRun bool   `json:"dry_run,omitempty" doc:"List what would be retried; change nothing."`
+}
+
+// ReplayBody selects what to replay: one event, or a filter.
+type ReplayBody struct {
+	EventID          string        `json:"event_id,omitempty" format:"uuid" doc:"Replay this event (to filter.route only when set)."`
+	Filter           ReplayFilter  `json:"filter,omitempty" doc:"Replay the events it selects, oldest first. Without event_id it needs at least one field."`
+	IncludeDelivered bool          `json:"include_delivered,omitempty" doc:"Replay delivered pairs too."`
+	IncludeStale     bool          `json:"include_stale,omitempty" doc:"Replay stale pairs too, without the stale check."`
+	DryRun           bool          `json:"dry_run,omitempty" doc:"Report what would be replayed; change nothing."`
+	ListLimit        int           `json:"list_limit,omitempty" minimum:"0" maximum:"1000" doc:"How many pairs the report lists of each kind (default 100); the counts cover all."`
+	Pacing           *ReplayPacing `json:"pacing,omitempty" doc:"How a large replay is paced; the defaults suit most."`
+}
+
+// ReplayFilter is an event filter in a body.
+type ReplayFilter struct {
+	Source    string `json:"source,omitempty"`
+	EventType string `json:"event_type,omitempty"`
+	State     string `json:"state,omitempty" enum:"pending,retrying,delivered,dead,stale"`
+	Route     string `json:"route,omitempty"`
+	Since     string `json:"since,omitempty" doc:"RFC 3339, or an age (2h, 3d)."`
+	Until     string `json:"until,omitempty" doc:"RFC 3339, or an age."`
+	Limit     int    `json:"limit,omitempty" minimum:"0" doc:"The most events to replay; all the filter selects when 0."`
+}
+
+// ReplayPacing tunes a replay's batches.
+type ReplayPacing struct {
+	MaxBatch     int    `json:"max_batch,omitempty" minimum:"0" maximum:"5000" doc:"The most pairs per batch."`
+	StallTimeout string `json:"stall_timeout,omitempty" doc:"End the replay when a batch makes no progress this long (30s, 2m)."`
+}
+
+func (b ReplayBody) request() (ops.ReplayRequest, error) {
+	f, err := ops.FilterFromFields(ops.FilterFields{Source: b.Filter.Source, EventType: b.Filter.EventType, State: b.Filter.State,
+		Route: b.Filter.Route, Since: b.Filter.Since, Until: b.Filter.Until, Limit: b.Filter.Limit})
+	if err != nil {
+		return ops.ReplayRequest{}, err
+	}
+	req := ops.ReplayRequest{Filter: f, IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, DryRun: b.DryRun, ListLimit: b.ListLimit}
+	if b.EventID != "" {
+		if req.EventID, err = uuid.Parse(b.EventID); err != nil {
+			return req, ops.Invalid("event_id: not a uuid")
+		}
+	} else if f == (ops.EventFilter{}) {
+		return req, ops.Invalid("refusing to replay everything: give event_id or a filter")
+	}
+	if p := b.Pacing; p != nil {
+		req.MaxBatch = p.MaxBatch
+		if p.StallTimeout != "" {
+			if req.StallTimeout, err = config.ParseDuration(p.StallTimeout); err != nil || req.StallTimeout <= 0 {
+				return req, ops.Invalid("pacing.stall_timeout: want a positive duration with a unit (30s, 2m)")
+			}
+		}
+	}
+	return req, nil
+}
+
+// DeadListInput reads a route's dead letters.
+type DeadListInput struct {
+	RouteInput
+	State string `query:"state" enum:"pending,retrying,delivered,dead,stale,missing" doc:"Only letters whose pair is in this state."`
+	Limit int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"The most letters to show."`
+}
+
+func (a *server) deadLetters() {
+	huma.Register(a.api, op(http.MethodGet, "/routes/{route}/dead-letters", "list-dead-letters", ops.RoleViewer,
+		"Read a route's dead letters without consuming them, each with its pair's state in Postgres", http.StatusNotFound),
+		func(ctx context.Context, in *DeadListInput) (*body[Listing[ops.DeadLetter]], error) {
+			list, err := a.svc.DeadList(ctx, ops.DeadListRequest{Route: in.Route, State: in.State, Limit: in.Limit})
+			if err != nil {
+				return nil, a.fail(ctx, "reading dead letters", err)
+			}
+			// A queue is read from its head: there is no later page to
+			// point at, only how many the queue holds.
+			return answer(Listing[ops.DeadLetter]{Total: int64(list.Total), Items: list.Items}), nil
+		})
+	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/dead-letters/requeue", "requeue-dead-letters", ops.RoleOperator,
+		"Move a route's dead letters back to its queue as fresh attempt series, as a job", http.StatusNotFound),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			IdempotencyInput
+			Body RequeueBody
+		}) (*jobAnswer, error) {
+			if err := a.svc.CheckRoute(in.Route); err != nil {
+				return nil, a.fail(ctx, "requeue", err)
+			}
+			return a.start(ctx, "requeue", in.IdempotencyKey, map[string]any{"route": in.Route, "limit": in.Body.Limit},
+				func(ctx context.Context, progress func(any)) (any, error) {
+					moved, err := a.svc.DeadRequeue(ctx, in.Route, in.Body.Limit, func(moved, total int) {
+						progress(RequeueProgress{Moved: moved, Total: total})
+					})
+					return RequeueResult{Route: in.Route, Moved: moved}, err
+				})
+		})
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/dead-letters/drop-delivered", "drop-delivered-dead-letters", ops.RoleOperator,
+		"Remove a route's dead letters whose pair was delivered since (a replay, a requeue); the rest stay", http.StatusNotFound),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			Body DropBody
+		}) (*body[*ops.DeadDropResult], error) {
+			res, err := a.svc.DeadDropDelivered(ctx, in.Route, in.Body.DryRun)
+			if err != nil {
+				return nil, a.fail(ctx, "dropping dead letters", err)
+			}
+			return answer(res), nil
+		})
+}
+
+// RequeueBody is the body of requeue-dead-letters.
+type RequeueBody struct {
+	Limit int `json:"limit,omitempty" minimum:"0" doc:"The most letters to move; all there are when 0."`
+}
+
+// RequeueProgress is where a requeue stands.
+type RequeueProgress struct {
+	Moved int `json:"moved"`
+	Total int `json:"total"`
+}
+
+// RequeueResult is a requeue's report.
+type RequeueResult struct {
+	Route string `json:"route"`
+	Moved int    `json:"moved"`
+}
+
+// DropBody is the body of drop-delivered-dead-letters.
+type DropBody struct {
+	DryRun bool `json:"dry_run,omitempty" doc:"Count what would be dropped; drop nothing."`
+}
+
+// jobAnswer is the answer of an action that runs as a job: 202 and where
+// to poll it.
+type jobAnswer struct {
+	Location string `header:"Location" doc:"Where to poll the job."`
+	Body     *ops.Job
+}
+
+// start runs an action as a job for the caller in ctx and answers 202
+// with it (the earlier job when the idempotency key was used before).
+func (a *server) start(ctx context.Context, kind, key string, request any, run func(ctx context.Context, progress func(any)) (any, error)) (*jobAnswer, error) {
+	job, _, err := a.svc.StartJob(ctx, kind, key, request, run)
+	if err != nil {
+		return nil, a.fail(ctx, "starting a "+kind+" job", err)
+	}
+	return &jobAnswer{Location: Prefix + "/jobs/" + job.ID.String(), Body: job}, nil
+}
+
+// JobInput names a job.
+type JobInput struct {
+	ID uuid.UUID `path:"id" doc:"The job's id."`
+}
+
+// JobsInput pages the jobs.
+type JobsInput struct {
+	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100"`
+	Cursor string `query:"cursor" doc:"The next_cursor of the page before."`
+}
+
+func (a *server) jobs() {
+	huma.Register(a.api, op(http.MethodGet, "/jobs/{id}", "get-job", ops.RoleViewer,
+		"Show a job: its state (running, succeeded, failed), progress, and report once it ended", http.StatusNotFound),
+		func(ctx context.Context, in *JobInput) (*body[*ops.Job], error) {
+			j, err := a.svc.JobGet(ctx, in.ID)
+			if err != nil {
+				return nil, a.fail(ctx, "reading a job", err)
+			}
+			return answer(j), nil
+		})
+	huma.Register(a.api, op(http.MethodGet, "/jobs", "list-jobs", ops.RoleViewer, "List jobs, newest first"),
+		func(ctx context.Context, in *JobsInput) (*body[Listing[ops.Job]], error) {
+			var before uuid.UUID
+			if in.Cursor != "" {
+				var err error
+				if before, err = uuid.Parse(in.Cursor); err != nil {
+					return nil, a.fail(ctx, "listing jobs", ops.Invalid("cursor: not one this listing gave"))
+				}
+			}
+			list, total, err := a.svc.JobList(ctx, before, in.Limit)
+			if err != nil {
+				return nil, a.fail(ctx, "listing jobs", err)
+			}
+			out := Listing[ops.Job]{Total: total, Items: list}
+			if len(list) == in.Limit && len(list) > 0 {
+				out.NextCursor = list[len(list)-1].ID.String()
+			}
+			return answer(out), nil
+		})
+}
+
+// PurgeBody says what to purge.
+type PurgeBody struct {
+	OlderThan   string `json:"older_than" minLength:"1" doc:"Purge what is older than this (30d, 720h)."`
+	IncludeDead bool   `json:"include_dead,omitempty" doc:"Purge events with dead deliveries too."`
+	DryRun      bool   `json:"dry_run,omitempty" doc:"Count what would be purged; change nothing."`
+	Confirm     bool   `json:"confirm,omitempty" doc:"Required to purge (not for a dry run): a purge cannot be undone."`
+}
+
+// TokenBody asks for a token.
+type TokenBody struct {
+	Name      string `json:"name" minLength:"1" maxLength:"63" doc:"The token's name: a-z 0-9 . _ -"`
+	Role      string `json:"role" enum:"viewer,operator,admin"`
+	ExpiresIn string `json:"expires_in,omitempty" doc:"End the token this long after now (90d); never when absent."`
+}
+
+// TokenInput names a token.
+type TokenInput struct {
+	Name string `path:"name" maxLength:"63"`
+}
+
+// AuditInput filters the audit log.
+type AuditInput struct {
+	Actor  string `query:"actor" doc:"Only this actor: token:NAME, cli:USER, config:admin.token."`
+	Action string `query:"action" doc:"Only this action."`
+	Target string `query:"target" doc:"Only this target (a route, a token)."`
+	Since  string `query:"since" doc:"At or after: RFC 3339, or an age (2h, 3d)."`
+	Until  string `query:"until" doc:"Before: RFC 3339, or an age."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100"`
+	Cursor string `query:"cursor" doc:"The next_cursor of the page before."`
+}
+
+func (a *server) admin() {
+	huma.Register(a.api, jobOp(http.MethodPost, "/purge", "purge", ops.RoleAdmin,
+		"Delete old delivered events (keeping dedupe keys for the window and anything undelivered), as a job"),
+		func(ctx context.Context, in *struct {
+			IdempotencyInput
+			Body PurgeBody
+		}) (*jobAnswer, error) {
+			d, err := config.ParseDuration(in.Body.OlderThan)
+			if err != nil || d <= 0 {
+				return nil, a.fail(ctx, "purge", ops.Invalid("older_than: want a positive duration with a unit (30d, 720h)"))
+			}
+			if !in.Body.DryRun && !in.Body.Confirm {
+				return nil, apiError(http.StatusBadRequest, "confirm_required", "a purge cannot be undone: run it with dry_run first, then with confirm: true")
+			}
+			req := ops.PurgeRequest{OlderThan: d, IncludeDead: in.Body.IncludeDead, DryRun: in.Body.DryRun}
+			return a.start(ctx, "purge", in.IdempotencyKey, in.Body, func(ctx context.Context, progress func(any)) (any, error) {
+				req.ProgressFunc = func(r ops.PurgeResult) { progress(r) }
+				return a.svc.Purge(ctx, req)
+			})
+		})
+	huma.Register(a.api, op(http.MethodGet, "/tokens", "list-tokens", ops.RoleAdmin, "List the named tokens; never their secrets"),
+		func(ctx context.Context, _ *struct{}) (*body[Listing[ops.Token]], error) {
+			list, err := a.svc.TokenList(ctx)
+			if err != nil {
+				return nil, a.fail(ctx, "listing tokens", err)
+			}
+			return answer(Listing[ops.Token]{Total: int64(len(list)), Items: list}), nil
+		})
+	create := op(http.MethodPost, "/tokens", "create-token", ops.RoleAdmin, "Create a named token; its secret is in this answer only", http.StatusConflict)
+	create.DefaultStatus = http.StatusCreated
+	huma.Register(a.api, create, func(ctx context.Context, in *struct{ Body TokenBody }) (*body[*ops.NewToken], error) {
+		req := ops.TokenRequest{Name: in.Body.Name, Role: in.Body.Role}
+		if in.Body.ExpiresIn != "" {
+			d, err := config.ParseDuration(in.Body.ExpiresIn)
+			if err != nil || d <= 0 {
+				return nil, a.fail(ctx, "creating a token", ops.Invalid("expires_in: want a positive duration with a unit (90d)"))
+			}
+			req.ExpiresIn = d
+		}
+		t, err := a.svc.TokenCreate(ctx, req)
+		if err != nil {
+			return nil, a.fail(ctx, "creating a token", err)
+		}
+		return answer(t), nil
+	})
+	huma.Register(a.api, op(http.MethodDelete, "/tokens/{name}", "revoke-token", ops.RoleAdmin,
+		"Revoke a token: the next request carrying it is refused", http.StatusNotFound),
+		func(ctx context.Context, in *TokenInput) (*struct{}, error) {
+			if err := a.svc.TokenRevoke(ctx, in.Name); err != nil {
+				return nil, a.fail(ctx, "revoking a token", err)
+			}
+			return nil, nil
+		})
+	huma.Register(a.api, op(http.MethodGet, "/audit", "list-audit", ops.RoleViewer,
+		"List the audit log, newest first: who changed what, when, with which arguments and result"),
+		func(ctx context.Context, in *AuditInput) (*body[Listing[ops.AuditEntry]], error) {
+			ff := ops.AuditFilterFlags{Actor: in.Actor, Action: in.Action, Target: in.Target, Since: in.Since, Until: in.Until, Limit: in.Limit}
+			if in.Cursor != "" {
+				n, err := strconv.ParseInt(in.Cursor, 10, 64)
+				if err != nil || n <= 0 {
+					return nil, a.fail(ctx, "listing the audit log", ops.Invalid("cursor: not one this listing gave"))
+				}
+				ff.Before = n
+			}
+			f, err := ff.Filter()
+			if err != nil {
+				return nil, a.fail(ctx, "listing the audit log", err)
+			}
+			rows, total, err := a.svc.AuditList(ctx, f)
+			if err != nil {
+				return nil, a.fail(ctx, "listing the audit log", err)
+			}
+			out := Listing[ops.AuditEntry]{Total: total, Items: rows}
+			if len(rows) == in.Limit && len(rows) > 0 {
+				out.NextCursor = strconv.FormatInt(rows[len(rows)-1].ID, 10)
+			}
+			return answer(out), nil
+		})
+}

@@ -1,0 +1,242 @@
+package ops
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/store"
+)
+
+// AccessStore is what tokens, the audit log and jobs need from Postgres
+// (*store.DB).
+type AccessStore interface {
+	AuditInsert(ctx context.Context, e *store.AuditEntry) error
+	AuditList(ctx context.Context, f store.AuditFilter) ([]store.AuditEntry, int64, error)
+	TokenCreate(ctx context.Context, t store.Token, secretHash []byte, e *store.AuditEntry) error
+	TokenRevoke(ctx context.Context, name string, e *store.AuditEntry) error
+	TokenList(ctx context.Context) ([]store.Token, error)
+	TokenAuthenticate(ctx context.Context, secretHash []byte) (*store.Token, error)
+	JobStore
+}
+
+// Shared row types: the store, the service, the CLI and the API use these
+// as they are (River's rivertype is the model), so none converts twins.
+type (
+	Token       = store.Token
+	AuditEntry  = store.AuditEntry
+	EventFilter = store.EventFilter
+	PurgeResult = store.PurgeResult
+	Job         = store.Job
+)
+
+// ErrNotFound is returned when what was asked for does not exist.
+var ErrNotFound = store.ErrNotFound
+
+// ErrExists is returned when a name is taken.
+var ErrExists = store.ErrExists
+
+// Roles, each allowed what the one before it is and more: a viewer reads;
+// an operator also retries, replays, requeues, drops and pauses; an admin
+// also purges, resets versions and manages tokens.
+const (
+	RoleViewer   = store.RoleViewer
+	RoleOperator = store.RoleOperator
+	RoleAdmin    = store.RoleAdmin
+)
+
+// Roles lists the roles from least to most allowed.
+var Roles = store.Roles
+
+// RoleAllows reports whether a token of role has the rights of need.
+func RoleAllows(role, need string) bool {
+	have, want := slices.Index(Roles, role), slices.Index(Roles, need)
+	return have >= 0 && want >= 0 && have >= want
+}
+
+type actorKey struct{}
+
+// WithActor returns ctx naming who acts: "token:NAME", "cli:USER",
+// "config:admin.token". Every change is audited under that name.
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+// ActorOf returns who acts in ctx, "" when nobody was named.
+func ActorOf(ctx context.Context) string {
+	a, _ := ctx.Value(actorKey{}).(string)
+	return a
+}
+
+// errNoActor refuses a change nobody answers for: every caller (CLI, API)
+// names its actor, so this is a wiring fault, never an operator's.
+var errNoActor = errors.New("ops: a change needs an actor (ops.WithActor)")
+
+// entry starts the audit row of a change in ctx.
+func entry(ctx context.Context, action, target string, args map[string]any) (*store.AuditEntry, error) {
+	actor := ActorOf(ctx)
+	if actor == "" {
+		return nil, errNoActor
+	}
+	return &store.AuditEntry{Actor: actor, Action: action, Target: target, Args: args}, nil
+}
+
+// audited runs a change that spans transactions (a replay, a purge, a
+// requeue) and then writes its audit row with how it ended: the result's
+// counts, or the error. An audit row that cannot be written is an error
+// of the call even when the change succeeded, so nobody takes an
+// unaudited change for a clean one.
+func audited[T any](ctx context.Context, s *Service, action, target string, args map[string]any, run func() (T, error), result func(T) map[string]any) (T, error) {
+	var zero T
+	e, err := entry(ctx, action, target, args)
+	if err != nil {
+		return zero, err
+	}
+	out, err := run()
+	if err != nil {
+		e.Outcome, e.Result = store.OutcomeFailed, map[string]any{"error": err.Error()}
+	} else {
+		e.Outcome, e.Result = store.OutcomeOK, result(out)
+	}
+	// The change happened (or failed) whatever ctx says now: log it.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if lerr := s.Store.AuditInsert(lctx, e); lerr != nil {
+		return out, errors.Join(err, fmt.Errorf("the %s is done but its audit row was not written: %w", action, lerr))
+	}
+	return out, err
+}
+
+// AuditList lists audit rows, newest first.
+func (s *Service) AuditList(ctx context.Context, f store.AuditFilter) ([]store.AuditEntry, int64, error) {
+	if f.Limit <= 0 {
+		f.Limit = DefaultListLimit
+	}
+	return s.Store.AuditList(ctx, f)
+}
+
+// TokenRequest asks for a new token.
+type TokenRequest struct {
+	Name string
+	Role string
+	// ExpiresIn ends the token that long after its creation; 0 never.
+	ExpiresIn time.Duration
+}
+
+// NewToken is a created token with its secret, shown this once.
+type NewToken struct {
+	store.Token
+	Secret string `json:"secret"`
+}
+
+var tokenName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// TokenPrefix starts every token's secret, so a leaked one is easy to
+// find in a scan.
+const TokenPrefix = "hrt_"
+
+// HashToken is how a secret is stored and looked up.
+func HashToken(secret string) []byte {
+	sum := sha256.Sum256([]byte(secret))
+	return sum[:]
+}
+
+// TokenCreate makes a token with a fresh random secret and stores only its
+// hash; the secret is in the answer and nowhere else.
+func (s *Service) TokenCreate(ctx context.Context, req TokenRequest) (*NewToken, error) {
+	if !tokenName.MatchString(req.Name) {
+		return nil, fmt.Errorf("%w: a token name is 1-63 of a-z 0-9 . _ -, starting with a letter or digit", ErrInvalidRequest)
+	}
+	if !slices.Contains(Roles, req.Role) {
+		return nil, fmt.Errorf("%w: role must be viewer, operator or admin", ErrInvalidRequest)
+	}
+	if req.ExpiresIn < 0 {
+		return nil, fmt.Errorf("%w: expiry must be positive", ErrInvalidRequest)
+	}
+	args := map[string]any{"role": req.Role}
+	if req.ExpiresIn > 0 {
+		args["expires_in"] = req.ExpiresIn.String()
+	}
+	e, err := entry(ctx, "token.create", req.Name, args)
+	if err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("making a token secret: %w", err)
+	}
+	secret := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	t := store.Token{Name: req.Name, Role: req.Role, CreatedBy: e.Actor, CreatedAt: s.now()}
+	if req.ExpiresIn > 0 {
+		exp := s.now().Add(req.ExpiresIn).UTC().Truncate(time.Second)
+		t.ExpiresAt = &exp
+	}
+	if err := s.Store.TokenCreate(ctx, t, HashToken(secret), e); err != nil {
+		return nil, err
+	}
+	return &NewToken{Token: t, Secret: secret}, nil
+}
+
+// TokenRevoke revokes the token name: the next request that carries it is
+// refused.
+func (s *Service) TokenRevoke(ctx context.Context, name string) error {
+	e, err := entry(ctx, "token.revoke", name, nil)
+	if err != nil {
+		return err
+	}
+	return s.Store.TokenRevoke(ctx, name, e)
+}
+
+// TokenList lists the tokens, revoked ones too; never their secrets.
+func (s *Service) TokenList(ctx context.Context) ([]store.Token, error) {
+	return s.Store.TokenList(ctx)
+}
+
+// TokenAuthenticate returns the live token whose secret is secret, or
+// ErrNotFound.
+func (s *Service) TokenAuthenticate(ctx context.Context, secret string) (*store.Token, error) {
+	return s.Store.TokenAuthenticate(ctx, HashToken(secret))
+}
+
+// AuditActions are the actions the audit log holds.
+var AuditActions = []string{
+	"route.pause", "route.resume", "retry", "replay", "dead.requeue", "dead.drop", "purge",
+	"version.reset", "token.create", "token.revoke",
+}
+
+// AuditFilterFlags is an audit filter as typed (CLI flags, query
+// parameters): times as RFC 3339 or an age.
+type AuditFilterFlags struct {
+	Actor, Action, Target, Since, Until string
+	Limit                               int
+	// Before pages: rows older than the row with this id.
+	Before int64
+}
+
+// Filter checks and reads f.
+func (f AuditFilterFlags) Filter() (store.AuditFilter, error) {
+	out := store.AuditFilter{Actor: f.Actor, Action: f.Action, Target: f.Target, Limit: f.Limit, Before: f.Before}
+	if f.Action != "" && !slices.Contains(AuditActions, f.Action) {
+		return out, fmt.Errorf("%w: action must be one of %v", ErrInvalidRequest, AuditActions)
+	}
+	if f.Limit < 0 || f.Limit > MaxPageLimit {
+		return out, fmt.Errorf("%w: limit must be 1 to %d", ErrInvalidRequest, MaxPageLimit)
+	}
+	var err error
+	if out.Since, err = parseTime(f.Since); err != nil {
+		return out, fmt.Errorf("%w: since: %w", ErrInvalidRequest, err)
+	}
+	if out.Until, err = parseTime(f.Until); err != nil {
+		return out, fmt.Errorf("%w: until: %w", ErrInvalidRequest, err)
+	}
+	return out, nil
+}
+
+// MaxPageLimit is the most rows one page of a listing holds.
+const MaxPageLimit = 1000
