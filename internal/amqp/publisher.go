@@ -100,8 +100,11 @@ type Publisher struct {
 	cc    *confirmChannel
 	batch uint64 // numbers publishes, for correlation ids
 
-	sessMu sync.Mutex // guards sess, read without waiting for a publish
+	sessMu sync.Mutex // guards sess and declared, read without waiting for a publish
 	sess   *session
+	// declared says the topology was declared on sess: until then the
+	// connection is up but a queue may not exist yet.
+	declared bool
 }
 
 // NewPublisher returns a Publisher; it does not connect yet.
@@ -168,6 +171,9 @@ func (p *Publisher) connectLocked() (*session, error) {
 		}
 	}
 	p.cc = cc
+	p.sessMu.Lock()
+	p.declared = true
+	p.sessMu.Unlock()
 	return s, nil
 }
 
@@ -175,7 +181,7 @@ func (p *Publisher) connectLocked() (*session, error) {
 func (p *Publisher) resetLocked() {
 	p.sessMu.Lock()
 	s := p.sess
-	p.sess = nil
+	p.sess, p.declared = nil, false
 	p.sessMu.Unlock()
 	p.cc = nil
 	if s != nil {
@@ -193,11 +199,15 @@ func (p *Publisher) discardChannelLocked() {
 	}
 }
 
-// Ping connects if needed and reports whether the connection is open: nil,
-// ErrBlocked (wrapped) while the broker blocks it, or the connection error.
-// It does not wait for a publish in progress when connected.
+// Ping connects if needed and reports whether the connection is open with
+// the topology declared on it: nil, ErrBlocked (wrapped) while the broker
+// blocks it, or the connection error. It does not wait for a publish in
+// progress when connected and declared.
 func (p *Publisher) Ping(context.Context) error {
-	if s := p.session(); s != nil {
+	p.sessMu.Lock()
+	s, declared := p.sess, p.declared
+	p.sessMu.Unlock()
+	if s != nil && declared {
 		if gone, _ := s.closed(); !gone {
 			if reason, _ := s.block.current(); reason != "" {
 				return blockedError(reason)
