@@ -34,7 +34,7 @@ const DocumentPath = Prefix + "/openapi.json"
 // code and a message for people.
 type Error struct {
 	status  int
-	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, too_many_requests, storage_unavailable, unavailable, internal." example:"unknown_route"`
+	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, too_large, too_many_requests, stalled, storage_unavailable, unavailable, internal." example:"unknown_route"`
 	Message string `json:"message" doc:"What went wrong, for people."`
 	// RequiredRole is the role a 403 needed.
 	RequiredRole string `json:"required_role,omitempty" enum:"viewer,operator,admin" doc:"The role the operation needs (403 only)."`
@@ -227,6 +227,8 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 		return apiError(http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, ops.ErrInvalidRequest):
 		return apiError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
+	case errors.Is(err, ops.ErrTooLarge):
+		return apiError(http.StatusUnprocessableEntity, "too_large", strings.TrimPrefix(err.Error(), ops.ErrTooLarge.Error()+": "))
 	case errors.Is(err, ops.ErrExists):
 		return apiError(http.StatusConflict, "conflict", err.Error())
 	case errors.As(err, &stalled):

@@ -96,16 +96,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			httpserver.WriteError(w, http.StatusBadRequest, "refusing to replay everything: give a filter")
 			return
 		}
-		if req.EventID == uuid.Nil && !req.DryRun {
-			if status, msg := apiReplayTooBig(r, s, req); status != 0 {
-				if status == http.StatusServiceUnavailable {
-					logger.Error().Str("error", msg).Msg("counting replay candidates")
-					msg = "storage unavailable"
-				}
-				httpserver.WriteError(w, status, msg)
-				return
-			}
-		}
+		req.MaxEvents = MaxAPIReplayEvents
 		replay(w, r, s, logger, req)
 	})
 	mux.HandleFunc("POST /api/events/{id}/retry", func(w http.ResponseWriter, r *http.Request) {
@@ -120,20 +111,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 	mux.HandleFunc("POST /api/retry", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		req := RetryRequest{Route: q.Get("route"), State: q.Get("state"), DryRun: q.Get("dry_run") == "true"}
-		if !req.DryRun && req.Route != "" {
-			n, err := s.Store.DeliveryRetryCount(r.Context(), store.RetrySelection{Route: req.Route})
-			if err != nil {
-				logger.Error().Err(err).Msg("counting retrying pairs")
-				httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
-				return
-			}
-			if n > MaxAPIReplayEvents {
-				httpserver.WriteError(w, http.StatusUnprocessableEntity, fmt.Sprintf(
-					"route %s has %d retrying pairs; the admin API retries at most %d per request: run `hookrelay retry --route %s --state retrying`, which paces any number",
-					req.Route, n, MaxAPIReplayEvents, req.Route))
-				return
-			}
-		}
+		req.MaxPairs = MaxAPIReplayEvents
 		retry(w, r, s, logger, req)
 	})
 	routesAPI(mux, s, logger)
@@ -165,32 +143,6 @@ const ConfigTokenActor = "config:admin.token"
 // replay`, which paces a replay of any size and prints its progress.
 const MaxAPIReplayEvents = 1000
 
-// apiReplayTooBig returns a status and message when req selects more than
-// MaxAPIReplayEvents, 0 when it may run.
-func apiReplayTooBig(r *http.Request, s *Service, req ReplayRequest) (int, string) {
-	if req.Filter.Limit > MaxAPIReplayEvents {
-		return http.StatusBadRequest, fmt.Sprintf("filter.limit: the admin API replays at most %d events per request", MaxAPIReplayEvents)
-	}
-	if req.Filter.Limit > 0 {
-		return 0, ""
-	}
-	after, err := store.ParseReplayCursor(req.After)
-	if err != nil {
-		return http.StatusBadRequest, "after: " + err.Error()
-	}
-	n, err := s.Store.ReplayCandidateCount(r.Context(), req.Filter, after)
-	if err != nil {
-		return http.StatusServiceUnavailable, err.Error()
-	}
-	if n > MaxAPIReplayEvents {
-		return http.StatusUnprocessableEntity, fmt.Sprintf(
-			"the filter selects %d events; the admin API replays at most %d per request: set filter.limit (at most %d) "+
-				"and repeat with \"after\" set to each response's next_after until it is empty, or run `hookrelay replay`, "+
-				"which paces a replay of any size", n, MaxAPIReplayEvents, MaxAPIReplayEvents)
-	}
-	return 0, ""
-}
-
 func replay(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Logger, req ReplayRequest) {
 	res, err := s.Replay(r.Context(), req)
 	var stalled *StalledError
@@ -198,7 +150,9 @@ func replay(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.L
 	case errors.Is(err, store.ErrNotFound):
 		httpserver.WriteError(w, http.StatusNotFound, "no such event")
 	case errors.Is(err, ErrUnknownRoute), errors.Is(err, ErrInvalidRequest):
-		httpserver.WriteError(w, http.StatusBadRequest, err.Error())
+		httpserver.WriteError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ErrInvalidRequest.Error()+": "))
+	case errors.Is(err, ErrTooLarge):
+		httpserver.WriteError(w, http.StatusUnprocessableEntity, strings.TrimPrefix(err.Error(), ErrTooLarge.Error()+": "))
 	case errors.As(err, &stalled):
 		logger.Warn().Err(err).Msg("replay stalled")
 		httpserver.WriteError(w, http.StatusServiceUnavailable, err.Error())
@@ -216,7 +170,13 @@ func replay(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.L
 
 func retry(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Logger, req RetryRequest) {
 	res, err := s.Retry(r.Context(), req)
+	var stalled *StalledError
 	switch {
+	case errors.Is(err, ErrTooLarge):
+		httpserver.WriteError(w, http.StatusUnprocessableEntity, strings.TrimPrefix(err.Error(), ErrTooLarge.Error()+": "))
+	case errors.As(err, &stalled):
+		logger.Warn().Err(err).Msg("retry stalled")
+		httpserver.WriteError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, store.ErrNotFound):
 		httpserver.WriteError(w, http.StatusNotFound, "no such event")
 	case errors.Is(err, ErrUnknownRoute), errors.Is(err, ErrInvalidRequest):

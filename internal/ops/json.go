@@ -1,7 +1,6 @@
 package ops
 
 import (
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,78 +20,14 @@ type EventList struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
-// EventSummary is an event in a listing.
-type EventSummary struct {
-	ID             uuid.UUID         `json:"id"`
-	Source         string            `json:"source"`
-	EventType      string            `json:"event_type"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	ReceivedAt     time.Time         `json:"received_at"`
-	Purged         bool              `json:"purged,omitempty"`
-	Deliveries     []DeliverySummary `json:"deliveries"`
-}
-
-// DeliverySummary is one route's delivery state of an event.
-type DeliverySummary struct {
-	Route         string     `json:"route"`
-	State         string     `json:"state"`
-	Attempts      int        `json:"attempts"`
-	LastStatus    *int       `json:"last_status,omitempty"`
-	LastError     *string    `json:"last_error,omitempty"`
-	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
-	// Unserved marks a route that is not in the config: no dispatcher
-	// delivers it.
-	Unserved bool `json:"unserved,omitempty"`
-}
-
-// EventDetail is an event, its deliveries and their attempts.
-type EventDetail struct {
-	ID             uuid.UUID        `json:"id"`
-	Source         string           `json:"source"`
-	EventType      string           `json:"event_type"`
-	IdempotencyKey string           `json:"idempotency_key"`
-	ContentType    string           `json:"content_type"`
-	ReceivedAt     time.Time        `json:"received_at"`
-	Headers        http.Header      `json:"headers"`
-	Body           string           `json:"body"`
-	Purged         bool             `json:"purged,omitempty"`
-	Deliveries     []DeliveryDetail `json:"deliveries"`
-
-	// OrderingResource and OrderingVersion are what the stale check of a
-	// drop_stale route compares (the source's ordering), absent when none.
-	OrderingResource string `json:"ordering_resource,omitempty"`
-	OrderingVersion  string `json:"ordering_version,omitempty"`
-}
-
-// DeliveryDetail is one route's delivery with every attempt.
-type DeliveryDetail struct {
-	DeliverySummary
-	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
-	DeliveredAt    *time.Time `json:"delivered_at,omitempty"`
-	// Series is the pair's current attempt series: 1, and one more for
-	// each replay or requeued dead letter.
-	Series int `json:"series"`
-	// NextAttempt and NextAttemptAt say, for a retrying pair, which
-	// attempt of the series comes next and when its retry tier gives it
-	// back (`hookrelay retry` brings it forward).
-	NextAttempt   int          `json:"next_attempt,omitempty"`
-	NextAttemptAt *time.Time   `json:"next_attempt_at,omitempty"`
-	AttemptRows   []AttemptRow `json:"attempts_detail"`
-}
-
-// AttemptRow is one HTTP attempt.
-type AttemptRow struct {
-	// Attempt is its number within its series.
-	Attempt         int         `json:"attempt"`
-	Series          int         `json:"series"`
-	StartedAt       time.Time   `json:"started_at"`
-	DurationMS      int         `json:"duration_ms"`
-	Status          *int        `json:"status,omitempty"`
-	ResponseHeaders http.Header `json:"response_headers,omitempty"`
-	ResponseBody    string      `json:"response_body,omitempty"`
-	Error           *string     `json:"error,omitempty"`
-	Outcome         string      `json:"outcome"`
-}
+// The event rows are the store's (see there): one set of types.
+type (
+	EventSummary    = store.EventSummary
+	DeliverySummary = store.DeliverySummary
+	EventDetail     = store.EventDetail
+	DeliveryDetail  = store.DeliveryDetail
+	AttemptRow      = store.AttemptRow
+)
 
 // DeadLetterList is part of a dead-letter queue: Shown of its Total
 // messages.
@@ -161,47 +96,32 @@ func (b ReplayBody) Request() ReplayRequest {
 	}
 }
 
-func deliverySummary(d store.DeliverySummary, served bool) DeliverySummary {
-	return DeliverySummary{
-		Route: d.Route, State: d.State, Attempts: d.Attempts,
-		LastStatus: d.LastStatus, LastError: d.LastError, LastAttemptAt: d.LastAttemptAt, Unserved: !served,
-	}
-}
-
+// eventSummary marks e's deliveries to routes not in the config.
 func eventSummary(e store.EventSummary, served func(route string) bool) EventSummary {
-	return EventSummary{
-		ID: e.ID, Source: e.Source, EventType: e.EventType, IdempotencyKey: e.IdempotencyKey,
-		ReceivedAt: e.ReceivedAt, Purged: e.Purged,
-		Deliveries: convert(e.Deliveries, func(d store.DeliverySummary) DeliverySummary {
-			return deliverySummary(d, served(d.Route))
-		}),
+	for i := range e.Deliveries {
+		e.Deliveries[i].Unserved = !served(e.Deliveries[i].Route)
 	}
+	return e
 }
 
+// eventDetail marks e's deliveries to routes not in the config and says,
+// for each retrying one, which attempt comes next and when.
 func eventDetail(e *store.EventDetail, served func(route string) bool) *EventDetail {
-	return &EventDetail{
-		ID: e.ID, Source: e.Source, EventType: e.EventType, IdempotencyKey: e.IdempotencyKey, ContentType: e.ContentType,
-		ReceivedAt: e.ReceivedAt, Headers: e.Headers, Body: e.Body, Purged: e.Purged,
-		OrderingResource: e.OrderingResource, OrderingVersion: e.OrderingVersion,
-		Deliveries: convert(e.Deliveries, func(d store.DeliveryDetail) DeliveryDetail {
-			dd := DeliveryDetail{
-				DeliverySummary: deliverySummary(d.DeliverySummary, served(d.Route)),
-				FirstAttemptAt:  d.FirstAttemptAt, DeliveredAt: d.DeliveredAt, Series: d.Series,
-				AttemptRows: convert(d.AttemptRows, func(a store.AttemptRow) AttemptRow { return AttemptRow(a) }),
-			}
-			if d.State == "retrying" {
-				dd.NextAttempt = 1
-				for _, a := range d.AttemptRows {
-					if a.Series == d.Series {
-						dd.NextAttempt = max(dd.NextAttempt, a.Attempt+1)
-					}
+	for i := range e.Deliveries {
+		d := &e.Deliveries[i]
+		d.Unserved = !served(d.Route)
+		if d.State == "retrying" {
+			d.NextAttempt = 1
+			for _, a := range d.AttemptRows {
+				if a.Series == d.Series {
+					d.NextAttempt = max(d.NextAttempt, a.Attempt+1)
 				}
-				due := d.DueAt
-				dd.NextAttemptAt = &due
 			}
-			return dd
-		}),
+			due := d.DueAt
+			d.NextAttemptAt = &due
+		}
 	}
+	return e
 }
 
 // convert maps a slice, nil to nil (JSON null) and empty to empty ([]).

@@ -63,6 +63,10 @@ type ReplayRequest struct {
 	StallTimeout time.Duration
 	// ProgressFunc, when set, is called after each batch and while waiting.
 	ProgressFunc func(ReplayProgress)
+	// MaxEvents, when set, refuses a selection by filter of more events
+	// (ErrTooLarge), and a Filter.Limit above it (ErrInvalidRequest): for
+	// a caller that holds a request open while the replay runs.
+	MaxEvents int
 }
 
 // ReplayItem is one (event, route) pair and what replay did with it.
@@ -112,26 +116,6 @@ type ReplayProgress struct {
 	// Batch is the current batch size.
 	Batch int `json:"batch"`
 }
-
-// ErrReplayStalled is the cause of a StalledError.
-var ErrReplayStalled = errors.New("replay stalled")
-
-// StalledError ends a replay whose last batch stayed pending: no
-// dispatcher is consuming (or no outbox publisher publishing) the route.
-type StalledError struct {
-	Pending, Batch, Enqueued int
-	Waited                   time.Duration
-}
-
-func (e *StalledError) Error() string {
-	return fmt.Sprintf("replay stalled: %d of the last batch of %d pair(s) still pending after %s without progress "+
-		"(is a dispatcher consuming the route, and a receiver publishing its outbox?); the %d pair(s) enqueued so far "+
-		"stay enqueued and will be delivered once they are; running the same replay again skips them while they are in flight",
-		e.Pending, e.Batch, e.Waited.Round(time.Second), e.Enqueued)
-}
-
-// Unwrap makes errors.Is(err, ErrReplayStalled) hold.
-func (e *StalledError) Unwrap() error { return ErrReplayStalled }
 
 // Replay puts the selected pairs back through the outbox (so a crash half
 // way loses nothing) addressed to their route's queue, each as a new
@@ -207,8 +191,16 @@ func (s *Service) replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		}
 		return r.res, r.one(ctx, ev)
 	}
+	if req.MaxEvents > 0 && !req.DryRun && req.Filter.Limit > req.MaxEvents {
+		return nil, Invalid(fmt.Sprintf("filter.limit: the admin API replays at most %d events per request", req.MaxEvents))
+	}
 	if r.res.Events, err = s.Store.ReplayCandidateCount(ctx, req.Filter, after); err != nil {
 		return nil, err
+	}
+	if req.MaxEvents > 0 && !req.DryRun && req.Filter.Limit == 0 && r.res.Events > int64(req.MaxEvents) {
+		return nil, fmt.Errorf("%w: the filter selects %d events; the admin API replays at most %d per request: set filter.limit (at most %d) "+
+			"and repeat with \"after\" set to each response's next_after until it is empty, or run `hookrelay replay` "+
+			"or POST /api/v1/replay (a job), which pace a replay of any size", ErrTooLarge, r.res.Events, req.MaxEvents, req.MaxEvents)
 	}
 	return r.res, r.filtered(ctx, after)
 }
@@ -276,6 +268,10 @@ func (r *replayer) filtered(ctx context.Context, after store.ReplayCursor) error
 
 // ErrInvalidRequest marks a request that can never succeed as given.
 var ErrInvalidRequest = errors.New("invalid request")
+
+// ErrTooLarge marks a request that selects more than its caller allows
+// (MaxEvents, MaxPairs); a smaller one, or a paced job, would do.
+var ErrTooLarge = errors.New("too large")
 
 func cmpOr[T int | time.Duration](v, def T) T {
 	if v > 0 {
@@ -401,28 +397,18 @@ func (r *replayer) flush(ctx context.Context, n int, pace bool) error {
 	return r.pace(ctx, done)
 }
 
-// pace waits until at most a tenth of the batch just enqueued (and at
-// least one pair: a message RabbitMQ parked for its delivery limit stays
-// pending for ever) is still pending, then sizes the next batch to what drained in about
-// replayBatchTime. It fails with a StalledError when the batch makes no
-// progress for the stall timeout.
+// pace waits for the batch just enqueued to drain (see pacer), then
+// sizes the next batch to what drained in about replayBatchTime: at most
+// double this one, within [replayFirstBatch/2, maxBatch].
 func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
-	start := time.Now()
-	lowWater := max(len(batch)/10, 1)
-	lastPending, lastChange := len(batch), start
-	tick := time.NewTicker(replayPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("replay interrupted after %d pair(s) enqueued (they stay enqueued): %w", r.res.ReplayedCount, ctx.Err())
-		case <-tick.C:
-		}
+	var pending, delivered int
+	p := pacer{action: "replay", stall: r.stall, enqueued: func() int { return r.res.ReplayedCount }}
+	took, err := p.wait(ctx, len(batch), func(ctx context.Context) (int, error) {
 		states, err := r.s.Store.PairStates(ctx, batch)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		pending, delivered := 0, 0
+		pending, delivered = 0, 0
 		for _, st := range states {
 			switch st {
 			case webhook.StatePending:
@@ -431,25 +417,18 @@ func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
 				delivered++
 			}
 		}
+		return pending, nil
+	}, func(int) {
 		r.res.Delivered = r.delivered + delivered
 		r.progress()
-		now := time.Now()
-		if pending <= lowWater {
-			r.delivered += delivered
-			// Next batch: what drained per replayBatchTime, at most double
-			// this one, within [replayFirstBatch/2, maxBatch].
-			rate := float64(len(batch)-pending) / now.Sub(start).Seconds()
-			next := int(rate * replayBatchTime.Seconds())
-			r.batch = min(max(next, replayFirstBatch/2), 2*r.batch, r.maxBatch)
-			return nil
-		}
-		if pending < lastPending {
-			lastPending, lastChange = pending, now
-		} else if now.Sub(lastChange) >= r.stall {
-			r.delivered += delivered
-			return &StalledError{Pending: pending, Batch: len(batch), Enqueued: r.res.ReplayedCount, Waited: now.Sub(lastChange)}
-		}
+	})
+	r.delivered += delivered
+	if err != nil {
+		return err
 	}
+	rate := float64(len(batch)-pending) / took.Seconds()
+	r.batch = min(max(int(rate*replayBatchTime.Seconds()), replayFirstBatch/2), 2*r.batch, r.maxBatch)
+	return nil
 }
 
 func (r *replayer) progress() {

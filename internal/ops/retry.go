@@ -48,6 +48,9 @@ type RetryRequest struct {
 	// ProgressFunc, when set, is called after each batch and while
 	// waiting.
 	ProgressFunc func(RetryProgress)
+	// MaxPairs, when set, refuses a route with more retrying pairs
+	// (ErrTooLarge): for a caller that holds a request open meanwhile.
+	MaxPairs int
 }
 
 // RetryItem is one (event, route) pair and what retry did with it.
@@ -226,6 +229,10 @@ func (r *retrier) route(ctx context.Context) error {
 		r.res.RetriedCount = int(total)
 		return nil
 	}
+	if r.req.MaxPairs > 0 && total > int64(r.req.MaxPairs) {
+		return fmt.Errorf("%w: route %s has %d retrying pairs; the admin API retries at most %d per request: run `hookrelay retry --route %s --state retrying` "+
+			"or POST /api/v1/routes/%s/retry (a job), which pace any number", ErrTooLarge, r.req.Route, total, r.req.MaxPairs, r.req.Route, r.req.Route)
+	}
 	batch := cmpOr(r.req.MaxBatch, DefaultRetryBatch)
 	stall := cmpOr(r.req.StallTimeout, DefaultReplayStall)
 	var after int64
@@ -258,36 +265,14 @@ func (r *retrier) route(ctx context.Context) error {
 	return nil
 }
 
-// pace waits until at most a tenth of batch (and at least one pair) still
-// waits for its attempt, so a route's live events never queue behind more
-// than a batch; it fails when nothing moves for stall.
+// pace waits for a batch to be attempted (see pacer), so a route's live
+// events never queue behind more than a batch.
 func (r *retrier) pace(ctx context.Context, batch []store.RetriedPair, total int, stall time.Duration) error {
-	lowWater := max(len(batch)/10, 1)
-	last, lastChange := len(batch), time.Now()
-	tick := time.NewTicker(replayPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("retry interrupted after %d pair(s) (their copies stay queued): %w", r.res.RetriedCount, ctx.Err())
-		case <-tick.C:
-		}
-		waiting, err := r.st.DeliveryRetryWaiting(ctx, batch)
-		if err != nil {
-			return err
-		}
-		r.progress(total, waiting)
-		if waiting <= lowWater {
-			return nil
-		}
-		if waiting < last {
-			last, lastChange = waiting, time.Now()
-		} else if time.Since(lastChange) >= stall {
-			return fmt.Errorf("retry stalled: %d of the last batch of %d pair(s) not attempted after %s "+
-				"(is a dispatcher consuming the route, and a receiver publishing its outbox?); the %d pair(s) retried so far stay queued",
-				waiting, len(batch), stall, r.res.RetriedCount)
-		}
-	}
+	p := pacer{action: "retry", stall: stall, enqueued: func() int { return r.res.RetriedCount }}
+	_, err := p.wait(ctx, len(batch), func(ctx context.Context) (int, error) {
+		return r.st.DeliveryRetryWaiting(ctx, batch)
+	}, func(waiting int) { r.progress(total, waiting) })
+	return err
 }
 
 func (r *retrier) progress(total, waiting int) {

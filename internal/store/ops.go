@@ -37,25 +37,32 @@ type EventFilter struct {
 	Before ReplayCursor
 }
 
+// The row types below are what the store, the operator service, the CLI
+// (--json) and the admin API all show: one set of types, their JSON names
+// a contract scripts parse (a field's name, type and place do not change).
+
 // DeliverySummary is one route's delivery state of an event.
 type DeliverySummary struct {
-	Route         string
-	State         string
-	Attempts      int
-	LastStatus    *int
-	LastError     *string
-	LastAttemptAt *time.Time
+	Route         string     `json:"route"`
+	State         string     `json:"state"`
+	Attempts      int        `json:"attempts"`
+	LastStatus    *int       `json:"last_status,omitempty"`
+	LastError     *string    `json:"last_error,omitempty"`
+	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+	// Unserved marks a route that is not in the config: no dispatcher
+	// delivers it (set by the operator service, which knows the config).
+	Unserved bool `json:"unserved,omitempty"`
 }
 
 // EventSummary is an event in a listing.
 type EventSummary struct {
-	ID             uuid.UUID
-	Source         string
-	EventType      string
-	IdempotencyKey string
-	ReceivedAt     time.Time
-	Purged         bool
-	Deliveries     []DeliverySummary
+	ID             uuid.UUID         `json:"id"`
+	Source         string            `json:"source"`
+	EventType      string            `json:"event_type"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	ReceivedAt     time.Time         `json:"received_at"`
+	Purged         bool              `json:"purged,omitempty"`
+	Deliveries     []DeliverySummary `json:"deliveries"`
 }
 
 const eventFilterSQL = `
@@ -96,12 +103,12 @@ func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, err
 	rows, err := db.pool.Query(ctx, `
 		SELECT e.id, e.source, e.event_type, e.idempotency_key, e.received_at, e.purged_at IS NOT NULL,
 			COALESCE((
-				-- Keys are DeliverySummary's field names: pgx decodes the
+				-- Keys are DeliverySummary's JSON names: pgx decodes the
 				-- JSON into it.
 				SELECT json_agg(json_build_object(
-					'Route', d.route, 'State', d.state, 'Attempts', d.attempts,
-					'LastStatus', d.last_status, 'LastError', d.last_error,
-					'LastAttemptAt', d.last_attempt_at) ORDER BY d.route)
+					'route', d.route, 'state', d.state, 'attempts', d.attempts,
+					'last_status', d.last_status, 'last_error', d.last_error,
+					'last_attempt_at', d.last_attempt_at) ORDER BY d.route)
 				FROM deliveries d WHERE d.event_id = e.id), '[]')
 		FROM events e
 		WHERE `+eventFilterSQL+`
@@ -134,46 +141,54 @@ func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, err
 type AttemptRow struct {
 	// Attempt is its number within its series (a replay or a requeued
 	// dead letter starts a new series at 1).
-	Attempt         int
-	Series          int
-	StartedAt       time.Time
-	DurationMS      int
-	Status          *int
-	ResponseHeaders http.Header
-	ResponseBody    string
-	Error           *string
-	Outcome         string
+	Attempt         int         `json:"attempt"`
+	Series          int         `json:"series"`
+	StartedAt       time.Time   `json:"started_at"`
+	DurationMS      int         `json:"duration_ms"`
+	Status          *int        `json:"status,omitempty"`
+	ResponseHeaders http.Header `json:"response_headers,omitempty"`
+	ResponseBody    string      `json:"response_body,omitempty"`
+	Error           *string     `json:"error,omitempty"`
+	Outcome         string      `json:"outcome"`
 }
 
 // DeliveryDetail is one route's delivery with every attempt.
 type DeliveryDetail struct {
 	DeliverySummary
-	FirstAttemptAt *time.Time
-	DeliveredAt    *time.Time
-	// Series is the pair's current attempt series.
-	Series int
+	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
+	DeliveredAt    *time.Time `json:"delivered_at,omitempty"`
+	// Series is the pair's current attempt series: 1, and one more for
+	// each replay or requeued dead letter.
+	Series int `json:"series"`
 	// DueAt is when the pair's current copy is due at a dispatcher: for a
 	// retrying pair, when its retry tier gives it back.
-	DueAt       time.Time
-	AttemptRows []AttemptRow
+	DueAt time.Time `json:"-"`
+	// NextAttempt and NextAttemptAt say, for a retrying pair, which
+	// attempt of the series comes next and when its retry tier gives it
+	// back (`hookrelay retry` brings it forward); set by the operator
+	// service.
+	NextAttempt   int          `json:"next_attempt,omitempty"`
+	NextAttemptAt *time.Time   `json:"next_attempt_at,omitempty"`
+	AttemptRows   []AttemptRow `json:"attempts_detail"`
 }
 
 // EventDetail is an event, its deliveries and their attempts.
 type EventDetail struct {
-	ID             uuid.UUID
-	Source         string
-	EventType      string
-	IdempotencyKey string
-	ContentType    string
-	ReceivedAt     time.Time
-	Headers        http.Header
-	Body           string
-	Purged         bool
-	Deliveries     []DeliveryDetail
+	ID             uuid.UUID        `json:"id"`
+	Source         string           `json:"source"`
+	EventType      string           `json:"event_type"`
+	IdempotencyKey string           `json:"idempotency_key"`
+	ContentType    string           `json:"content_type"`
+	ReceivedAt     time.Time        `json:"received_at"`
+	Headers        http.Header      `json:"headers"`
+	Body           string           `json:"body"`
+	Purged         bool             `json:"purged,omitempty"`
+	Deliveries     []DeliveryDetail `json:"deliveries"`
 
-	// OrderingResource and OrderingVersion are the event's resource and
-	// version for the stale check, "" when it has none.
-	OrderingResource, OrderingVersion string
+	// OrderingResource and OrderingVersion are what the stale check of a
+	// drop_stale route compares (the source's ordering), absent when none.
+	OrderingResource string `json:"ordering_resource,omitempty"`
+	OrderingVersion  string `json:"ordering_version,omitempty"`
 }
 
 // EventShow returns one event with its deliveries and attempts, or
