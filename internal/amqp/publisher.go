@@ -500,7 +500,7 @@ func (p *Publisher) Close() error {
 	defer p.mu.Unlock()
 	p.sessMu.Lock()
 	s := p.sess
-	p.sess = nil
+	p.sess, p.declared = nil, false
 	p.sessMu.Unlock()
 	p.cc = nil
 	if s == nil {

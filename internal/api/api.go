@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -34,7 +35,7 @@ const DocumentPath = Prefix + "/openapi.json"
 // code and a message for people.
 type Error struct {
 	status  int
-	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, too_large, too_many_requests, stalled, storage_unavailable, unavailable, internal." example:"unknown_route"`
+	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, idempotency_key_reused, too_large, too_many_requests, stalled, storage_unavailable, unavailable, internal." example:"unknown_route"`
 	Message string `json:"message" doc:"What went wrong, for people."`
 	// RequiredRole is the role a 403 needed.
 	RequiredRole string `json:"required_role,omitempty" enum:"viewer,operator,admin" doc:"The role the operation needs (403 only)."`
@@ -75,8 +76,13 @@ func codeFor(status int) string {
 // installErrors makes huma's own errors (validation, a malformed body)
 // take our shape, so the document's one error schema is what is sent.
 // huma keeps them in package variables: every API of this process has the
-// same error shape.
-func installErrors() {
+// same error shape, installed once (APIs made at once must not race on
+// them).
+func installErrors() { errorsOnce.Do(setErrors) }
+
+var errorsOnce sync.Once
+
+func setErrors() {
 	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
 		e := apiError(status, codeFor(status), msg)
 		var details []string
@@ -112,6 +118,9 @@ type Options struct {
 	// FailedAuthPerMinute is how many failed authentications one client
 	// address may make a minute before it is answered 429; default 20.
 	FailedAuthPerMinute int
+	// Limiter, when set, counts the failures instead (shared with the
+	// other handlers of the admin listener: see LimitFailures).
+	Limiter *FailLimiter
 	// Version is the document's info.version.
 	Version string
 }
@@ -134,7 +143,10 @@ func New(mux Mux, svc *ops.Service, opts Options, logger zerolog.Logger) huma.AP
 	}
 	cfg.Security = []map[string][]string{{"bearer": {}}}
 	api := humago.New(mux, cfg)
-	a := &server{api: api, svc: svc, logger: logger, limiter: newFailLimiter(cmpOr(opts.FailedAuthPerMinute, 20))}
+	a := &server{api: api, svc: svc, logger: logger, limiter: opts.Limiter}
+	if a.limiter == nil {
+		a.limiter = NewFailLimiter(opts.FailedAuthPerMinute)
+	}
 	if opts.ConfigToken != "" {
 		a.configToken = ops.HashToken(opts.ConfigToken)
 	}
@@ -176,7 +188,7 @@ type server struct {
 	svc         *ops.Service
 	logger      zerolog.Logger
 	configToken []byte
-	limiter     *failLimiter
+	limiter     *FailLimiter
 }
 
 // roleKey is where an operation keeps the role it needs.
@@ -227,6 +239,8 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 		return apiError(http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, ops.ErrInvalidRequest):
 		return apiError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
+	case errors.Is(err, ops.ErrIdempotencyKeyReused):
+		return apiError(http.StatusUnprocessableEntity, "idempotency_key_reused", strings.TrimPrefix(err.Error(), ops.ErrIdempotencyKeyReused.Error()+": "))
 	case errors.Is(err, ops.ErrTooLarge):
 		return apiError(http.StatusUnprocessableEntity, "too_large", strings.TrimPrefix(err.Error(), ops.ErrTooLarge.Error()+": "))
 	case errors.Is(err, ops.ErrExists):

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ops"
 )
 
@@ -35,7 +37,7 @@ func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		_ = huma.WriteErr(a.api, ctx, http.StatusTooManyRequests, "too many failed authentications from this address; try again later")
 		return
 	}
-	secret, ok := strings.CutPrefix(ctx.Header("Authorization"), "Bearer ")
+	secret, ok := bearer(ctx.Header("Authorization"))
 	actor, role := "", ""
 	switch {
 	case !ok || secret == "":
@@ -68,18 +70,76 @@ func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	next(huma.WithContext(ctx, ops.WithActor(ctx.Context(), actor)))
 }
 
-// clientAddr is the host of a remote address.
+// bearer reads the token of an Authorization header (the scheme is not
+// case-sensitive).
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// clientAddr is who a failed authentication is counted against: the host
+// of a remote address, an IPv6 one by its /64 (one host's share).
 func clientAddr(remote string) string {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
-		return remote
+		host = remote
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Is6() && !ip.Is4In6() && !ip.IsLoopback() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.String()
+		}
 	}
 	return host
 }
 
-// failLimiter counts failed authentications per client address in
-// one-minute windows.
-type failLimiter struct {
+// LimitFailures puts l in front of next, a handler that answers 401 to a
+// failed authentication (the first admin API, pprof): an address that
+// failed too often this minute is answered 429, and each 401 counts.
+func LimitFailures(l *FailLimiter, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := clientAddr(r.RemoteAddr)
+		if wait := l.blocked(client); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+			httpserver.WriteError(w, http.StatusTooManyRequests, "too many failed authentications from this address; try again later")
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == http.StatusUnauthorized {
+			l.fail(client)
+		}
+	})
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the writer underneath.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// FailLimiter counts failed authentications per client address in
+// one-minute windows. NewFailLimiter(0) allows 20 a minute.
+type FailLimiter struct {
 	limit int
 	now   func() time.Time
 
@@ -92,12 +152,12 @@ type failWindow struct {
 	n     int
 }
 
-func newFailLimiter(perMinute int) *failLimiter {
-	return &failLimiter{limit: perMinute, now: time.Now, windows: map[string]*failWindow{}}
+func NewFailLimiter(perMinute int) *FailLimiter {
+	return &FailLimiter{limit: cmpOr(perMinute, 20), now: time.Now, windows: map[string]*failWindow{}}
 }
 
 // blocked returns how long client must wait, 0 when it may try.
-func (l *failLimiter) blocked(client string) time.Duration {
+func (l *FailLimiter) blocked(client string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.windows[client]
@@ -116,7 +176,7 @@ func (l *failLimiter) blocked(client string) time.Duration {
 }
 
 // fail counts a failed authentication of client.
-func (l *failLimiter) fail(client string) {
+func (l *FailLimiter) fail(client string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()

@@ -73,7 +73,7 @@ func (a *server) routes() {
 			if err := a.svc.CheckRoute(in.Route); err != nil {
 				return nil, a.fail(ctx, "retry", err)
 			}
-			return a.start(ctx, "retry", in.IdempotencyKey, in.Body, func(ctx context.Context, progress func(any)) (any, error) {
+			return a.start(ctx, "retry", in.IdempotencyKey, map[string]any{"route": in.Route, "dry_run": in.Body.DryRun}, func(ctx context.Context, progress func(any)) (any, error) {
 				req.ProgressFunc = func(p ops.RetryProgress) { progress(p) }
 				return a.svc.Retry(ctx, req)
 			})
@@ -157,6 +157,9 @@ func (a *server) events() {
 			if err := a.svc.CheckRoute(in.Body.Route); err != nil {
 				return nil, a.fail(ctx, "retry", err)
 			}
+			if _, err := a.svc.EventShow(ctx, in.ID); err != nil { // an unknown event is a 404, not a failed job
+				return nil, a.fail(ctx, "retry", err)
+			}
 			return a.start(ctx, "retry", in.IdempotencyKey, map[string]any{"event_id": in.ID, "route": in.Body.Route, "dry_run": in.Body.DryRun},
 				func(ctx context.Context, _ func(any)) (any, error) { return a.svc.Retry(ctx, req) })
 		})
@@ -172,6 +175,11 @@ func (a *server) events() {
 			}
 			if err := a.svc.CheckRoute(req.Filter.Route); err != nil {
 				return nil, a.fail(ctx, "replay", err)
+			}
+			if req.EventID != uuid.Nil {
+				if _, err := a.svc.EventShow(ctx, req.EventID); err != nil { // an unknown event is a 404, not a failed job
+					return nil, a.fail(ctx, "replay", err)
+				}
 			}
 			return a.start(ctx, "replay", in.IdempotencyKey, in.Body, func(ctx context.Context, progress func(any)) (any, error) {
 				req.ProgressFunc = func(p ops.ReplayProgress) { progress(p) }

@@ -394,6 +394,8 @@ func TestAPISuite(t *testing.T) {
 	require.Equal(t, "/api/v1/jobs/"+job.ID.String(), a.Header.Get("Location"))
 	job, _ = c.waitJob(viewer, job.ID.String(), 20*time.Second)
 	require.Equal(t, "succeeded", job.State, job.Error)
+	a = c.call("retry-event", http.MethodPost, "/api/v1/events/"+uuid.NewString()+"/retry", op, map[string]any{})
+	require.Equal(t, http.StatusNotFound, a.Status, "an unknown event is refused at once, not a failed job: %s", a.Body)
 	a = c.call("retry-route", http.MethodPost, "/api/v1/routes/billing/retry", op, map[string]any{"dry_run": true})
 	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
 	a.decode(t, &job)
@@ -409,6 +411,11 @@ func TestAPISuite(t *testing.T) {
 	var requeued struct{ Moved int }
 	require.NoError(t, json.Unmarshal(job.Result, &requeued))
 	require.Equal(t, 2, requeued.Moved)
+	// The key used for another request is refused, naming it.
+	a = c.call("requeue-dead-letters", http.MethodPost, "/api/v1/routes/billing/dead-letters/requeue", op, map[string]any{"limit": 1}, "Idempotency-Key", "requeue-1")
+	require.Equal(t, http.StatusUnprocessableEntity, a.Status, "%s", a.Body)
+	a.decode(t, &e)
+	require.Equal(t, "idempotency_key_reused", e.Code)
 	// The same key again answers the same job and moves nothing.
 	a = c.call("requeue-dead-letters", http.MethodPost, "/api/v1/routes/billing/dead-letters/requeue", op, map[string]any{}, "Idempotency-Key", "requeue-1")
 	require.Equal(t, http.StatusAccepted, a.Status)
@@ -559,6 +566,16 @@ func TestAPISuite(t *testing.T) {
 		}
 	}
 	require.Equal(t, http.StatusTooManyRequests, last, "failed attempts per client address are rate-limited")
+	// One count for the whole admin listener: the first API is closed to
+	// the address too, with the right token even, until the minute ends.
+	req, err := http.NewRequest(http.MethodGet, c.base+"/api/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
 }
 
 // The curl examples of docs/api.md run as they are, against a receiver

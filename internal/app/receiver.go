@@ -199,19 +199,23 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		svc.Jobs = ops.NewJobRunner(jobCtx, logger.With().Str("component", "jobs").Logger())
 		defer svc.Jobs.Wait()
 		defer stopJobs()
-		v1, err := api.Handler(svc, api.Options{ConfigToken: cfg.Admin.Token, FailedAuthPerMinute: cfg.Admin.AuthFailuresPerMinute}, logger.With().Str("component", "api").Logger())
+		// One count of failed authentications per address for the whole
+		// listener: /api/v1, the first API and the profiles.
+		limiter := api.NewFailLimiter(cfg.Admin.AuthFailuresPerMinute)
+		v1, err := api.Handler(svc, api.Options{ConfigToken: cfg.Admin.Token, Limiter: limiter}, logger.With().Str("component", "api").Logger())
 		if err != nil {
 			return err
 		}
-		admin := http.NewServeMux()
-		admin.Handle(api.Prefix+"/", v1)
-		admin.Handle("/", ops.Handler(svc, cfg.Admin.Token, logger)) // the first API, /api/..., admin.token only
-		rc.admin = admin
-		logger.Info().Msg("admin API " + api.Prefix + ": named tokens (hookrelay tokens create) with roles; admin.token is accepted as an admin token, audited as " + ops.ConfigTokenActor)
+		rest := ops.Handler(svc, cfg.Admin.Token, logger) // the first API, /api/..., admin.token only
 		if cfg.Debug.Pprof {
-			rc.admin = withPprof(rc.admin, cfg.Admin.Token)
+			rest = withPprof(rest, cfg.Admin.Token)
 			logger.Warn().Msg("debug.pprof: profiles served under /debug/pprof/ on the admin listener")
 		}
+		admin := http.NewServeMux()
+		admin.Handle(api.Prefix+"/", v1)
+		admin.Handle("/", api.LimitFailures(limiter, rest))
+		rc.admin = admin
+		logger.Info().Msg("admin API " + api.Prefix + ": named tokens (hookrelay tokens create) with roles; admin.token is accepted as an admin token, audited as " + ops.ConfigTokenActor)
 	} else if cfg.Debug.Pprof {
 		logger.Warn().Msg("debug.pprof is set but admin.listen is not: the receiver serves no profiles")
 	}

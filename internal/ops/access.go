@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"time"
@@ -89,7 +90,9 @@ func entry(ctx context.Context, action, target string, args map[string]any) (*st
 
 // audited runs a change that spans transactions (a replay, a purge, a
 // requeue) and then writes its audit row with how it ended: the result's
-// counts, or the error. An audit row that cannot be written is an error
+// counts, or the error (as PublicError words it). A request refused before
+// it changed anything (invalid, an unknown route or event, too large) is
+// not a change: no row. An audit row that cannot be written is an error
 // of the call even when the change succeeded, so nobody takes an
 // unaudited change for a clean one.
 func audited[T any](ctx context.Context, s *Service, action, target string, args map[string]any, run func() (T, error), result func(T) map[string]any) (T, error) {
@@ -99,8 +102,14 @@ func audited[T any](ctx context.Context, s *Service, action, target string, args
 		return zero, err
 	}
 	out, err := run()
+	if refused(err) {
+		return out, err
+	}
 	if err != nil {
-		e.Outcome, e.Result = store.OutcomeFailed, map[string]any{"error": err.Error()}
+		e.Outcome, e.Result = store.OutcomeFailed, map[string]any{"error": PublicError(err)}
+		if !isNil(out) {
+			e.Result["done"] = result(out) // what it did before it failed
+		}
 	} else {
 		e.Outcome, e.Result = store.OutcomeOK, result(out)
 	}
@@ -111,6 +120,19 @@ func audited[T any](ctx context.Context, s *Service, action, target string, args
 		return out, errors.Join(err, fmt.Errorf("the %s is done but its audit row was not written: %w", action, lerr))
 	}
 	return out, err
+}
+
+// isNil reports whether v is nil or a nil pointer.
+func isNil(v any) bool {
+	r := reflect.ValueOf(v)
+	return v == nil || (r.Kind() == reflect.Pointer && r.IsNil())
+}
+
+// refused reports whether err refused a request before it changed
+// anything.
+func refused(err error) bool {
+	return errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrUnknownRoute) || errors.Is(err, ErrNotFound) ||
+		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrExists)
 }
 
 // AuditList lists audit rows, newest first.

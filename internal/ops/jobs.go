@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -18,17 +20,15 @@ type JobStore interface {
 	JobCreate(ctx context.Context, j *store.Job) (*store.Job, bool, error)
 	JobProgress(ctx context.Context, id uuid.UUID, progress json.RawMessage) error
 	JobFinish(ctx context.Context, id uuid.UUID, progress, result json.RawMessage, errText string) error
-	JobGet(ctx context.Context, id uuid.UUID, abandonAfter time.Duration) (*store.Job, error)
+	JobGet(ctx context.Context, id uuid.UUID) (*store.Job, error)
 	JobList(ctx context.Context, before uuid.UUID, limit int) ([]store.Job, int64, error)
 }
 
-// Job timing: a running job moves its heartbeat at least every
-// jobHeartbeat, and one whose heartbeat is jobAbandoned old is reported
-// failed (the process running it died). Progress is stored at most every
-// jobProgressEvery.
+// Job timing: a running job moves its heartbeat every jobHeartbeat (one
+// older than store.JobAbandoned is reported failed), and stores its
+// progress at most every jobProgressEvery.
 const (
 	jobHeartbeat     = 5 * time.Second
-	jobAbandoned     = 30 * time.Second
 	jobProgressEvery = 500 * time.Millisecond
 )
 
@@ -39,6 +39,9 @@ const (
 type JobRunner struct {
 	ctx    context.Context
 	logger zerolog.Logger
+
+	mu     sync.Mutex // guards closed and wg.Add against Wait
+	closed bool
 	wg     sync.WaitGroup
 }
 
@@ -48,18 +51,28 @@ func NewJobRunner(ctx context.Context, logger zerolog.Logger) *JobRunner {
 	return &JobRunner{ctx: ctx, logger: logger}
 }
 
-// Wait waits for the running jobs to end.
-func (r *JobRunner) Wait() { r.wg.Wait() }
+// Wait refuses new jobs and waits for the running ones to end.
+func (r *JobRunner) Wait() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.wg.Wait()
+}
 
-// ErrNoJobs is returned when the service has no job runner (the CLI runs
-// its actions in the foreground).
+// ErrNoJobs is returned when the service runs no jobs: the CLI, which
+// runs its actions in the foreground, or a process shutting down.
 var ErrNoJobs = errors.New("jobs are not run here")
 
+// ErrIdempotencyKeyReused is returned for an Idempotency-Key used before
+// with another action or other arguments.
+var ErrIdempotencyKeyReused = errors.New("idempotency key reused")
+
 // StartJob stores a job of kind for request and runs it in the
-// background. With an idempotency key the actor used before, it starts
-// nothing and returns the earlier job with started false. run reports
-// progress through its function, which stores it (throttled); its result
-// is the job's report.
+// background. With an idempotency key the actor used before for the same
+// kind and request, it starts nothing and returns the earlier job with
+// started false; used for anything else, ErrIdempotencyKeyReused. run
+// reports progress through its function, which stores it (throttled); its
+// result is the job's report.
 func (s *Service) StartJob(ctx context.Context, kind, idempotencyKey string, request any, run func(ctx context.Context, progress func(any)) (any, error)) (job *store.Job, started bool, err error) {
 	if s.Jobs == nil {
 		return nil, false, ErrNoJobs
@@ -76,17 +89,36 @@ func (s *Service) StartJob(ctx context.Context, kind, idempotencyKey string, req
 	if err != nil {
 		return nil, false, err
 	}
-	job, created, err := s.Store.JobCreate(ctx, &store.Job{ID: id, Kind: kind, Actor: actor, IdempotencyKey: idempotencyKey, Request: req})
-	if err != nil || !created {
-		return job, false, err
-	}
 	r := s.Jobs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.ctx.Err() != nil {
+		return nil, false, ErrNoJobs
+	}
+	job, created, err := s.Store.JobCreate(ctx, &store.Job{ID: id, Kind: kind, Actor: actor, IdempotencyKey: idempotencyKey, Request: req})
+	if err != nil {
+		return nil, false, err
+	}
+	if !created {
+		if job.Kind != kind || !sameJSON(job.Request, req) {
+			return nil, false, fmt.Errorf("%w: Idempotency-Key %q was used for another request (%s %s): use a new key for a new request",
+				ErrIdempotencyKeyReused, idempotencyKey, job.Kind, job.Request)
+		}
+		return job, false, nil
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		r.run(WithActor(r.ctx, actor), s.Store, job.ID, kind, run)
 	}()
 	return job, true, nil
+}
+
+// sameJSON reports whether two JSON documents hold the same values
+// (Postgres' jsonb orders keys its own way).
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind string, run func(ctx context.Context, progress func(any)) (any, error)) {
@@ -99,15 +131,12 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 	)
 	store := func(force bool) {
 		mu.Lock()
-		p, due := last, pending && (force || time.Since(stored) >= jobProgressEvery)
-		if due {
-			pending, stored = false, time.Now()
-		}
-		mu.Unlock()
-		if !due {
+		defer mu.Unlock() // held while storing: the newest progress is stored last
+		if !pending || (!force && time.Since(stored) < jobProgressEvery) {
 			return
 		}
-		if err := st.JobProgress(context.WithoutCancel(ctx), id, p); err != nil {
+		pending, stored = false, time.Now()
+		if err := st.JobProgress(context.WithoutCancel(ctx), id, last); err != nil {
 			log.Warn().Err(err).Msg("storing job progress")
 		}
 	}
@@ -123,8 +152,9 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 	}
 	// The heartbeat tells a poller the job is alive while its progress
 	// does not move (a replay waiting on a slow destination).
-	beat := make(chan struct{})
+	beat, beatDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(beatDone)
 		t := time.NewTicker(jobHeartbeat)
 		defer t.Stop()
 		for {
@@ -132,30 +162,26 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 			case <-beat:
 				return
 			case <-t.C:
-				mu.Lock()
-				p := last
-				mu.Unlock()
-				if p == nil {
-					p = json.RawMessage("{}")
-				}
-				if err := st.JobProgress(context.WithoutCancel(ctx), id, p); err != nil {
+				if err := st.JobProgress(context.WithoutCancel(ctx), id, nil); err != nil {
 					log.Warn().Err(err).Msg("job heartbeat")
 				}
 			}
 		}
 	}()
-	res, err := run(ctx, progress)
+	res, err := protect(ctx, log, run, progress)
 	close(beat)
+	<-beatDone
 	store(true)
-	var raw json.RawMessage
 	errText := ""
 	if err != nil {
-		errText = err.Error()
+		log.Warn().Err(err).Msg("job ended with an error")
+		errText = PublicError(err)
 		if ctx.Err() != nil {
 			errText = "stopped: the process running it shut down (" + errText + "); what it did stays done, run it again for the rest"
 		}
 	}
-	if res != nil {
+	var raw json.RawMessage
+	if !isNil(res) {
 		if raw, err = json.Marshal(res); err != nil {
 			errText = "report: " + err.Error()
 		}
@@ -170,15 +196,47 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 		return
 	}
 	if errText != "" {
-		log.Warn().Str("error", errText).Msg("job failed")
+		log.Warn().Str("reported", errText).Msg("job failed")
 		return
 	}
 	log.Info().Msg("job done")
 }
 
+// protect runs a job, turning a panic into its error: one job's fault
+// does not stop the process and every other job with it.
+func protect(ctx context.Context, log zerolog.Logger, run func(ctx context.Context, progress func(any)) (any, error), progress func(any)) (res any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg("job panicked")
+			res, err = nil, errJobPanicked
+		}
+	}()
+	return run(ctx, progress)
+}
+
+// errJobPanicked ends a job that panicked.
+var errJobPanicked = errors.New("the job failed on a fault of hookrelay (a panic): the log of the process that ran it has its stack")
+
+// PublicError is what an operator may read of err in a job or the audit
+// log, which every viewer reads: the refusals and stalls the service
+// words for them as they are; anything else (a driver's error names hosts
+// and users) only as its kind, the whole of it going to the log of the
+// process that met it.
+func PublicError(err error) string {
+	var stalled *StalledError
+	switch {
+	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrUnknownRoute), errors.Is(err, ErrNotFound),
+		errors.Is(err, ErrTooLarge), errors.Is(err, ErrExists), errors.As(err, &stalled),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errJobPanicked),
+		errors.Is(err, ErrIdempotencyKeyReused):
+		return err.Error()
+	}
+	return "storage or broker unavailable (the log of the process that ran it says why)"
+}
+
 // JobGet returns one job, or ErrNotFound.
 func (s *Service) JobGet(ctx context.Context, id uuid.UUID) (*store.Job, error) {
-	return s.Store.JobGet(ctx, id, jobAbandoned)
+	return s.Store.JobGet(ctx, id)
 }
 
 // JobList lists jobs newest first, from before the job before.

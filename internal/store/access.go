@@ -106,11 +106,12 @@ func (db *DB) AuditInsert(ctx context.Context, e *AuditEntry) error {
 
 // audited runs change in a transaction and writes e in the same one with
 // the result change gives, so the log holds the change exactly when it
-// was made. A failed change rolls back and is logged on its own as failed.
+// was made, and only then: a change that fails rolls back with its row (a
+// refusal, ErrNotFound or ErrExists, changed nothing to log).
 func (db *DB) audited(ctx context.Context, e *AuditEntry, change func(tx pgx.Tx) (map[string]any, error)) error {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
-	err := db.InTx(ctx, func(tx pgx.Tx) error {
+	return db.InTx(ctx, func(tx pgx.Tx) error {
 		res, err := change(tx)
 		if err != nil {
 			return err
@@ -118,16 +119,6 @@ func (db *DB) audited(ctx context.Context, e *AuditEntry, change func(tx pgx.Tx)
 		e.Result, e.Outcome = res, OutcomeOK
 		return insertAudit(ctx, tx, e)
 	})
-	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) {
-		return err // a database that failed the change would fail the log too
-	}
-	if err != nil {
-		e.Outcome, e.Result = OutcomeFailed, map[string]any{"error": err.Error()}
-		if lerr := insertAudit(ctx, db.pool, e); lerr != nil {
-			return errors.Join(err, lerr)
-		}
-	}
-	return err
 }
 
 // AuditList returns up to f.Limit rows f selects, newest first, and how
@@ -295,11 +286,21 @@ type Job struct {
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
 }
 
-const jobColumns = `id, kind, actor, COALESCE(idempotency_key, ''), request, state, progress, result, COALESCE(error, ''), created_at, heartbeat_at, finished_at`
+// JobAbandoned is how old a running job's heartbeat may be: one older is
+// reported failed, its process gone (a running job beats every few
+// seconds).
+const JobAbandoned = 30 * time.Second
+
+// jobColumns read a job, and the database's clock to judge its heartbeat.
+const jobColumns = `id, kind, actor, COALESCE(idempotency_key, ''), request, state, progress, result, COALESCE(error, ''), created_at, heartbeat_at, finished_at, now()`
 
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
-	err := row.Scan(&j.ID, &j.Kind, &j.Actor, &j.IdempotencyKey, &j.Request, &j.State, &j.Progress, &j.Result, &j.Error, &j.CreatedAt, &j.HeartbeatAt, &j.FinishedAt)
+	var now time.Time
+	err := row.Scan(&j.ID, &j.Kind, &j.Actor, &j.IdempotencyKey, &j.Request, &j.State, &j.Progress, &j.Result, &j.Error, &j.CreatedAt, &j.HeartbeatAt, &j.FinishedAt, &now)
+	if err == nil && j.State == JobRunning && now.Sub(j.HeartbeatAt) > JobAbandoned {
+		j.State, j.Error = JobFailed, "abandoned: the process running it stopped (its heartbeat is "+now.Sub(j.HeartbeatAt).Round(time.Second).String()+" old); what it did stays done, run it again for the rest"
+	}
 	return &j, err
 }
 
@@ -334,12 +335,13 @@ func (db *DB) JobCreate(ctx context.Context, j *Job) (out *Job, created bool, er
 	return out, false, nil
 }
 
-// JobProgress stores a running job's progress and moves its heartbeat.
+// JobProgress stores a running job's progress (nil keeps it) and moves
+// its heartbeat.
 func (db *DB) JobProgress(ctx context.Context, id uuid.UUID, progress json.RawMessage) error {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	if _, err := db.pool.Exec(ctx, `
-		UPDATE api_jobs SET progress = $2, heartbeat_at = now() WHERE id = $1 AND state = 'running'`, id, progress); err != nil {
+		UPDATE api_jobs SET progress = COALESCE($2, progress), heartbeat_at = now() WHERE id = $1 AND state = 'running'`, id, progress); err != nil {
 		return fmt.Errorf("storing job %s progress: %w", id, err)
 	}
 	return nil
@@ -362,9 +364,9 @@ func (db *DB) JobFinish(ctx context.Context, id uuid.UUID, progress, result json
 	return nil
 }
 
-// JobGet returns one job, or ErrNotFound. A running job whose heartbeat is
-// older than abandonAfter is reported failed: the process running it died.
-func (db *DB) JobGet(ctx context.Context, id uuid.UUID, abandonAfter time.Duration) (*Job, error) {
+// JobGet returns one job, or ErrNotFound. A running job whose heartbeat
+// is older than JobAbandoned is reported failed.
+func (db *DB) JobGet(ctx context.Context, id uuid.UUID) (*Job, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	j, err := scanJob(db.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM api_jobs WHERE id = $1`, id))
@@ -373,13 +375,6 @@ func (db *DB) JobGet(ctx context.Context, id uuid.UUID, abandonAfter time.Durati
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading job %s: %w", id, err)
-	}
-	var now time.Time
-	if err := db.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, fmt.Errorf("reading job %s: %w", id, err)
-	}
-	if j.State == JobRunning && now.Sub(j.HeartbeatAt) > abandonAfter {
-		j.State, j.Error = JobFailed, "abandoned: the process running it stopped (its heartbeat is "+now.Sub(j.HeartbeatAt).Round(time.Second).String()+" old); what it did stays done, run it again for the rest"
 	}
 	return j, nil
 }
