@@ -372,13 +372,14 @@ func (a *server) jobs() {
 					return nil, a.fail(ctx, "listing jobs", ops.Invalid("cursor: not one this listing gave"))
 				}
 			}
-			list, total, err := a.svc.JobList(ctx, before, in.Limit)
+			list, total, err := a.svc.JobList(ctx, before, in.Limit+1) // one more says whether a next page exists
 			if err != nil {
 				return nil, a.fail(ctx, "listing jobs", err)
 			}
 			out := Listing[ops.Job]{Total: total, Items: list}
-			if len(list) == in.Limit && len(list) > 0 {
-				out.NextCursor = list[len(list)-1].ID.String()
+			if len(list) > in.Limit {
+				out.Items = list[:in.Limit]
+				out.NextCursor = out.Items[in.Limit-1].ID.String()
 			}
 			return answer(out), nil
 		})
@@ -483,13 +484,15 @@ func (a *server) admin() {
 			if err != nil {
 				return nil, a.fail(ctx, "listing the audit log", err)
 			}
+			f.Limit++ // one more says whether a next page exists
 			rows, total, err := a.svc.AuditList(ctx, f)
 			if err != nil {
 				return nil, a.fail(ctx, "listing the audit log", err)
 			}
 			out := Listing[ops.AuditEntry]{Total: total, Items: rows}
-			if len(rows) == in.Limit && len(rows) > 0 {
-				out.NextCursor = strconv.FormatInt(rows[len(rows)-1].ID, 10)
+			if len(rows) > in.Limit {
+				out.Items = rows[:in.Limit]
+				out.NextCursor = strconv.FormatInt(out.Items[in.Limit-1].ID, 10)
 			}
 			return answer(out), nil
 		})

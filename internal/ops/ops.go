@@ -150,20 +150,27 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 	if f.Limit <= 0 {
 		f.Limit = DefaultListLimit
 	}
+	// One more than the page says whether a next page exists.
+	f.Limit++
 	rows, err := s.Store.EventList(ctx, f)
+	f.Limit--
 	if err != nil {
 		return nil, err
 	}
+	more := len(rows) > f.Limit
+	if more {
+		rows = rows[:f.Limit]
+	}
 	items := convert(rows, func(e store.EventSummary) EventSummary { return eventSummary(e, s.served) })
 	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
-	if len(items) >= f.Limit || !f.Before.ReceivedAt.IsZero() {
-		// Only a full page, or a later one, needs the count.
+	if more || !f.Before.ReceivedAt.IsZero() {
+		// Only a page with more after it, or a later one, needs the count.
 		if out.Total, err = s.Store.EventCountByFilter(ctx, f); err != nil {
 			return nil, err
 		}
 		out.Total = max(out.Total, int64(out.Shown))
 	}
-	if len(items) >= f.Limit {
+	if more {
 		last := rows[len(rows)-1]
 		out.NextCursor = store.ReplayCursor{ReceivedAt: last.ReceivedAt, ID: last.ID}.String()
 	}

@@ -21,7 +21,7 @@ func TestEventList(t *testing.T) {
 	}
 	list, err := svc.EventList(actorCtx(), store.EventFilter{})
 	require.NoError(t, err)
-	require.Equal(t, ops.DefaultListLimit, st.listLimit, "the default limit")
+	require.Equal(t, ops.DefaultListLimit+1, st.listLimit, "the default limit, and one more to know whether a next page exists")
 	require.EqualValues(t, 3, list.Total)
 	require.Equal(t, 3, list.Shown)
 	require.Zero(t, st.counts, "a page that is not full needs no count")
@@ -33,6 +33,14 @@ func TestEventList(t *testing.T) {
 	require.EqualValues(t, 3, list.Total, "how many match in all")
 	require.Equal(t, 2, list.Shown)
 	require.Len(t, list.Items, 2)
+	require.NotEmpty(t, list.NextCursor, "more follow")
+
+	counts := st.counts
+	list, err = svc.EventList(actorCtx(), store.EventFilter{Limit: 3})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, list.Total)
+	require.Empty(t, list.NextCursor, "a full page with nothing after it is the last")
+	require.Equal(t, counts, st.counts, "and needs no count")
 }
 
 // An event as the admin API and `events show --json` print it: store rows
