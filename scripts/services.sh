@@ -8,7 +8,8 @@
 #
 # It may change this machine, and says so on a "services: CHANGE:" line before each
 # change, then lists them at the end (README, "What the scripts change"):
-#   - apt-get install postgresql, rabbitmq-server, postgresql-client, curl, jq (as root);
+#   - apt-get install postgresql, rabbitmq-server, postgresql-client, curl, jq (as root),
+#     and chromium with --browser;
 #   - create a PostgreSQL cluster, start PostgreSQL or RabbitMQ;
 #   - enable RabbitMQ plugins: management (hookrelay reads queue and tier stats through
 #     it) and shovel + shovel_management (the management UI's "Move messages");
@@ -18,6 +19,8 @@
 #
 #   scripts/services.sh --check   say the first change it would make and exit 3, changing
 #                                 nothing; exit 0 when there is none
+#   scripts/services.sh --browser also install Debian's chromium (the tests drive the
+#                                 web console in it)
 #
 # Environment:
 #   HOOKRELAY_DATABASE_URL  postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=...]
@@ -44,11 +47,14 @@ log() { printf 'services: %s\n' "$*" >&2; }
 die() { printf 'services: ERROR: %s\n' "$*" >&2; exit 1; }
 
 CHECK=0
-case "${1:-}" in
---check) CHECK=1 ;;
-"") ;;
-*) die "unknown argument '$1' (--check, --help)" ;;
-esac
+BROWSER=0
+for arg in "$@"; do
+	case "$arg" in
+	--check) CHECK=1 ;;
+	--browser) BROWSER=1 ;;
+	*) die "unknown argument '$arg' (--check, --browser, --help)" ;;
+	esac
+done
 CHANGES=()
 # change WHAT: say a change to this machine before making it. With --check, say it
 # would be made and stop, changing nothing.
@@ -219,6 +225,10 @@ if ! command -v curl >/dev/null 2>&1; then
 fi
 if ! command -v jq >/dev/null 2>&1; then
 	missing+=(jq)
+fi
+# --browser (the tests): a real browser drives the web console.
+if [[ $BROWSER -eq 1 ]] && ! command -v chromium >/dev/null 2>&1; then
+	missing+=(chromium)
 fi
 if [[ ${#missing[@]} -gt 0 ]]; then
 	apt_install "${missing[@]}"

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/services.sh
+scripts/services.sh --browser # the console's tests drive Debian's chromium
 
 # Tests create their own databases next to this one and their own
 # uniquely-prefixed RabbitMQ names, and remove them afterwards.

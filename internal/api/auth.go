@@ -194,3 +194,12 @@ func (l *FailLimiter) fail(client string) {
 	}
 	w.n++
 }
+
+// Blocked says how long r's client must wait before its next try; 0 when
+// it may try now (the console's sign-in shares the count).
+func (l *FailLimiter) Blocked(r *http.Request) time.Duration {
+	return l.blocked(clientAddr(r.RemoteAddr))
+}
+
+// Fail counts a failed authentication of r's client.
+func (l *FailLimiter) Fail(r *http.Request) { l.fail(clientAddr(r.RemoteAddr)) }

@@ -180,7 +180,7 @@ type apiHarness struct {
 	dest        *destination
 }
 
-func newAPIHarness(t *testing.T, authFailuresPerMinute int) *apiHarness {
+func newAPIHarness(t *testing.T, authFailuresPerMinute int, configure ...func(*config.Config)) *apiHarness {
 	h := newHarness(t)
 	h.cfg.Admin.AuthFailuresPerMinute = authFailuresPerMinute
 	down := &atomic.Bool{}
@@ -194,6 +194,9 @@ func newAPIHarness(t *testing.T, authFailuresPerMinute int) *apiHarness {
 	billing.MaxAttempts = 2
 	h.cfg.Routes = []config.Route{billing}
 	h.cfg.Admin.Token = adminToken
+	for _, f := range configure {
+		f(h.cfg)
+	}
 	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	h.start(app.ReceiverOptions{AdminListener: adminLn})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/stdlib"
 	"net"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/api"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/console"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ingest"
 	"github.com/hookrelay/hookrelay/internal/ops"
@@ -206,14 +208,21 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		if err != nil {
 			return err
 		}
-		rest := ops.Handler(svc, cfg.Admin.Token, logger) // the first API, /api/..., admin.token only
-		if cfg.Debug.Pprof {
-			rest = withPprof(rest, cfg.Admin.Token)
-			logger.Warn().Msg("debug.pprof: profiles served under /debug/pprof/ on the admin listener")
+		web, err := console.Handler(jobCtx, svc, console.Options{
+			DB: stdlib.OpenDBFromPool(db.Pool()), ConfigToken: cfg.Admin.Token,
+			FailedSignIn: limiter.Fail, Blocked: limiter.Blocked,
+		}, logger.With().Str("component", "console").Logger())
+		if err != nil {
+			return err
 		}
 		admin := http.NewServeMux()
 		admin.Handle(api.Prefix+"/", v1)
-		admin.Handle("/", api.LimitFailures(limiter, rest))
+		admin.Handle("/api/", api.LimitFailures(limiter, ops.Handler(svc, cfg.Admin.Token, logger))) // the first API, admin.token only
+		if cfg.Debug.Pprof {
+			admin.Handle("/debug/pprof/", api.LimitFailures(limiter, withPprof(http.NotFoundHandler(), cfg.Admin.Token)))
+			logger.Warn().Msg("debug.pprof: profiles served under /debug/pprof/ on the admin listener")
+		}
+		admin.Handle("/", web) // the web console
 		rc.admin = admin
 		logger.Info().Msg("admin API " + api.Prefix + ": named tokens (hookrelay tokens create) with roles; admin.token is accepted as an admin token, audited as " + ops.ConfigTokenActor)
 	} else if cfg.Debug.Pprof {

@@ -220,6 +220,12 @@ func (s *Service) TokenList(ctx context.Context) ([]store.Token, error) {
 	return s.Store.TokenList(ctx)
 }
 
+// TokenByHash returns the live token whose secret hashes to hash, or
+// ErrNotFound (a console session keeps the hash, never the secret).
+func (s *Service) TokenByHash(ctx context.Context, hash []byte) (*store.Token, error) {
+	return s.Store.TokenAuthenticate(ctx, hash)
+}
+
 // TokenAuthenticate returns the live token whose secret is secret, or
 // ErrNotFound.
 func (s *Service) TokenAuthenticate(ctx context.Context, secret string) (*store.Token, error) {

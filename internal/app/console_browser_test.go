@@ -1,0 +1,228 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/console"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// browser starts Debian's chromium headless for the test (scripts/test.sh
+// installs it: scripts/services.sh --browser) and returns a tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is required in CI (scripts/services.sh --browser installs it): %v", err)
+		}
+		t.Skip("no chromium: scripts/services.sh --browser installs it")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancelTimeout)
+	require.NoError(t, chromedp.Do(ctx)) // starts the browser
+	return ctx
+}
+
+// screenshot saves the page as name.png in the screenshots folder
+// ($HOOKRELAY_SCREENSHOTS, else hookrelay-screenshots in the temp dir) and
+// logs its path.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("HOOKRELAY_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "hookrelay-screenshots")
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	require.NoError(t, err)
+	path := filepath.Join(dir, name+".png")
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot: %s", path)
+}
+
+// signIn signs in with token in the browser.
+func signIn(t *testing.T, ctx context.Context, base, token string) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/signin"),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), token),
+		chromedp.Submit(chromedp.CSS(`#token`)),
+		chromedp.WaitReady(chromedp.CSS(`header`)),
+	))
+}
+
+// browserCookies are the browser's cookies for base.
+func browserCookies(t *testing.T, ctx context.Context, base string) []*network.Cookie {
+	t.Helper()
+	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base}})
+	require.NoError(t, err)
+	return res.Cookies
+}
+
+// text reads the text of the first node sel selects.
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	require.NoError(t, err, sel)
+	return strings.TrimSpace(s)
+}
+
+// count counts the nodes sel selects.
+func count(t *testing.T, ctx context.Context, sel string) int {
+	t.Helper()
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(sel)+`).length`))
+	require.NoError(t, err, sel)
+	return n
+}
+
+// sessionClient is an HTTP client carrying the browser's cookies: what a
+// forged request from the signed-in user's machine would carry.
+func sessionClient(t *testing.T, ctx context.Context, base string) *http.Client {
+	t.Helper()
+	cookies := browserCookies(t, ctx, base)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	var hc []*http.Cookie
+	for _, c := range cookies {
+		hc = append(hc, &http.Cookie{Name: c.Name, Value: c.Value})
+	}
+	require.NotEmpty(t, hc, "a session cookie")
+	jar.SetCookies(u, hc)
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// The console in a real browser: sign-in (a wrong token refused), the
+// overview lists the routes, an event's failed attempts with the
+// destination's answer, "retry now" delivers it once after the
+// destination recovered; a viewer sees no action and a forged action is
+// refused, as a cross-site one is; every page carries the CSP.
+func TestConsoleInABrowser(t *testing.T) {
+	t.Parallel()
+	h := newAPIHarness(t, 1000, func(cfg *config.Config) {
+		cfg.Retry.Backoff = []time.Duration{time.Hour} // the failed pair waits, retrying, for "retry now"
+		cfg.Routes[0].MaxAttempts = 4
+	})
+	base := h.api.base
+	ctx := browser(t)
+
+	// A wrong token is refused.
+	signIn(t, ctx, base, "hrt_not-a-token")
+	require.Contains(t, text(t, ctx, `.error`), "unknown, revoked or expired")
+
+	// The operator signs in; the overview lists the configured route.
+	signIn(t, ctx, base, h.tokens["operator"])
+	require.Equal(t, "billing", text(t, ctx, `#routes tr[data-route="billing"] th`))
+	require.Equal(t, "active", text(t, ctx, `#routes tr[data-route="billing"] .state`))
+	screenshot(t, ctx, "console-overview")
+
+	// An event whose destination fails: its page shows the failed attempt
+	// with the destination's answer.
+	h.billingDown.Store(true)
+	id := h.postSigned("evt_console", "invoice.paid").ID
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(id), "billing")
+		require.NoError(c, err)
+		require.Equal(c, webhook.StateRetrying, st)
+	}, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+id)))
+	require.Equal(t, "503", text(t, ctx, `section.delivery[data-route="billing"] .attempts tbody tr .status`))
+	require.Equal(t, "retrying", text(t, ctx, `section.delivery[data-route="billing"] .state`))
+	screenshot(t, ctx, "console-event-failed")
+
+	// The destination is back: "retry now" in the browser delivers the
+	// event once, and the page says so.
+	h.billingDown.Store(false)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`section.delivery[data-route="billing"] form button`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash`)),
+	))
+	h.dest.waitFor(20*time.Second, "the retried event delivered", func([]received) bool { return h.dest.successes()["billing "+id] == 1 })
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+id)))
+		st, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`section.delivery[data-route="billing"] .state`)))
+		require.NoError(c, err)
+		require.Equal(c, "delivered", strings.TrimSpace(st))
+	}, 20*time.Second, 200*time.Millisecond)
+	posts := 0
+	for _, q := range h.dest.snapshot() {
+		if q.eventID == id {
+			posts++
+		}
+	}
+	require.Equal(t, 2, posts, "one failed POST, then one for the retry: delivered once")
+	screenshot(t, ctx, "console-event-delivered")
+
+	// A cross-site POST with the operator's session is refused.
+	op := sessionClient(t, ctx, base)
+	req, err := http.NewRequest(http.MethodPost, base+"/routes/billing/pause", nil)
+	require.NoError(t, err)
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := op.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a cross-site POST")
+	require.False(t, h.routeState("billing").Paused)
+
+	// Sign out; a viewer sees no action, and a forged one is refused.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`header form.who button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+	))
+	signIn(t, ctx, base, h.tokens["viewer"])
+	h.billingDown.Store(true)
+	other := h.postSigned("evt_console_viewer", "invoice.paid").ID
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(other), "billing")
+		require.NoError(c, err)
+		require.Equal(c, webhook.StateRetrying, st)
+	}, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+other), chromedp.WaitVisible(chromedp.CSS(`section.delivery`))))
+	require.Equal(t, "retrying", text(t, ctx, `section.delivery[data-route="billing"] .state`))
+	require.Zero(t, count(t, ctx, "main form button"), "a viewer sees no action on an event")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#routes`))))
+	require.Zero(t, count(t, ctx, "main form button"), "a viewer sees no action on the routes")
+	viewer := sessionClient(t, ctx, base)
+	resp, err = viewer.PostForm(base+"/events/"+other+"/retry", url.Values{"route": {"billing"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a forged retry with a viewer's session")
+
+	// Every page carries the CSP, and the session cookie is HttpOnly.
+	resp, err = http.Get(base + "/signin")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, console.CSP, resp.Header.Get("Content-Security-Policy"))
+	cookies := browserCookies(t, ctx, base)
+	require.Len(t, cookies, 1)
+	require.True(t, cookies[0].HTTPOnly)
+	require.Equal(t, network.CookieSameSiteLax, cookies[0].SameSite)
+}

@@ -1,0 +1,252 @@
+// Package console is the web console on the admin listener: sign in with
+// a named token, see the routes, find events, read every attempt, act on
+// them. Server-rendered html/template pages with embedded assets and no
+// script: reading and acting work without JavaScript, and the
+// Content-Security-Policy allows none. It calls ops.Service, as the CLI
+// and the admin API do.
+package console
+
+import (
+	"context"
+	"crypto/subtle"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/alexedwards/scs/postgresstore"
+	"github.com/alexedwards/scs/v2"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/rs/zerolog"
+)
+
+//go:embed assets templates
+var files embed.FS
+
+// Options configure the console.
+type Options struct {
+	// DB keeps the sessions (table console_sessions).
+	DB *sql.DB
+	// ConfigToken is the config's admin.token, an admin token; "" for
+	// none.
+	ConfigToken string
+	// IdleTimeout ends a session unused that long; Lifetime ends any.
+	IdleTimeout, Lifetime time.Duration
+	// FailedSignIn counts a failed sign-in of a client address (the admin
+	// listener's limiter); nil counts nothing.
+	FailedSignIn func(r *http.Request)
+	// Blocked says how long a client must wait before trying again; nil
+	// never blocks.
+	Blocked func(r *http.Request) time.Duration
+}
+
+// CSP is the console's Content-Security-Policy: its own styles and
+// images, no script at all, no framing.
+const CSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+type console struct {
+	svc         *ops.Service
+	opts        Options
+	sessions    *scs.SessionManager
+	configToken []byte
+	pages       map[string]*template.Template
+	logger      zerolog.Logger
+}
+
+// Handler serves the console over svc. ctx ends the sessions' clean-up.
+func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog.Logger) (http.Handler, error) {
+	c := &console{svc: svc, opts: opts, logger: logger}
+	if opts.ConfigToken != "" {
+		c.configToken = ops.HashToken(opts.ConfigToken)
+	}
+	var err error
+	if c.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+	store := postgresstore.NewWithConfig(opts.DB, postgresstore.Config{TableName: "console_sessions", CleanUpInterval: 5 * time.Minute})
+	go func() {
+		<-ctx.Done()
+		store.StopCleanup()
+	}()
+	c.sessions = scs.New()
+	c.sessions.Store = store
+	c.sessions.IdleTimeout = cmpOr(opts.IdleTimeout, 30*time.Minute)
+	c.sessions.Lifetime = cmpOr(opts.Lifetime, 12*time.Hour)
+	c.sessions.Cookie.Name = "hookrelay_session"
+	c.sessions.Cookie.HttpOnly = true
+	c.sessions.Cookie.SameSite = http.SameSiteLaxMode
+	c.sessions.Cookie.Path = "/"
+	c.sessions.ErrorFunc = func(w http.ResponseWriter, _ *http.Request, err error) {
+		c.logger.Error().Err(err).Msg("console session")
+		http.Error(w, "sessions unavailable: storage unavailable", http.StatusServiceUnavailable)
+	}
+
+	mux := http.NewServeMux()
+	assets, err := fs.Sub(files, "assets")
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	mux.HandleFunc("GET /signin", c.signInPage)
+	mux.HandleFunc("POST /signin", c.signIn)
+	mux.HandleFunc("POST /signout", c.signOut)
+	mux.Handle("GET /{$}", c.authed(ops.RoleViewer, c.overview))
+	mux.Handle("GET /events", c.authed(ops.RoleViewer, c.events))
+	mux.Handle("GET /events/{id}", c.authed(ops.RoleViewer, c.event))
+	mux.Handle("POST /events/{id}/retry", c.authed(ops.RoleOperator, c.retry))
+	mux.Handle("POST /routes/{route}/pause", c.authed(ops.RoleOperator, c.pause(true)))
+	mux.Handle("POST /routes/{route}/resume", c.authed(ops.RoleOperator, c.pause(false)))
+
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "cross-site request refused", http.StatusForbidden)
+	}))
+	return securityHeaders(c.sessions.LoadAndSave(cop.Handler(mux))), nil
+}
+
+// securityHeaders sets the console's headers on every answer.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", CSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// user is who signed in: the actor the audit log names, and its role.
+type user struct {
+	Actor, Role string
+}
+
+// Can says whether the user's role allows what need does (templates hide
+// what it does not; the server refuses it anyway).
+func (u user) Can(need string) bool { return ops.RoleAllows(u.Role, need) }
+
+const (
+	sessionHash   = "token_hash" // hex SHA-256 of the token signed in with
+	sessionFlash  = "flash"
+	configSession = "config"
+)
+
+// current re-reads the session's token every request: a token revoked or
+// expired since sign-in ends the session.
+func (c *console) current(r *http.Request) (user, bool) {
+	hexHash := c.sessions.GetString(r.Context(), sessionHash)
+	if hexHash == "" {
+		return user{}, false
+	}
+	if hexHash == configSession {
+		if c.configToken == nil {
+			return user{}, false
+		}
+		return user{Actor: ops.ConfigTokenActor, Role: ops.RoleAdmin}, true
+	}
+	hash, err := hex.DecodeString(hexHash)
+	if err != nil {
+		return user{}, false
+	}
+	t, err := c.svc.TokenByHash(r.Context(), hash)
+	if err != nil {
+		if !errors.Is(err, ops.ErrNotFound) {
+			c.logger.Error().Err(err).Msg("console: reading the session's token")
+		}
+		return user{}, false
+	}
+	return user{Actor: "token:" + t.Name, Role: t.Role}, true
+}
+
+// authed serves next to a signed-in user whose role is at least need:
+// others go to the sign-in page (reading) or are refused (acting).
+func (c *console) authed(need string, next func(w http.ResponseWriter, r *http.Request, u user)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, ok := c.current(r)
+		if !ok {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/signin", http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "sign in first", http.StatusUnauthorized)
+			return
+		}
+		if !u.Can(need) {
+			http.Error(w, "this needs role "+need+"; you signed in as "+u.Role, http.StatusForbidden)
+			return
+		}
+		next(w, r.WithContext(ops.WithActor(r.Context(), u.Actor)), u)
+	})
+}
+
+func (c *console) signInPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, "signin", user{}, map[string]any{})
+}
+
+func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
+	if c.opts.Blocked != nil {
+		if wait := c.opts.Blocked(r); wait > 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			c.render(w, r, "signin", user{}, map[string]any{"Error": "Too many failed sign-ins from this address: try again in " + wait.Round(time.Second).String() + "."})
+			return
+		}
+	}
+	secret := strings.TrimSpace(r.PostFormValue("token"))
+	hash := ops.HashToken(secret)
+	value := ""
+	switch {
+	case secret == "":
+	case c.configToken != nil && subtle.ConstantTimeCompare(hash, c.configToken) == 1:
+		value = configSession
+	default:
+		if _, err := c.svc.TokenByHash(r.Context(), hash); err == nil {
+			value = hex.EncodeToString(hash)
+		} else if !errors.Is(err, ops.ErrNotFound) {
+			c.logger.Error().Err(err).Msg("console: checking a token")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			c.render(w, r, "signin", user{}, map[string]any{"Error": "Cannot check the token now: storage unavailable."})
+			return
+		}
+	}
+	if value == "" {
+		if c.opts.FailedSignIn != nil {
+			c.opts.FailedSignIn(r)
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		c.render(w, r, "signin", user{}, map[string]any{"Error": "That token is unknown, revoked or expired."})
+		return
+	}
+	// A new session id at sign-in: one fixed before it is worth nothing.
+	if err := c.sessions.RenewToken(r.Context()); err != nil {
+		c.sessions.ErrorFunc(w, r, err)
+		return
+	}
+	c.sessions.Put(r.Context(), sessionHash, value)
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (c *console) signOut(w http.ResponseWriter, r *http.Request) {
+	if err := c.sessions.Destroy(r.Context()); err != nil {
+		c.sessions.ErrorFunc(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/signin", http.StatusSeeOther)
+}
+
+// flash keeps a message for the next page the user sees.
+func (c *console) flash(r *http.Request, msg string) {
+	c.sessions.Put(r.Context(), sessionFlash, msg)
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

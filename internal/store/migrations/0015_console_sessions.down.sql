@@ -1,0 +1,3 @@
+SET lock_timeout = '10s';
+
+DROP TABLE console_sessions;
