@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/console"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -225,4 +227,89 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Len(t, cookies, 1)
 	require.True(t, cookies[0].HTTPOnly)
 	require.Equal(t, network.CookieSameSiteLax, cookies[0].SameSite)
+}
+
+// Replay a window from the browser: the preview's count is what the job
+// then replays, each pair delivered once more; the dead letters page
+// shows the letters and drops them once delivered; the audit log page
+// names who did it.
+func TestConsoleReplayAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	h := newAPIHarness(t, 1000)
+	base := h.api.base
+	ctx := browser(t)
+	signIn(t, ctx, base, h.tokens["operator"])
+
+	h.billingDown.Store(true)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, h.postSigned(fmt.Sprint("evt_window_", i), "invoice.paid").ID)
+	}
+	for _, id := range ids {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(id), "billing")
+			require.NoError(c, err)
+			require.Equal(c, webhook.StateDead, st)
+		}, 20*time.Second, 20*time.Millisecond)
+	}
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 3, 10*time.Second)
+	h.billingDown.Store(false)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/routes/billing/dead-letters"), chromedp.WaitVisible(chromedp.CSS(`#letters`))))
+	require.Equal(t, 3, count(t, ctx, "#letters tbody tr"))
+	require.Equal(t, "dead", text(t, ctx, "#letters tbody tr .state"))
+	screenshot(t, ctx, "console-dead-letters")
+
+	// The replay form: a preview, then the replay as a job, followed to
+	// its end on its page.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/replay"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=route]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=route]`), "billing"),
+		chromedp.SetValue(chromedp.CSS(`select[name=state]`), "dead"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=since]`), "1h"),
+		chromedp.Click(chromedp.CSS(`button[name=preview]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#preview`)),
+	))
+	preview := text(t, ctx, "#would-replay")
+	require.Equal(t, "3", preview)
+	screenshot(t, ctx, "console-replay-preview")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#preview form button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#job-state`)),
+	))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#job-state`))))
+		st, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#job-state`)))
+		require.NoError(c, err)
+		require.Equal(c, "succeeded", strings.TrimSpace(st))
+	}, 60*time.Second, 250*time.Millisecond)
+	require.Equal(t, preview, text(t, ctx, `#result dd[data-key="replayed_count"]`), "the preview's count is what the job replayed")
+	screenshot(t, ctx, "console-replay-job")
+	for _, id := range ids {
+		h.dest.waitFor(20*time.Second, "replayed "+id+" delivered", func([]received) bool { return h.dest.successes()["billing "+id] >= 1 })
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, h.dest.successes()["billing "+id], "replayed once")
+	}
+
+	// The letters of delivered pairs are dropped.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/routes/billing/dead-letters"),
+		chromedp.WaitVisible(chromedp.CSS(`#letters`)),
+	))
+	require.Equal(t, "delivered", text(t, ctx, "#letters tbody tr .state"))
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`form[action$="drop-delivered"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash`)),
+	))
+	require.Contains(t, text(t, ctx, ".flash"), "3 delivered letter(s) dropped")
+	require.Zero(t, count(t, ctx, "#letters tbody tr"))
+
+	// The audit log names the operator's replay and drop.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/audit?actor=token:t-operator"), chromedp.WaitVisible(chromedp.CSS(`#audit`))))
+	actions, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#audit tbody .action")).map(e => e.textContent)`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"dead.drop", "replay"}, actions)
+	screenshot(t, ctx, "console-audit")
 }

@@ -101,6 +101,13 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	mux.Handle("POST /events/{id}/retry", c.authed(ops.RoleOperator, c.retry))
 	mux.Handle("POST /routes/{route}/pause", c.authed(ops.RoleOperator, c.pause(true)))
 	mux.Handle("POST /routes/{route}/resume", c.authed(ops.RoleOperator, c.pause(false)))
+	mux.Handle("GET /routes/{route}/dead-letters", c.authed(ops.RoleViewer, c.deadLetters))
+	mux.Handle("POST /routes/{route}/dead-letters/requeue", c.authed(ops.RoleOperator, c.requeue))
+	mux.Handle("POST /routes/{route}/dead-letters/drop-delivered", c.authed(ops.RoleOperator, c.dropDelivered))
+	mux.Handle("GET /replay", c.authed(ops.RoleViewer, c.replayPage))
+	mux.Handle("POST /replay", c.authed(ops.RoleOperator, c.replay))
+	mux.Handle("GET /jobs/{id}", c.authed(ops.RoleViewer, c.job))
+	mux.Handle("GET /audit", c.authed(ops.RoleViewer, c.audit))
 
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

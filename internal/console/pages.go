@@ -15,7 +15,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each with layout.html.
-var pageNames = []string{"signin", "overview", "events", "event"}
+var pageNames = []string{"signin", "overview", "events", "event", "dead", "replay", "job", "audit"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{

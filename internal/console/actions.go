@@ -1,0 +1,158 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/ops"
+)
+
+func (c *console) deadLetters(w http.ResponseWriter, r *http.Request, u user) {
+	route := r.PathValue("route")
+	list, err := c.svc.DeadList(r.Context(), ops.DeadListRequest{Route: route, State: r.URL.Query().Get("state"), Limit: 100})
+	if err != nil {
+		c.failed(w, r, "reading dead letters", err)
+		return
+	}
+	c.render(w, r, "dead", u, map[string]any{"Route": route, "List": list})
+}
+
+// startJob runs an action as a job for the signed-in user and shows its
+// page, where it can be followed.
+func (c *console) startJob(w http.ResponseWriter, r *http.Request, kind string, request any, run func(ctx context.Context, progress func(any)) (any, error)) {
+	job, _, err := c.svc.StartJob(r.Context(), kind, "", request, run)
+	if err != nil {
+		c.failed(w, r, "starting a "+kind, err)
+		return
+	}
+	http.Redirect(w, r, "/jobs/"+job.ID.String(), http.StatusSeeOther)
+}
+
+func (c *console) requeue(w http.ResponseWriter, r *http.Request, _ user) {
+	route := r.PathValue("route")
+	if err := c.svc.CheckRoute(route); err != nil || route == "" {
+		c.failed(w, r, "requeue", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, route))
+		return
+	}
+	c.startJob(w, r, "requeue", map[string]any{"route": route, "limit": 0}, func(ctx context.Context, progress func(any)) (any, error) {
+		moved, err := c.svc.DeadRequeue(ctx, route, 0, func(moved, total int) {
+			progress(map[string]int{"moved": moved, "total": total})
+		})
+		return map[string]any{"route": route, "moved": moved}, err
+	})
+}
+
+func (c *console) dropDelivered(w http.ResponseWriter, r *http.Request, _ user) {
+	route := r.PathValue("route")
+	res, err := c.svc.DeadDropDelivered(r.Context(), route, false)
+	if err != nil {
+		c.failed(w, r, "dropping dead letters", err)
+		return
+	}
+	c.flash(r, fmt.Sprintf("%d delivered letter(s) dropped of %d read", res.Dropped, res.Read))
+	http.Redirect(w, r, "/routes/"+url.PathEscape(route)+"/dead-letters", http.StatusSeeOther)
+}
+
+// replayForm reads a replay's filter from a query or a form.
+func replayForm(v url.Values) ops.FilterFields {
+	return ops.FilterFields{Source: v.Get("source"), EventType: v.Get("event_type"), State: v.Get("state"), Route: v.Get("route"),
+		Since: v.Get("since"), Until: v.Get("until")}
+}
+
+// replayPage shows the replay form and, asked to preview, what a replay
+// of that selection would do: the dry run the confirm button then runs.
+func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
+	q := r.URL.Query()
+	ff := replayForm(q)
+	data := map[string]any{"Filter": ff, "States": []string{"", "dead", "delivered", "stale"}}
+	if q.Has("preview") {
+		f, err := ops.FilterFromFields(ff)
+		if err == nil && f == (ops.EventFilter{}) {
+			err = ops.Invalid("give a filter: a replay of everything is refused")
+		}
+		if err != nil {
+			c.failed(w, r, "previewing a replay", err)
+			return
+		}
+		res, err := c.svc.Replay(r.Context(), ops.ReplayRequest{Filter: f, DryRun: true, ListLimit: 20})
+		if err != nil {
+			c.failed(w, r, "previewing a replay", err)
+			return
+		}
+		data["Preview"] = res
+	}
+	c.render(w, r, "replay", u, data)
+}
+
+func (c *console) replay(w http.ResponseWriter, r *http.Request, _ user) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "unreadable form", http.StatusBadRequest)
+		return
+	}
+	ff := replayForm(r.PostForm)
+	f, err := ops.FilterFromFields(ff)
+	if err == nil && f == (ops.EventFilter{}) {
+		err = ops.Invalid("give a filter: a replay of everything is refused")
+	}
+	if err == nil {
+		err = c.svc.CheckRoute(f.Route)
+	}
+	if err != nil {
+		c.failed(w, r, "replay", err)
+		return
+	}
+	c.startJob(w, r, "replay", map[string]any{"filter": ff}, func(ctx context.Context, progress func(any)) (any, error) {
+		return c.svc.Replay(ctx, ops.ReplayRequest{Filter: f, ProgressFunc: func(p ops.ReplayProgress) { progress(p) }})
+	})
+}
+
+func (c *console) job(w http.ResponseWriter, r *http.Request, u user) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		http.Error(w, "not a job id", http.StatusBadRequest)
+		return
+	}
+	j, err := c.svc.JobGet(r.Context(), id)
+	if err != nil {
+		c.failed(w, r, "reading a job", err)
+		return
+	}
+	data := map[string]any{"Job": j, "Progress": jsonMap(j.Progress), "Result": jsonMap(j.Result)}
+	c.render(w, r, "job", u, data)
+}
+
+// jsonMap reads a JSON object's top-level numbers and strings for a
+// page; nested values are left out.
+func jsonMap(raw []byte) map[string]string {
+	var m map[string]any
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		switch v.(type) {
+		case float64, string, bool:
+			out[k] = fmt.Sprint(v)
+		}
+	}
+	return out
+}
+
+func (c *console) audit(w http.ResponseWriter, r *http.Request, u user) {
+	q := r.URL.Query()
+	f, err := ops.AuditFilterFlags{Actor: q.Get("actor"), Action: q.Get("action"), Target: q.Get("target"), Since: q.Get("since"), Limit: 100}.Filter()
+	if err != nil {
+		c.failed(w, r, "reading the audit log", err)
+		return
+	}
+	rows, total, err := c.svc.AuditList(r.Context(), f)
+	if err != nil {
+		c.failed(w, r, "reading the audit log", err)
+		return
+	}
+	c.render(w, r, "audit", u, map[string]any{"Rows": rows, "Total": total, "Filter": q, "Actions": ops.AuditActions})
+}
