@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
+	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/console"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -76,8 +77,14 @@ func signIn(t *testing.T, ctx context.Context, base, token string) {
 		chromedp.WaitVisible(chromedp.CSS(`#token`)),
 		chromedp.SendKeys(chromedp.CSS(`#token`), token),
 		chromedp.Submit(chromedp.CSS(`#token`)),
-		chromedp.WaitReady(chromedp.CSS(`header`)),
 	))
+	// The answer: signed in (the header names who), or refused. The page
+	// the token was typed in shows neither.
+	require.Eventually(t, func() bool {
+		done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+			`document.readyState === "complete" && !!(document.querySelector("header form.who") || document.querySelector("p.error"))`))
+		return err == nil && done
+	}, 10*time.Second, 20*time.Millisecond, "the sign-in answered")
 }
 
 // browserCookies are the browser's cookies for base.
@@ -94,6 +101,29 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
 	require.NoError(t, err, sel)
 	return strings.TrimSpace(s)
+}
+
+// waitURL waits until the tab shows a loaded page whose URL contains
+// part: a submitted form's answer, not the page it was sent from.
+func waitURL(t *testing.T, ctx context.Context, part string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		if err != nil || !strings.Contains(loc, part) {
+			return false
+		}
+		st, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState`))
+		return err == nil && st == "complete"
+	}, 10*time.Second, 20*time.Millisecond, "a page at %s", part)
+}
+
+// waitText waits until the first node sel selects says want.
+func waitText(t *testing.T, ctx context.Context, sel, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		return err == nil && strings.Contains(s, want)
+	}, 10*time.Second, 20*time.Millisecond, "%s says %q", sel, want)
 }
 
 // count counts the nodes sel selects.
@@ -155,7 +185,21 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.NoError(c, err)
 		require.Equal(c, webhook.StateRetrying, st)
 	}, 20*time.Second, 20*time.Millisecond)
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+id)))
+	// Found by the sender's id (its idempotency key), then by ours.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/events"),
+		chromedp.SendKeys(chromedp.CSS(`#find input[name=find]`), "evt_console"),
+		chromedp.Submit(chromedp.CSS(`#find input[name=find]`)),
+	))
+	waitURL(t, ctx, "find=evt_console")
+	require.Equal(t, 1, count(t, ctx, "#events tbody tr"))
+	require.Contains(t, text(t, ctx, "#events tbody tr"), "evt_console")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/events"),
+		chromedp.SendKeys(chromedp.CSS(`#find input[name=find]`), id),
+		chromedp.Submit(chromedp.CSS(`#find input[name=find]`)),
+	))
+	waitURL(t, ctx, "/events/"+id)
 	require.Equal(t, "503", text(t, ctx, `section.delivery[data-route="billing"] .attempts tbody tr .status`))
 	require.Equal(t, "retrying", text(t, ctx, `section.delivery[data-route="billing"] .state`))
 	screenshot(t, ctx, "console-event-failed")
@@ -163,10 +207,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	// The destination is back: "retry now" in the browser delivers the
 	// event once, and the page says so.
 	h.billingDown.Store(false)
-	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`section.delivery[data-route="billing"] form button`)),
-		chromedp.WaitVisible(chromedp.CSS(`.flash`)),
-	))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`section.delivery[data-route="billing"] form button`))))
+	waitText(t, ctx, ".flash", "attempted now")
 	h.dest.waitFor(20*time.Second, "the retried event delivered", func([]received) bool { return h.dest.successes()["billing "+id] == 1 })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.NoError(c, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+id)))
@@ -299,11 +341,8 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#letters`)),
 	))
 	require.Equal(t, "delivered", text(t, ctx, "#letters tbody tr .state"))
-	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`form[action$="drop-delivered"] button`)),
-		chromedp.WaitVisible(chromedp.CSS(`.flash`)),
-	))
-	require.Contains(t, text(t, ctx, ".flash"), "3 delivered letter(s) dropped")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[action$="drop-delivered"] button`))))
+	waitText(t, ctx, ".flash", "3 delivered letter(s) dropped")
 	require.Zero(t, count(t, ctx, "#letters tbody tr"))
 
 	// The audit log names the operator's replay and drop.
@@ -312,4 +351,44 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"dead.drop", "replay"}, actions)
 	screenshot(t, ctx, "console-audit")
+}
+
+// Pause a route in the browser: both dispatchers stop taking its
+// messages within 2s; events wait in its queue; resume in the browser
+// delivers them, each once.
+func TestConsolePauseAndResume(t *testing.T) {
+	t.Parallel()
+	h := newAPIHarness(t, 1000)
+	h.startDispatcher(app.DispatcherOptions{}) // a second dispatcher
+	base := h.api.base
+	queue := h.names.RouteQueue("billing")
+	consumers := 2 * h.cfg.Routes[0].Concurrency
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == consumers }, 10*time.Second, 20*time.Millisecond)
+	ctx := browser(t)
+	signIn(t, ctx, base, h.tokens["operator"])
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routes tr[data-route="billing"] form button`))))
+	waitText(t, ctx, ".flash", "route billing paused")
+	paused := time.Now()
+	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
+		"both dispatchers stop consuming within 2s of the pause")
+	t.Logf("consumers gone %s after the pause answered", time.Since(paused).Round(time.Millisecond))
+	require.Equal(t, "paused", text(t, ctx, `#routes tr[data-route="billing"] .state`))
+	screenshot(t, ctx, "console-paused")
+
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, h.postSigned(fmt.Sprint("evt_paused_", i), "invoice.paid").ID)
+	}
+	waitCountCh(t, h.harness, queue, 5, 15*time.Second)
+	require.Empty(t, h.dest.snapshot(), "nothing delivered while paused")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routes tr[data-route="billing"] form button`))))
+	waitText(t, ctx, ".flash", "route billing resumed")
+	h.dest.waitFor(20*time.Second, "the backlog", func(rs []received) bool { return len(h.dest.successes()) == 5 })
+	h.waitQueuesEmpty(10 * time.Second)
+	for _, id := range ids {
+		require.Equal(t, 1, h.dest.successes()["billing "+id], "%s delivered once", id)
+	}
+	require.Len(t, h.dest.snapshot(), 5, "no second POST")
 }

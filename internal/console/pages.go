@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -115,6 +116,22 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, u user) {
 
 func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {
 	q := r.URL.Query()
+	// One box finds an event by our id or by the sender's (its
+	// idempotency key).
+	if find := strings.TrimSpace(q.Get("find")); find != "" {
+		if id, err := uuid.Parse(find); err == nil {
+			http.Redirect(w, r, "/events/"+id.String(), http.StatusSeeOther)
+			return
+		}
+		list, err := c.svc.EventsByKey(r.Context(), find)
+		if err != nil {
+			c.failed(w, r, "finding events", err)
+			return
+		}
+		c.render(w, r, "events", u, map[string]any{"Find": find, "List": list, "Filter": ops.FilterFields{},
+			"States": []string{"", "pending", "retrying", "delivered", "dead", "stale"}})
+		return
+	}
 	ff := ops.FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
 		Since: q.Get("since"), Until: q.Get("until"), Cursor: q.Get("cursor"), Limit: 50}
 	f, err := ops.FilterFromFields(ff)

@@ -399,3 +399,7 @@ func (s *fakeStore) PairStates(_ context.Context, pairs []store.ReplayPair) (map
 
 // actorCtx names the actor every change needs.
 func actorCtx() context.Context { return ops.WithActor(context.Background(), "test") }
+
+func (s *fakeStore) EventsByKey(_ context.Context, key string, limit int) ([]store.EventSummary, error) {
+	return nil, s.err
+}

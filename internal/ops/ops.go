@@ -24,6 +24,8 @@ type Store interface {
 	EventShow(ctx context.Context, id uuid.UUID) (*store.EventDetail, error)
 	// EventList returns up to f.Limit events f selects, newest first.
 	EventList(ctx context.Context, f store.EventFilter) ([]store.EventSummary, error)
+	// EventsByKey returns up to limit events with the idempotency key.
+	EventsByKey(ctx context.Context, key string, limit int) ([]store.EventSummary, error)
 	// EventCountByFilter counts the events f selects, ignoring f.Limit.
 	EventCountByFilter(ctx context.Context, f store.EventFilter) (int64, error)
 	// ReplayCandidateCount counts the events f selects after a cursor,
@@ -175,6 +177,21 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 		out.NextCursor = store.ReplayCursor{ReceivedAt: last.ReceivedAt, ID: last.ID}.String()
 	}
 	return out, nil
+}
+
+// EventsByKey finds the events whose idempotency key (the sender's own
+// event id) is key, in any source, newest first: the question "did the
+// Stripe event evt_1Q… arrive?".
+func (s *Service) EventsByKey(ctx context.Context, key string) (*EventList, error) {
+	rows, err := s.Store.EventsByKey(ctx, key, DefaultListLimit)
+	if err != nil {
+		return nil, err
+	}
+	items := convert(rows, func(e store.EventSummary) EventSummary { return eventSummary(e, s.served) })
+	if items == nil {
+		items = []EventSummary{}
+	}
+	return &EventList{Total: int64(len(items)), Shown: len(items), Items: items}, nil
 }
 
 // PurgeRequest says what to purge.
