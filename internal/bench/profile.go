@@ -146,7 +146,7 @@ func (r *runner) profilePhase(ctx context.Context, key string, seconds int, wait
 	fetch := func(process, base, token string, wait bool) {
 		defer pp.wg.Done()
 		if wait {
-			if err := awaitListening(ctx, base+"/healthz", 30*time.Second); err != nil {
+			if err := awaitServing(ctx, base+"/debug/pprof/", 30*time.Second); err != nil {
 				pp.fail(fmt.Errorf("profile of the %s: %w", process, err))
 				return
 			}
@@ -276,8 +276,10 @@ func fetchProfile(ctx context.Context, url, token, path string, timeout time.Dur
 	return os.WriteFile(path, body, 0o644)
 }
 
-// awaitListening polls url until it answers at all (any status).
-func awaitListening(ctx context.Context, url string, timeout time.Duration) error {
+// awaitServing polls url until the process serves it: while a process
+// starts, its listener answers already (healthz 200, everything else 503
+// "starting"), so a profile asked for then would fail.
+func awaitServing(ctx context.Context, url string, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -288,7 +290,10 @@ func awaitListening(ctx context.Context, url string, timeout time.Duration) erro
 		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			return nil
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				return nil
+			}
+			err = fmt.Errorf("answered %s (still starting)", resp.Status)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s did not answer within %s: %w", url, timeout, err)
