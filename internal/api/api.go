@@ -11,6 +11,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,7 +133,7 @@ type Mux = humago.Mux
 // New registers the API over svc on mux and returns it.
 func New(mux Mux, svc *ops.Service, opts Options, logger zerolog.Logger) huma.API {
 	installErrors()
-	cfg := huma.DefaultConfig("hookrelay admin API", cmpOr(opts.Version, "1"))
+	cfg := huma.DefaultConfig("hookrelay admin API", cmp.Or(opts.Version, "1"))
 	cfg.Info.Description = "Every operator action on a hookrelay: routes, events, retries, replays, dead letters, purges, " +
 		"resource versions, tokens and the audit log. Long actions run as jobs (GET /api/v1/jobs/{id}). " +
 		"Every operation needs a bearer token whose role is at least the operation's x-required-role."
@@ -254,12 +255,4 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 	}
 	a.logger.Error().Err(err).Str("actor", ops.ActorOf(ctx)).Msg(what)
 	return apiError(http.StatusServiceUnavailable, "storage_unavailable", what+" failed: storage unavailable (the receiver's log says why)")
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }

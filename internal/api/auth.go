@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"crypto/subtle"
 	"errors"
 	"net"
@@ -153,7 +154,7 @@ type failWindow struct {
 }
 
 func NewFailLimiter(perMinute int) *FailLimiter {
-	return &FailLimiter{limit: cmpOr(perMinute, 20), now: time.Now, windows: map[string]*failWindow{}}
+	return &FailLimiter{limit: cmp.Or(perMinute, 20), now: time.Now, windows: map[string]*failWindow{}}
 }
 
 // blocked returns how long client must wait, 0 when it may try.

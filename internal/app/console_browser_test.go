@@ -26,6 +26,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// waitPair waits until the pair (event id, route) is in state.
+func (h *harness) waitPair(id, route string, state webhook.DeliveryState) {
+	h.t.Helper()
+	require.EventuallyWithT(h.t, func(c *assert.CollectT) {
+		st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(id), route)
+		require.NoError(c, err)
+		require.Equal(c, state, st, "%s on %s", id, route)
+	}, 20*time.Second, 20*time.Millisecond)
+}
+
 // browser starts Debian's chromium headless for the test (scripts/test.sh
 // installs it: scripts/services.sh --browser) and returns a tab.
 func browser(t *testing.T) context.Context {
@@ -180,11 +190,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// with the destination's answer.
 	h.billingDown.Store(true)
 	id := h.postSigned("evt_console", "invoice.paid").ID
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(id), "billing")
-		require.NoError(c, err)
-		require.Equal(c, webhook.StateRetrying, st)
-	}, 20*time.Second, 20*time.Millisecond)
+	h.waitPair(id, "billing", webhook.StateRetrying)
 	// Found by the sender's id (its idempotency key), then by ours.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/events"),
@@ -244,11 +250,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	signIn(t, ctx, base, h.tokens["viewer"])
 	h.billingDown.Store(true)
 	other := h.postSigned("evt_console_viewer", "invoice.paid").ID
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(other), "billing")
-		require.NoError(c, err)
-		require.Equal(c, webhook.StateRetrying, st)
-	}, 20*time.Second, 20*time.Millisecond)
+	h.waitPair(other, "billing", webhook.StateRetrying)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+other), chromedp.WaitVisible(chromedp.CSS(`section.delivery`))))
 	require.Equal(t, "retrying", text(t, ctx, `section.delivery[data-route="billing"] .state`))
 	require.Zero(t, count(t, ctx, "main form button"), "a viewer sees no action on an event")
@@ -288,11 +290,7 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 		ids = append(ids, h.postSigned(fmt.Sprint("evt_window_", i), "invoice.paid").ID)
 	}
 	for _, id := range ids {
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(id), "billing")
-			require.NoError(c, err)
-			require.Equal(c, webhook.StateDead, st)
-		}, 20*time.Second, 20*time.Millisecond)
+		h.waitPair(id, "billing", webhook.StateDead)
 	}
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 3, 10*time.Second)
 	h.billingDown.Store(false)

@@ -7,6 +7,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"database/sql"
@@ -75,8 +76,8 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	}()
 	c.sessions = scs.New()
 	c.sessions.Store = store
-	c.sessions.IdleTimeout = cmpOr(opts.IdleTimeout, 30*time.Minute)
-	c.sessions.Lifetime = cmpOr(opts.Lifetime, 12*time.Hour)
+	c.sessions.IdleTimeout = cmp.Or(opts.IdleTimeout, 30*time.Minute)
+	c.sessions.Lifetime = cmp.Or(opts.Lifetime, 12*time.Hour)
 	c.sessions.Cookie.Name = "hookrelay_session"
 	c.sessions.Cookie.HttpOnly = true
 	c.sessions.Cookie.SameSite = http.SameSiteLaxMode
@@ -144,37 +145,42 @@ const (
 )
 
 // current re-reads the session's token every request: a token revoked or
-// expired since sign-in ends the session.
-func (c *console) current(r *http.Request) (user, bool) {
+// expired since sign-in ends the session. An error is a token that could
+// not be read (storage), not a user signed out.
+func (c *console) current(r *http.Request) (user, bool, error) {
 	hexHash := c.sessions.GetString(r.Context(), sessionHash)
 	if hexHash == "" {
-		return user{}, false
+		return user{}, false, nil
 	}
 	if hexHash == configSession {
 		if c.configToken == nil {
-			return user{}, false
+			return user{}, false, nil
 		}
-		return user{Actor: ops.ConfigTokenActor, Role: ops.RoleAdmin}, true
+		return user{Actor: ops.ConfigTokenActor, Role: ops.RoleAdmin}, true, nil
 	}
 	hash, err := hex.DecodeString(hexHash)
 	if err != nil {
-		return user{}, false
+		return user{}, false, nil
 	}
 	t, err := c.svc.TokenByHash(r.Context(), hash)
-	if err != nil {
-		if !errors.Is(err, ops.ErrNotFound) {
-			c.logger.Error().Err(err).Msg("console: reading the session's token")
-		}
-		return user{}, false
+	switch {
+	case errors.Is(err, ops.ErrNotFound):
+		return user{}, false, nil
+	case err != nil:
+		return user{}, false, err
 	}
-	return user{Actor: "token:" + t.Name, Role: t.Role}, true
+	return user{Actor: "token:" + t.Name, Role: t.Role}, true, nil
 }
 
 // authed serves next to a signed-in user whose role is at least need:
 // others go to the sign-in page (reading) or are refused (acting).
 func (c *console) authed(need string, next func(w http.ResponseWriter, r *http.Request, u user)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, ok := c.current(r)
+		u, ok, err := c.current(r)
+		if err != nil {
+			c.failed(w, r, "reading the session's token", err)
+			return
+		}
 		if !ok {
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, "/signin", http.StatusSeeOther)
@@ -248,12 +254,4 @@ func (c *console) signOut(w http.ResponseWriter, r *http.Request) {
 // flash keeps a message for the next page the user sees.
 func (c *console) flash(r *http.Request, msg string) {
 	c.sessions.Put(r.Context(), sessionFlash, msg)
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }

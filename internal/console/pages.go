@@ -129,7 +129,7 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {
 			return
 		}
 		c.render(w, r, "events", u, map[string]any{"Find": find, "List": list, "Filter": ops.FilterFields{},
-			"States": []string{"", "pending", "retrying", "delivered", "dead", "stale"}})
+			"States": eventStates})
 		return
 	}
 	ff := ops.FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
@@ -154,8 +154,11 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {
 		next = "/events?" + v.Encode()
 	}
 	c.render(w, r, "events", u, map[string]any{"Filter": ff, "List": list, "Next": next,
-		"States": []string{"", "pending", "retrying", "delivered", "dead", "stale"}})
+		"States": eventStates})
 }
+
+// eventStates are the events page's state choices ("" is any).
+var eventStates = []string{"", "pending", "retrying", "delivered", "dead", "stale"}
 
 // maxBody is how much of an event's body the event page shows.
 const maxBody = 64 << 10
@@ -177,7 +180,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u user) {
 		body = pretty.String()
 	}
 	if len(body) > maxBody {
-		body, truncated = body[:maxBody], true
+		body, truncated = strings.ToValidUTF8(body[:maxBody], ""), true // not half a character
 	}
 	c.render(w, r, "event", u, map[string]any{"Event": ev, "Body": body, "Truncated": truncated})
 }
