@@ -68,9 +68,12 @@ func printEvents(w io.Writer, list *ops.EventList) error {
 		return err
 	}
 	var err error
-	if int64(list.Shown) < list.Total {
+	switch {
+	case list.TotalAtLeast:
+		_, err = fmt.Fprintf(w, "%d of more than %d shown (--limit N for more)\n", list.Shown, list.Total)
+	case int64(list.Shown) < list.Total:
 		_, err = fmt.Fprintln(w, shownOf(list.Shown, list.Total))
-	} else {
+	default:
 		_, err = fmt.Fprintf(w, "%d event(s)\n", list.Total)
 	}
 	return err

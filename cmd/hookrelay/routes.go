@@ -74,7 +74,8 @@ in the queue, retries coming back from the retry tiers too; nothing is
 lost. The pause is stored in Postgres: it survives restarts, and a
 dispatcher started later follows it. 'hookrelay routes resume NAME' ends it.`
 	}
-	return &cobra.Command{
+	var reason string
+	cmd := &cobra.Command{
 		Use:     use,
 		Short:   short,
 		Long:    long,
@@ -88,7 +89,7 @@ dispatcher started later follows it. 'hookrelay routes resume NAME' ends it.`
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				res, err := svc.RoutePause(cmd.Context(), args[0], pause)
+				res, err := svc.RoutePause(cmd.Context(), args[0], pause, reason)
 				if err != nil {
 					return err
 				}
@@ -107,4 +108,8 @@ dispatcher started later follows it. 'hookrelay routes resume NAME' ends it.`
 			})
 		},
 	}
+	if pause {
+		cmd.Flags().StringVar(&reason, "reason", "", "why the route is paused: shown with it (routes, the console, the API) until it is resumed, and in the audit log")
+	}
+	return cmd
 }

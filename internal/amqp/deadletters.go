@@ -164,6 +164,64 @@ func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int, pro
 	return moved, nil
 }
 
+// RequeueEvents moves the messages of route's dead-letter queue whose
+// event is in events back to its route queue, as Requeue does, reading
+// the queue once (as many messages as it holds at the start): the others
+// are taken unacknowledged and returned in one go at the end, or by the
+// broker if the connection closes first, so a failure loses nothing. It
+// returns how many it moved, also on error. progress, when set, is called
+// after each message read with the count moved and the count read.
+func (dl *DeadLetters) RequeueEvents(ctx context.Context, route string, events map[string]bool, progress func(moved, read int)) (int, error) {
+	conn, ch, err := dl.channel()
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := ch.Confirm(false); err != nil {
+		return 0, fmt.Errorf("enabling confirms: %w", err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	dead, target := dl.names.DeadQueue(route), dl.names.RouteQueue(route)
+	q, err := ch.QueueDeclarePassive(dead, true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inspecting %s: %w", dead, err)
+	}
+	var kept uint64
+	moved := 0
+	for read := 0; read < q.Messages && moved < len(events); read++ {
+		if err := ctx.Err(); err != nil {
+			return moved, err
+		}
+		d, ok, err := ch.Get(dead, false)
+		if err != nil {
+			return moved, fmt.Errorf("reading %s: %w", dead, err)
+		}
+		if !ok {
+			break
+		}
+		if !events[headerString(d.Headers, HeaderEventID)] {
+			kept = d.DeliveryTag
+		} else {
+			if err := publishConfirmed(ctx, ch, returns, target, movedBackMessage(d, route, dl.now())); err != nil {
+				return moved, fmt.Errorf("republishing: %w", err)
+			}
+			if err := d.Ack(false); err != nil {
+				return moved, fmt.Errorf("acking the dead letter: %w", err)
+			}
+			moved++
+		}
+		if progress != nil {
+			progress(moved, read+1)
+		}
+	}
+	if kept > 0 {
+		if err := ch.Nack(kept, true, true); err != nil {
+			return moved, fmt.Errorf("returning messages to the queue: %w", err)
+		}
+	}
+	return moved, nil
+}
+
 // publishConfirmed publishes p to queue through the default exchange on
 // ch, a confirm channel whose returns arrive on returns, and waits up to
 // requeueConfirmTimeout for the broker to take it.

@@ -23,6 +23,11 @@ type RouteInput struct {
 	Route string `path:"route" doc:"A route of the config." maxLength:"200"`
 }
 
+// PauseRouteBody says why a route is paused (optional).
+type PauseRouteBody struct {
+	Reason string `json:"reason,omitempty" maxLength:"500" doc:"Why the route is paused: shown with the route until it is resumed, and in the audit log."`
+}
+
 // IdempotencyInput is the header that makes a job-starting action safe to
 // repeat: the same key from the same token answers the job the first
 // request started, and starts nothing.
@@ -48,20 +53,31 @@ func (a *server) routes() {
 			}
 			return answer(list), nil
 		})
-	for _, paused := range []bool{true, false} {
-		verb, summary := "resume", "Resume a paused route: every dispatcher consumes it again within 2s"
-		if paused {
-			verb, summary = "pause", "Pause a route: every dispatcher stops taking its messages within 2s; nothing is lost"
-		}
-		huma.Register(a.api, op(http.MethodPost, "/routes/{route}/"+verb, verb+"-route", ops.RoleOperator, summary, http.StatusNotFound),
-			func(ctx context.Context, in *RouteInput) (*body[*ops.RoutePauseResult], error) {
-				res, err := a.svc.RoutePause(ctx, in.Route, paused)
-				if err != nil {
-					return nil, a.fail(ctx, verb+" route", err)
-				}
-				return answer(res), nil
-			})
-	}
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/pause", "pause-route", ops.RoleOperator,
+		"Pause a route: every dispatcher stops taking its messages within 2s; nothing is lost", http.StatusNotFound),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			Body *PauseRouteBody `required:"false"`
+		}) (*body[*ops.RoutePauseResult], error) {
+			reason := ""
+			if in.Body != nil {
+				reason = in.Body.Reason
+			}
+			res, err := a.svc.RoutePause(ctx, in.Route, true, reason)
+			if err != nil {
+				return nil, a.fail(ctx, "pause route", err)
+			}
+			return answer(res), nil
+		})
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/resume", "resume-route", ops.RoleOperator,
+		"Resume a paused route: every dispatcher consumes it again within 2s", http.StatusNotFound),
+		func(ctx context.Context, in *RouteInput) (*body[*ops.RoutePauseResult], error) {
+			res, err := a.svc.RoutePause(ctx, in.Route, false, "")
+			if err != nil {
+				return nil, a.fail(ctx, "resume route", err)
+			}
+			return answer(res), nil
+		})
 	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/retry", "retry-route", ops.RoleOperator,
 		"Attempt now every retrying delivery of a route, paced, as a job", http.StatusNotFound),
 		func(ctx context.Context, in *struct {

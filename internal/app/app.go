@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/activity"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
@@ -150,4 +152,28 @@ func statusMux(reg *prometheus.Registry, logger zerolog.Logger, checks ...httpse
 		mux.Handle(pattern, h)
 	}
 	return mux
+}
+
+// activityInterval is how often a process adds its per-minute counts
+// (the console's overview) to Postgres.
+const activityInterval = 10 * time.Second
+
+// startActivity counts the process's requests or deliveries per minute
+// and flushes them every interval (0: activityInterval) until the
+// returned function is called, which flushes once more and waits: call
+// it before the pool closes.
+func startActivity(ctx context.Context, db *store.DB, interval time.Duration, logger zerolog.Logger) (*activity.Counter, func()) {
+	c := activity.New(db, cmp.Or(interval, activityInterval), logger.With().Str("component", "activity").Logger())
+	// Not ctx: the counts of requests still being served after the stop
+	// began are flushed too, at the end.
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(runCtx)
+	}()
+	return c, func() {
+		stop()
+		<-done
+	}
 }

@@ -184,7 +184,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	signIn(t, ctx, base, h.tokens["operator"])
 	require.Equal(t, "billing", text(t, ctx, `#routes tr[data-route="billing"] th`))
 	require.Equal(t, "active", text(t, ctx, `#routes tr[data-route="billing"] .state`))
-	screenshot(t, ctx, "console-overview")
+	require.Contains(t, text(t, ctx, `#health li[data-part="postgres"]`), "ok")
+	require.Contains(t, text(t, ctx, `#health li[data-part="rabbitmq"]`), "ok")
 
 	// An event whose destination fails: its page shows the failed attempt
 	// with the destination's answer.
@@ -208,6 +209,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitURL(t, ctx, "/events/"+id)
 	require.Equal(t, "503", text(t, ctx, `section.delivery[data-route="billing"] .attempts tbody tr .status`))
 	require.Equal(t, "retrying", text(t, ctx, `section.delivery[data-route="billing"] .state`))
+	require.Contains(t, text(t, ctx, `section.delivery[data-route="billing"] ol.trace`), "attempt 1.1: HTTP 503")
+	require.Contains(t, text(t, ctx, `section.delivery[data-route="billing"] ol.trace`), "waiting in a retry tier: attempt 2 due")
 	screenshot(t, ctx, "console-event-failed")
 
 	// The destination is back: "retry now" in the browser delivers the
@@ -229,7 +232,49 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, posts, "one failed POST, then one for the retry: delivered once")
+	require.Contains(t, text(t, ctx, `section.delivery[data-route="billing"] ol.trace`), "attempt 1.2: HTTP 200")
 	screenshot(t, ctx, "console-event-delivered")
+
+	// Replay it to billing from its page: delivered once more, as a new
+	// series.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS(`#replay-event select[name=route]`), "billing"),
+		chromedp.Click(chromedp.CSS(`#replay-event button`)),
+	))
+	waitText(t, ctx, ".flash", "1 pair(s) replayed")
+	h.dest.waitFor(20*time.Second, "the replayed event delivered", func([]received) bool { return h.dest.successes()["billing "+id] == 2 })
+
+	// The overview's last hour: the source's accepted and rejected
+	// requests (a forged signature), billing's deliveries and failures.
+	bad := h.post("acme", []byte(`{"id":"evt_forged","type":"invoice.paid"}`), http.Header{"X-Acme-Signature": {"sha256=00"}})
+	require.Equal(t, http.StatusUnauthorized, bad.status)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#routes`))))
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`({
+			accepted: document.querySelector('#sources tr[data-source="acme"] .accepted')?.textContent ?? "",
+			reasons: document.querySelector('#sources tr[data-source="acme"] .reasons')?.textContent ?? "",
+			delivered: document.querySelector('#routes tr[data-route="billing"] .delivered-count')?.textContent ?? "",
+			success: document.querySelector('#routes tr[data-route="billing"] .success')?.textContent ?? ""})`))
+		require.NoError(c, err)
+		assert.Equal(c, "1", got["accepted"])
+		assert.Regexp(c, `signature_\w+: 1`, got["reasons"])
+		assert.Equal(c, "2", got["delivered"])
+		assert.Equal(c, "66.7%", got["success"], "two of three attempts succeeded")
+	}, 20*time.Second, 250*time.Millisecond)
+	require.Equal(t, 1, count(t, ctx, `#routes tr[data-route="billing"] svg.chart`))
+	screenshot(t, ctx, "console-overview")
+
+	// Readable on a phone: at 390 px nothing is wider than the screen
+	// but the tables, which scroll in their own box.
+	for _, page := range []string{"/", "/events/" + id, "/routes/billing", "/events"} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+page), chromedp.WaitVisible(chromedp.CSS(`main`))))
+		width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+		require.NoError(t, err)
+		require.LessOrEqual(t, width, 390, "%s is %d px wide at 390", page, width)
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+id), chromedp.WaitVisible(chromedp.CSS(`main`))))
+	screenshot(t, ctx, "console-event-390px")
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)))
 
 	// A cross-site POST with the operator's session is refused.
 	op := sessionClient(t, ctx, base)
@@ -286,19 +331,34 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 
 	h.billingDown.Store(true)
 	var ids []string
-	for i := range 3 {
+	for i := range 4 {
 		ids = append(ids, h.postSigned(fmt.Sprint("evt_window_", i), "invoice.paid").ID)
 	}
 	for _, id := range ids {
 		h.waitPair(id, "billing", webhook.StateDead)
 	}
-	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 3, 10*time.Second)
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 4, 10*time.Second)
 	h.billingDown.Store(false)
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/routes/billing/dead-letters"), chromedp.WaitVisible(chromedp.CSS(`#letters`))))
-	require.Equal(t, 3, count(t, ctx, "#letters tbody tr"))
+	require.Equal(t, 4, count(t, ctx, "#letters tbody tr"))
 	require.Equal(t, "dead", text(t, ctx, "#letters tbody tr .state"))
 	screenshot(t, ctx, "console-dead-letters")
+
+	// Requeue one of them, chosen by its row: a job moves it alone, and it
+	// is delivered once; the three others stay.
+	first := ids[0]
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#letters tr[data-event="`+first+`"] button`))))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#job-state`))))
+		st, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#job-state`)))
+		require.NoError(c, err)
+		require.Equal(c, "succeeded", strings.TrimSpace(st))
+	}, 30*time.Second, 250*time.Millisecond)
+	require.Equal(t, "1", text(t, ctx, `#result dd[data-key="moved"]`))
+	h.dest.waitFor(20*time.Second, "the requeued letter delivered", func([]received) bool { return h.dest.successes()["billing "+first] == 1 })
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 3, 10*time.Second)
+	ids = ids[1:]
 
 	// The replay form: a preview, then the replay as a job, followed to
 	// its end on its page.
@@ -347,7 +407,7 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/audit?actor=token:t-operator"), chromedp.WaitVisible(chromedp.CSS(`#audit`))))
 	actions, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#audit tbody .action")).map(e => e.textContent)`))
 	require.NoError(t, err)
-	require.Equal(t, []string{"dead.drop", "replay"}, actions)
+	require.Equal(t, []string{"dead.drop", "replay", "dead.requeue"}, actions)
 	screenshot(t, ctx, "console-audit")
 }
 
@@ -365,12 +425,23 @@ func TestConsolePauseAndResume(t *testing.T) {
 	ctx := browser(t)
 	signIn(t, ctx, base, h.tokens["operator"])
 
-	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routes tr[data-route="billing"] form button`))))
+	// From the overview to the route's page, paused there with a reason.
+	const reason = "destination migrating until 14:00 UTC"
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#routes tr[data-route="billing"] th a`)),
+		chromedp.WaitVisible(chromedp.CSS(`#pause input[name=reason]`)),
+		chromedp.SendKeys(chromedp.CSS(`#pause input[name=reason]`), reason),
+		chromedp.Click(chromedp.CSS(`#pause form button`)),
+	))
 	waitText(t, ctx, ".flash", "route billing paused")
 	paused := time.Now()
 	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
 		"both dispatchers stop consuming within 2s of the pause")
 	t.Logf("consumers gone %s after the pause answered", time.Since(paused).Round(time.Millisecond))
+	require.Equal(t, reason, text(t, ctx, `#route-facts .reason`))
+	require.Contains(t, text(t, ctx, `#route-facts .paused`), "by token:t-operator")
+	require.Equal(t, reason, h.routeState("billing").PausedReason)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#routes`))))
 	require.Equal(t, "paused", text(t, ctx, `#routes tr[data-route="billing"] .state`))
 	screenshot(t, ctx, "console-paused")
 
@@ -383,6 +454,7 @@ func TestConsolePauseAndResume(t *testing.T) {
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routes tr[data-route="billing"] form button`))))
 	waitText(t, ctx, ".flash", "route billing resumed")
+	require.Empty(t, h.routeState("billing").PausedReason, "a resume clears the reason")
 	h.dest.waitFor(20*time.Second, "the backlog", func(rs []received) bool { return len(h.dest.successes()) == 5 })
 	h.waitQueuesEmpty(10 * time.Second)
 	for _, id := range ids {

@@ -31,6 +31,9 @@ type DispatcherOptions struct {
 	Listener net.Listener
 	// Registry collects metrics; nil means a new one.
 	Registry *prometheus.Registry
+	// ActivityInterval is how often the per-minute counts go to Postgres;
+	// 0 means activityInterval.
+	ActivityInterval time.Duration
 	// Client makes the deliveries; nil means deliver.NewClient().
 	Client *http.Client
 	// AfterRecordFunc, when set, runs after each attempt's outcome is
@@ -130,6 +133,9 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}()
 	routeNames := setup.RouteNames(cfg)
 	metrics := deliver.NewMetrics(reg, routeNames)
+	counter, stopCounting := startActivity(ctx, db, opts.ActivityInterval, logger)
+	defer stopCounting()
+	metrics.CountActivity(counter)
 	db.GroupDeliveries(cfg.Dispatcher.BatchSize, metrics.ObserveBatch)
 	controls, err := newController(cfg, db, reg, logger)
 	if err != nil {

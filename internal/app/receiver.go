@@ -44,6 +44,9 @@ type ReceiverOptions struct {
 	// cfg.Receiver.MetricsListen, and no metrics are served when that is
 	// empty too.
 	MetricsListener net.Listener
+	// ActivityInterval is how often the per-minute counts go to Postgres;
+	// 0 means activityInterval.
+	ActivityInterval time.Duration
 }
 
 // receiverBrokerWait is how long a starting receiver waits for a broker
@@ -124,6 +127,10 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if err != nil {
 		return err
 	}
+	counter, stopCounting := startActivity(ctx, db, opts.ActivityInterval, logger)
+	defer stopCounting()
+	ingestMetrics := ingest.NewMetrics(reg)
+	ingestMetrics.CountActivity(counter)
 	handler, err := ingest.New(ingest.Config{
 		Sources:      sources,
 		Store:        ingestStore{db},
@@ -131,7 +138,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		BatchSize:    cfg.Receiver.BatchSize,
 		BatchWait:    cfg.Receiver.BatchWait,
 		RoutesFunc:   setup.RoutesFor(cfg),
-		Metrics:      ingest.NewMetrics(reg),
+		Metrics:      ingestMetrics,
 		Logger:       logger,
 	})
 	if err != nil {
@@ -209,7 +216,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 			return err
 		}
 		web, err := console.Handler(jobCtx, svc, console.Options{
-			DB: stdlib.OpenDBFromPool(db.Pool()), ConfigToken: cfg.Admin.Token,
+			DB: stdlib.OpenDBFromPool(db.Pool()), ConfigToken: cfg.Admin.Token, SecureCookie: cfg.Admin.CookieSecure,
 			FailedSignIn: limiter.Fail, Blocked: limiter.Blocked,
 		}, logger.With().Str("component", "console").Logger())
 		if err != nil {

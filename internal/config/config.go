@@ -248,6 +248,11 @@ type Admin struct {
 	// address may make in a minute; then /api/v1 answers it 429 until the
 	// minute ends. Default 20.
 	AuthFailuresPerMinute int `mapstructure:"auth_failures_per_minute" validate:"gte=1,lte=100000"`
+	// CookieSecure marks the console's session cookie Secure, so a
+	// browser sends it over HTTPS only. The listener speaks plain HTTP: set
+	// it when the console is reached through a proxy that terminates TLS
+	// (the way to serve it beyond localhost). Default false.
+	CookieSecure bool `mapstructure:"cookie_secure"`
 }
 
 // Debug configures diagnostics that expose the process's internals.
@@ -515,6 +520,7 @@ func setDefaults(set func(key string, value any)) {
 	set("admin.write_timeout", "10m")
 	set("admin.idle_timeout", "60s")
 	set("admin.auth_failures_per_minute", 20)
+	set("admin.cookie_secure", false)
 	set("outbox.batch_size", 100)
 	set("outbox.poll_interval", "1s")
 	set("outbox.publish_timeout", "10s")

@@ -32,10 +32,43 @@ func (c *console) startJob(w http.ResponseWriter, r *http.Request, kind string, 
 	http.Redirect(w, r, "/jobs/"+job.ID.String(), http.StatusSeeOther)
 }
 
+// requeue moves dead letters back to their route as a job: the ones
+// chosen (event fields), or all of them (none chosen, all=1).
 func (c *console) requeue(w http.ResponseWriter, r *http.Request, _ user) {
 	route := r.PathValue("route")
 	if err := c.svc.CheckRoute(route); err != nil || route == "" {
 		c.failed(w, r, "requeue", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, route))
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "unreadable form", http.StatusBadRequest)
+		return
+	}
+	if chosen := r.PostForm["event"]; len(chosen) > 0 {
+		ids := make([]uuid.UUID, 0, len(chosen))
+		for _, v := range chosen {
+			id, err := uuid.Parse(v)
+			if err != nil {
+				http.Error(w, "not an event id: "+v, http.StatusBadRequest)
+				return
+			}
+			ids = append(ids, id)
+		}
+		if len(ids) > ops.MaxRequeueEvents {
+			c.failed(w, r, "requeue", ops.Invalid(fmt.Sprintf("at most %d dead letters at once", ops.MaxRequeueEvents)))
+			return
+		}
+		c.startJob(w, r, "requeue", map[string]any{"route": route, "events": chosen}, func(ctx context.Context, progress func(any)) (any, error) {
+			moved, err := c.svc.DeadRequeueEvents(ctx, route, ids, func(moved, read int) {
+				progress(map[string]int{"moved": moved, "read": read, "chosen": len(ids)})
+			})
+			return map[string]any{"route": route, "moved": moved, "chosen": len(ids)}, err
+		})
+		return
+	}
+	if r.PostForm.Get("all") == "" {
+		c.flash(r, "nothing chosen: tick the dead letters to requeue, or use Requeue all")
+		http.Redirect(w, r, "/routes/"+url.PathEscape(route)+"/dead-letters", http.StatusSeeOther)
 		return
 	}
 	c.startJob(w, r, "requeue", map[string]any{"route": route, "limit": 0}, func(ctx context.Context, progress func(any)) (any, error) {

@@ -36,6 +36,9 @@ type Options struct {
 	// ConfigToken is the config's admin.token, an admin token; "" for
 	// none.
 	ConfigToken string
+	// SecureCookie marks the session cookie Secure (served over TLS, by
+	// a proxy that terminates it).
+	SecureCookie bool
 	// IdleTimeout ends a session unused that long; Lifetime ends any.
 	IdleTimeout, Lifetime time.Duration
 	// FailedSignIn counts a failed sign-in of a client address (the admin
@@ -80,6 +83,7 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	c.sessions.Lifetime = cmp.Or(opts.Lifetime, 12*time.Hour)
 	c.sessions.Cookie.Name = "hookrelay_session"
 	c.sessions.Cookie.HttpOnly = true
+	c.sessions.Cookie.Secure = opts.SecureCookie
 	c.sessions.Cookie.SameSite = http.SameSiteLaxMode
 	c.sessions.Cookie.Path = "/"
 	c.sessions.ErrorFunc = func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -100,8 +104,11 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	mux.Handle("GET /events", c.authed(ops.RoleViewer, c.events))
 	mux.Handle("GET /events/{id}", c.authed(ops.RoleViewer, c.event))
 	mux.Handle("POST /events/{id}/retry", c.authed(ops.RoleOperator, c.retry))
+	mux.Handle("POST /events/{id}/replay", c.authed(ops.RoleOperator, c.replayEvent))
 	mux.Handle("POST /routes/{route}/pause", c.authed(ops.RoleOperator, c.pause(true)))
 	mux.Handle("POST /routes/{route}/resume", c.authed(ops.RoleOperator, c.pause(false)))
+	mux.Handle("GET /routes/{route}", c.authed(ops.RoleViewer, c.routePage))
+	mux.Handle("POST /routes/{route}/versions/reset", c.authed(ops.RoleOperator, c.versionReset))
 	mux.Handle("GET /routes/{route}/dead-letters", c.authed(ops.RoleViewer, c.deadLetters))
 	mux.Handle("POST /routes/{route}/dead-letters/requeue", c.authed(ops.RoleOperator, c.requeue))
 	mux.Handle("POST /routes/{route}/dead-letters/drop-delivered", c.authed(ops.RoleOperator, c.dropDelivered))

@@ -1,11 +1,15 @@
 package console
 
 import (
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,4 +34,29 @@ func TestSecurityHeaders(t *testing.T) {
 	require.Contains(t, CSP, "default-src 'none'")
 	require.NotContains(t, CSP, "script-src")
 	require.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"))
+}
+
+// The event page renders an event with a failed and a delivered pair,
+// their paths and the replay form.
+func TestEventPageRenders(t *testing.T) {
+	pages, err := parsePages()
+	require.NoError(t, err)
+	now := time.Now()
+	status, errText := 500, "boom"
+	ev := &ops.EventDetail{ID: uuid.New(), Source: "acme", EventType: "invoice.paid", ReceivedAt: now, Body: "{}"}
+	failed := ops.DeliveryDetail{Series: 2, AttemptRows: []store.AttemptRow{
+		{Attempt: 1, Series: 1, StartedAt: now, DurationMS: 12, Status: &status, Outcome: "retrying"},
+		{Attempt: 2, Series: 1, StartedAt: now, DurationMS: 9, Error: &errText, Outcome: "dead"},
+	}}
+	failed.Route, failed.State = "billing", "dead"
+	ev.Deliveries = []ops.DeliveryDetail{failed}
+	var buf bytes.Buffer
+	err = pages["event"].Execute(&buf, map[string]any{"Event": ev, "Body": "{}", "User": user{Actor: "token:t", Role: ops.RoleOperator},
+		"Page": "event", "Traces": map[string][]step{"billing": trace(ev, failed)}, "Routes": []string{"billing"}})
+	require.NoError(t, err)
+	html := buf.String()
+	require.Contains(t, html, "Replay now")
+	require.Contains(t, html, "attempt 1.1: HTTP 500 in 12ms → failed, sent to a retry tier")
+	require.Contains(t, html, "moved to the route&#39;s dead-letter queue")
+	require.Contains(t, html, "series 2 began: replayed or requeued, no attempt yet")
 }

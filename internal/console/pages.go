@@ -16,7 +16,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each with layout.html.
-var pageNames = []string{"signin", "overview", "events", "event", "dead", "replay", "job", "audit"}
+var pageNames = []string{"signin", "overview", "route", "events", "event", "dead", "replay", "job", "audit"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -48,6 +48,15 @@ func parsePages() (map[string]*template.Template, error) {
 		},
 		"ms":       func(n int) string { return (time.Duration(n) * time.Millisecond).String() },
 		"operator": func() string { return ops.RoleOperator },
+		"chart":    chart,
+		"ratio":    ratio,
+		"perMin": func(n int64) string {
+			per := float64(n) / ops.ActivityWindow.Minutes()
+			if per < 0.1 {
+				return ""
+			}
+			return fmt.Sprintf(" (%.1f/min)", per)
+		},
 	}
 	out := map[string]*template.Template{}
 	for _, name := range pageNames {
@@ -111,8 +120,21 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, u user) {
 		c.failed(w, r, "listing routes", err)
 		return
 	}
-	c.render(w, r, "overview", u, map[string]any{"Routes": routes})
+	act, err := c.svc.Activity(r.Context())
+	if err != nil {
+		c.failed(w, r, "reading the last hour", err)
+		return
+	}
+	// The database answered both questions; how fast says how it is.
+	began := time.Now()
+	dbErr := c.opts.DB.PingContext(r.Context())
+	c.render(w, r, "overview", u, map[string]any{"Routes": routes, "Activity": act,
+		"DBPing": time.Since(began).Round(100 * time.Microsecond), "DBError": dbErr, "Refresh": overviewRefresh})
 }
+
+// overviewRefresh is how often the overview reloads itself (a meta
+// refresh: no script).
+const overviewRefresh = 15
 
 func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {
 	q := r.URL.Query()
@@ -182,7 +204,15 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u user) {
 	if len(body) > maxBody {
 		body, truncated = strings.ToValidUTF8(body[:maxBody], ""), true // not half a character
 	}
-	c.render(w, r, "event", u, map[string]any{"Event": ev, "Body": body, "Truncated": truncated})
+	traces := map[string][]step{}
+	routes := []string{}
+	for _, d := range ev.Deliveries {
+		traces[d.Route] = trace(ev, d)
+		if !d.Unserved {
+			routes = append(routes, d.Route)
+		}
+	}
+	c.render(w, r, "event", u, map[string]any{"Event": ev, "Body": body, "Truncated": truncated, "Traces": traces, "Routes": routes})
 }
 
 func (c *console) retry(w http.ResponseWriter, r *http.Request, _ user) {
@@ -204,9 +234,38 @@ func (c *console) retry(w http.ResponseWriter, r *http.Request, _ user) {
 	http.Redirect(w, r, "/events/"+id.String(), http.StatusSeeOther)
 }
 
+// replayEvent replays one event to one route or all, now (a handful of
+// pairs: no job). An operator asking for one event asks for it again
+// even where it was delivered: include_delivered is the form's default.
+func (c *console) replayEvent(w http.ResponseWriter, r *http.Request, _ user) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		http.Error(w, "not an event id", http.StatusBadRequest)
+		return
+	}
+	route := r.PostFormValue("route")
+	if err := c.svc.CheckRoute(route); err != nil {
+		c.failed(w, r, "replay", err)
+		return
+	}
+	again := r.PostFormValue("include_delivered") != ""
+	res, err := c.svc.Replay(r.Context(), ops.ReplayRequest{EventID: id, Filter: ops.EventFilter{Route: route},
+		IncludeDelivered: again, IncludeStale: again})
+	if err != nil {
+		c.failed(w, r, "replay", err)
+		return
+	}
+	msg := fmt.Sprintf("%d pair(s) replayed", res.ReplayedCount)
+	for _, s := range res.Skipped {
+		msg += fmt.Sprintf("; %s skipped: %s", s.Route, s.Skipped)
+	}
+	c.flash(r, msg)
+	http.Redirect(w, r, "/events/"+id.String(), http.StatusSeeOther)
+}
+
 func (c *console) pause(paused bool) func(w http.ResponseWriter, r *http.Request, u user) {
 	return func(w http.ResponseWriter, r *http.Request, _ user) {
-		res, err := c.svc.RoutePause(r.Context(), r.PathValue("route"), paused)
+		res, err := c.svc.RoutePause(r.Context(), r.PathValue("route"), paused, r.PostFormValue("reason"))
 		if err != nil {
 			c.failed(w, r, "pausing a route", err)
 			return
@@ -219,6 +278,79 @@ func (c *console) pause(paused bool) func(w http.ResponseWriter, r *http.Request
 			verb = "already " + verb
 		}
 		c.flash(r, "route "+res.Route+" "+verb)
-		http.Redirect(w, r, "/", http.StatusSeeOther)
+		back := "/routes/" + url.PathEscape(res.Route)
+		if r.PostFormValue("back") == "overview" {
+			back = "/"
+		}
+		http.Redirect(w, r, back, http.StatusSeeOther)
 	}
+}
+
+// routePage shows one route: its state with the pause's reason, circuit
+// and holds, its backlog and last hour, and the resource versions.
+func (c *console) routePage(w http.ResponseWriter, r *http.Request, u user) {
+	name := r.PathValue("route")
+	if err := c.svc.CheckRoute(name); err != nil || name == "" {
+		c.failed(w, r, "reading a route", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, name))
+		return
+	}
+	list, err := c.svc.RouteList(r.Context())
+	if err != nil {
+		c.failed(w, r, "reading a route", err)
+		return
+	}
+	var route *ops.RouteSummary
+	for i := range list.Routes {
+		if list.Routes[i].Route == name {
+			route = &list.Routes[i]
+		}
+	}
+	if route == nil {
+		c.failed(w, r, "reading a route", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, name))
+		return
+	}
+	act, err := c.svc.Activity(r.Context())
+	if err != nil {
+		c.failed(w, r, "reading the last hour", err)
+		return
+	}
+	var limited bool
+	for _, rc := range c.svc.RouteConfigs {
+		if rc.Name == name {
+			limited = rc.RateLimited
+		}
+	}
+	data := map[string]any{"Route": route, "BrokerError": list.BrokerError, "Activity": act.Routes[name], "RateLimited": limited}
+	// A version asked for: show it, or say none is kept.
+	q := r.URL.Query()
+	if src, res := q.Get("source"), q.Get("resource"); src != "" || res != "" {
+		data["Source"], data["Resource"] = src, res
+		v, err := c.svc.ResourceVersion(r.Context(), ops.VersionRequest{Route: name, Source: src, Resource: res})
+		switch {
+		case errors.Is(err, ops.ErrNotFound):
+			data["NoVersion"] = true
+		case err != nil:
+			c.failed(w, r, "reading a version", err)
+			return
+		default:
+			data["Version"] = v
+		}
+	}
+	c.render(w, r, "route", u, data)
+}
+
+func (c *console) versionReset(w http.ResponseWriter, r *http.Request, _ user) {
+	name := r.PathValue("route")
+	req := ops.VersionRequest{Route: name, Source: r.PostFormValue("source"), Resource: r.PostFormValue("resource")}
+	v, err := c.svc.ResourceVersionReset(r.Context(), req)
+	switch {
+	case errors.Is(err, ops.ErrNotFound):
+		c.flash(r, "no version was kept for "+req.Source+" "+req.Resource+": nothing to reset")
+	case err != nil:
+		c.failed(w, r, "resetting a version", err)
+		return
+	default:
+		c.flash(r, fmt.Sprintf("version %s of %s %s forgotten: the resource's next event is delivered whatever its version", v.Version, v.Source, v.Resource))
+	}
+	http.Redirect(w, r, "/routes/"+url.PathEscape(name)+"?"+url.Values{"source": {req.Source}, "resource": {req.Resource}}.Encode(), http.StatusSeeOther)
 }

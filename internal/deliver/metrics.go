@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/activity"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -18,6 +19,8 @@ type Metrics struct {
 	stale      *prometheus.CounterVec
 	leases     *prometheus.CounterVec
 	batches    *prometheus.HistogramVec
+	// activity, when set, counts each outcome for the console's overview.
+	activity *activity.Counter
 }
 
 // NewMetrics registers the delivery metrics on reg, with every route's
@@ -75,7 +78,11 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 
 func (m *Metrics) outcome(route, outcome string) {
 	m.deliveries.WithLabelValues(route, outcome).Inc()
+	m.activity.Add(activity.Delivery, route, outcome, "")
 }
+
+// CountActivity also counts each outcome in c (per minute, in Postgres).
+func (m *Metrics) CountActivity(c *activity.Counter) { m.activity = c }
 
 // leaseEvents are the values of hookrelay_delivery_leases_total's event
 // label.

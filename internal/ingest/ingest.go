@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/activity"
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/signature"
@@ -160,6 +161,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	outcome, reason := h.serve(w, r, src, ok, start)
 	h.metrics.requests.WithLabelValues(label, outcome, reason).Inc()
+	h.metrics.activity.Add(activity.Ingest, label, outcome, reason)
 	h.metrics.duration.WithLabelValues(label, outcome).Observe(time.Since(start).Seconds())
 }
 
@@ -377,7 +379,12 @@ type Metrics struct {
 	queued    prometheus.Gauge
 	// orderingIgnored counts accepted events whose ordering was left out.
 	orderingIgnored *prometheus.CounterVec
+	// activity, when set, counts each request for the console's overview.
+	activity *activity.Counter
 }
+
+// CountActivity also counts each request in c (per minute, in Postgres).
+func (m *Metrics) CountActivity(c *activity.Counter) { m.activity = c }
 
 // NewMetrics registers the ingest metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {

@@ -163,3 +163,28 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, prog
 		func() (int, error) { return s.DeadLetters.Requeue(ctx, route, limit, progress) },
 		func(n int) map[string]any { return map[string]any{"moved": n} })
 }
+
+// MaxRequeueEvents bounds one requeue of chosen dead letters.
+const MaxRequeueEvents = 1000
+
+// DeadRequeueEvents moves the dead letters of the given events from
+// route's dead-letter queue back to its route queue (see DeadRequeue),
+// reading the queue once; the rest stay. progress gets the count moved and
+// the count read.
+func (s *Service) DeadRequeueEvents(ctx context.Context, route string, events []uuid.UUID, progress func(moved, read int)) (int, error) {
+	if err := s.requireRoute(route); err != nil {
+		return 0, err
+	}
+	if len(events) == 0 || len(events) > MaxRequeueEvents {
+		return 0, Invalid(fmt.Sprintf("choose from 1 to %d dead letters (%d chosen)", MaxRequeueEvents, len(events)))
+	}
+	want := make(map[string]bool, len(events))
+	ids := make([]string, 0, len(events))
+	for _, id := range events {
+		want[id.String()] = true
+		ids = append(ids, id.String())
+	}
+	return audited(ctx, s, "dead.requeue", route, map[string]any{"events": ids},
+		func() (int, error) { return s.DeadLetters.RequeueEvents(ctx, route, want, progress) },
+		func(n int) map[string]any { return map[string]any{"moved": n} })
+}

@@ -66,8 +66,11 @@ func (s *fakeStore) AuditInsert(_ context.Context, e *store.AuditEntry) error {
 func (s *fakeStore) RouteStatsList(context.Context) ([]store.RouteStats, error) { return nil, s.err }
 
 func (s *fakeStore) RouteStateList(context.Context) ([]store.RouteState, error) { return nil, s.err }
+func (s *fakeStore) ActivitySince(context.Context, time.Duration) ([]store.ActivityCount, time.Time, error) {
+	return nil, time.Now(), s.err
+}
 
-func (s *fakeStore) RoutePauseAudited(_ context.Context, _ string, _ bool, _ string, e *store.AuditEntry) (bool, error) {
+func (s *fakeStore) RoutePauseAudited(_ context.Context, _ string, _ bool, _, _ string, e *store.AuditEntry) (bool, error) {
 	return true, s.AuditInsert(actorCtx(), e)
 }
 
@@ -179,13 +182,13 @@ func (s *fakeStore) EventList(_ context.Context, f store.EventFilter) ([]store.E
 	return out, nil
 }
 
-func (s *fakeStore) EventCountByFilter(_ context.Context, f store.EventFilter) (int64, error) {
+func (s *fakeStore) EventCountByFilter(_ context.Context, f store.EventFilter, upTo int64) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.counts++
 	var n int64
 	for _, ev := range s.events {
-		if matches(ev, f) {
+		if matches(ev, f) && (upTo == 0 || n < upTo) {
 			n++
 		}
 	}
@@ -327,6 +330,26 @@ func (d *fakeDeadLetters) Requeue(_ context.Context, route string, limit int, pr
 		progress(3, 3)
 	}
 	return 3, nil
+}
+
+func (d *fakeDeadLetters) RequeueEvents(_ context.Context, route string, events map[string]bool, progress func(moved, read int)) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked = append(d.asked, "requeue-events "+route)
+	var kept []ops.DeadLetter
+	moved := 0
+	for _, it := range d.queues[route] {
+		if events[it.EventID] {
+			moved++
+			continue
+		}
+		kept = append(kept, it)
+	}
+	d.queues[route] = kept
+	if progress != nil {
+		progress(moved, moved+len(kept))
+	}
+	return moved, nil
 }
 
 // newService serves routes billing (acme.invoice.*) and crm

@@ -12,9 +12,12 @@ import (
 
 // EventList is part of the events a filter selects: Shown of Total.
 type EventList struct {
-	Total int64          `json:"total"`
-	Shown int            `json:"shown"`
-	Items []EventSummary `json:"items"`
+	// Total counts the events the filter selects, up to MaxCount; with
+	// TotalAtLeast set there are more (the count stopped there).
+	Total        int64          `json:"total"`
+	TotalAtLeast bool           `json:"total_at_least,omitempty"`
+	Shown        int            `json:"shown"`
+	Items        []EventSummary `json:"items"`
 	// NextCursor, when set, gives the next page (older events) as the
 	// listing's cursor; empty on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
@@ -170,6 +173,8 @@ type RouteSummary struct {
 	Paused   bool       `json:"paused"`
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 	PausedBy string     `json:"paused_by,omitempty"`
+	// PausedReason is what the operator who paused it said.
+	PausedReason string `json:"paused_reason,omitempty"`
 	// Circuit is closed, open or half_open; ConsecutiveFailures counts
 	// toward opening it; CircuitOpenUntil is the end of its cool-down.
 	Circuit             string     `json:"circuit,omitempty"`

@@ -26,8 +26,9 @@ type Store interface {
 	EventList(ctx context.Context, f store.EventFilter) ([]store.EventSummary, error)
 	// EventsByKey returns up to limit events with the idempotency key.
 	EventsByKey(ctx context.Context, key string, limit int) ([]store.EventSummary, error)
-	// EventCountByFilter counts the events f selects, ignoring f.Limit.
-	EventCountByFilter(ctx context.Context, f store.EventFilter) (int64, error)
+	// EventCountByFilter counts the events f selects, ignoring f.Limit,
+	// up to upTo (0: all).
+	EventCountByFilter(ctx context.Context, f store.EventFilter, upTo int64) (int64, error)
 	// ReplayCandidateCount counts the events f selects after a cursor,
 	// ignoring f.Limit.
 	ReplayCandidateCount(ctx context.Context, f store.EventFilter, after store.ReplayCursor) (int64, error)
@@ -67,6 +68,9 @@ type DeadLetters interface {
 	// set, is called after each message with the count moved and the
 	// count it means to move.
 	Requeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error)
+	// RequeueEvents moves the messages of the given events back the same
+	// way, reading the queue once; progress gets the count moved and read.
+	RequeueEvents(ctx context.Context, route string, events map[string]bool, progress func(moved, read int)) (int, error)
 }
 
 // Service carries what the operations need.
@@ -146,6 +150,12 @@ func (s *Service) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, er
 // unless told otherwise.
 const DefaultListLimit = 100
 
+// MaxCount is where an event listing stops counting the events its
+// filter selects: past it, the total is MaxCount with TotalAtLeast set.
+// Counting a million events to print the number would make every page
+// of an unfiltered listing read the whole table.
+const MaxCount = 1000
+
 // EventList lists the events f selects, newest first, up to f.Limit
 // (default 100), with how many match in all.
 func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventList, error) {
@@ -166,9 +176,13 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 	items := convert(rows, func(e store.EventSummary) EventSummary { return eventSummary(e, s.served) })
 	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
 	if more || !f.Before.ReceivedAt.IsZero() {
-		// Only a page with more after it, or a later one, needs the count.
-		if out.Total, err = s.Store.EventCountByFilter(ctx, f); err != nil {
+		// Only a page with more after it, or a later one, needs the count,
+		// and only up to MaxCount: past that it says "at least".
+		if out.Total, err = s.Store.EventCountByFilter(ctx, f, MaxCount+1); err != nil {
 			return nil, err
+		}
+		if out.Total > MaxCount {
+			out.Total, out.TotalAtLeast = MaxCount, true
 		}
 		out.Total = max(out.Total, int64(out.Shown))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/httpserver"
@@ -20,7 +21,10 @@ type RouteStore interface {
 	// and dead, with the age of its oldest undelivered one.
 	RouteStatsList(ctx context.Context) ([]store.RouteStats, error)
 	RouteStateList(ctx context.Context) ([]store.RouteState, error)
-	RoutePauseAudited(ctx context.Context, route string, paused bool, by string, e *store.AuditEntry) (bool, error)
+	RoutePauseAudited(ctx context.Context, route string, paused bool, by, reason string, e *store.AuditEntry) (bool, error)
+	// ActivitySince returns the per-minute counts of the last since, with
+	// Postgres' time now.
+	ActivitySince(ctx context.Context, since time.Duration) ([]store.ActivityCount, time.Time, error)
 }
 
 // RouteConfig is a configured route as the listing shows it.
@@ -73,7 +77,7 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 		rs := RouteSummary{
 			Route: r.Name, Queue: r.Queue, Bindings: r.Bindings,
 			Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead,
-			Paused: st.Paused, PausedAt: st.PausedAt, PausedBy: st.PausedBy,
+			Paused: st.Paused, PausedAt: st.PausedAt, PausedBy: st.PausedBy, PausedReason: st.PausedReason,
 			Circuit: st.Circuit, ConsecutiveFailures: st.ConsecutiveFailures,
 		}
 		if rs.Bindings == nil {
@@ -163,10 +167,15 @@ type RoutePauseResult struct {
 	Changed bool `json:"changed"`
 }
 
+// MaxPauseReason bounds a pause's reason.
+const MaxPauseReason = 500
+
 // RoutePause pauses (or resumes) route: every dispatcher follows within
 // 2s. The change and its audit row are one transaction. A route that is
 // not in the config is ErrUnknownRoute.
-func (s *Service) RoutePause(ctx context.Context, route string, paused bool) (*RoutePauseResult, error) {
+// reason, for a pause, says why (shown with the route; at most
+// MaxPauseReason bytes).
+func (s *Service) RoutePause(ctx context.Context, route string, paused bool, reason string) (*RoutePauseResult, error) {
 	if route == "" || !s.served(route) {
 		return nil, fmt.Errorf("%w: route %q is not in the config (routes: %v)", ErrUnknownRoute, route, s.Routes)
 	}
@@ -174,11 +183,19 @@ func (s *Service) RoutePause(ctx context.Context, route string, paused bool) (*R
 	if paused {
 		action = "route.pause"
 	}
-	e, err := entry(ctx, action, route, nil)
+	reason = strings.TrimSpace(reason)
+	if len(reason) > MaxPauseReason {
+		return nil, Invalid(fmt.Sprintf("the reason is %d bytes: at most %d", len(reason), MaxPauseReason))
+	}
+	var args map[string]any
+	if paused && reason != "" {
+		args = map[string]any{"reason": reason}
+	}
+	e, err := entry(ctx, action, route, args)
 	if err != nil {
 		return nil, err
 	}
-	changed, err := s.Store.RoutePauseAudited(ctx, route, paused, e.Actor, e)
+	changed, err := s.Store.RoutePauseAudited(ctx, route, paused, e.Actor, reason, e)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +213,7 @@ func routesAPI(mux *http.ServeMux, s *Service, logger zerolog.Logger) {
 	for _, action := range []string{"pause", "resume"} {
 		paused := action == "pause"
 		mux.HandleFunc("POST /api/routes/{name}/"+action, func(w http.ResponseWriter, r *http.Request) {
-			res, err := s.RoutePause(r.Context(), r.PathValue("name"), paused)
+			res, err := s.RoutePause(r.Context(), r.PathValue("name"), paused, "")
 			switch {
 			case errors.Is(err, ErrUnknownRoute):
 				httpserver.WriteError(w, http.StatusNotFound, "route "+r.PathValue("name")+" is not in the config")

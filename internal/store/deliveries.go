@@ -442,7 +442,7 @@ func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
 		       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('pending', 'retrying'))), 0)::float8,
 		       count(*) FILTER (WHERE state = 'dead')
 		FROM deliveries
-		WHERE state <> 'delivered'
+		WHERE state IN ('pending', 'retrying', 'dead')
 		GROUP BY route`)
 	if err != nil {
 		return nil, fmt.Errorf("reading route stats: %w", err)

@@ -161,12 +161,19 @@ func (db *DB) EventsByKey(ctx context.Context, key string, limit int) ([]EventSu
 }
 
 // EventCountByFilter counts the events f selects, ignoring its limit: what
-// a listing that stopped at its limit reports as the total.
-func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter) (int64, error) {
+// a listing that stopped at its limit reports as the total. It stops
+// counting at upTo (0: never), so a listing of a million events does not
+// read them all to say so: a result of upTo means "at least".
+func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter, upTo int64) (int64, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	var n int64
-	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE `+eventFilterSQL, filterArgs(f)...).Scan(&n); err != nil {
+	var limit *int64
+	if upTo > 0 {
+		limit = &upTo
+	}
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM events e WHERE `+eventFilterSQL+` LIMIT $7) s`,
+		append(filterArgs(f), limit)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting events: %w", err)
 	}
 	return n, nil

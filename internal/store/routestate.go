@@ -27,6 +27,7 @@ type RouteState struct {
 	Paused              bool
 	PausedAt            *time.Time
 	PausedBy            string
+	PausedReason        string
 	Circuit             string
 	ConsecutiveFailures int
 	OpenedUntil         *time.Time
@@ -41,13 +42,13 @@ type RouteState struct {
 	Now       time.Time
 }
 
-const routeStateColumns = `route, paused, paused_at, COALESCE(paused_by, ''), circuit, consecutive_failures,
+const routeStateColumns = `route, paused, paused_at, COALESCE(paused_by, ''), COALESCE(paused_reason, ''), circuit, consecutive_failures,
 	opened_until, COALESCE(cooldown_ms, 0), COALESCE(probe_owner, ''), probe_at, slow_until, held_until, updated_at, now()`
 
 func scanRouteState(row pgx.CollectableRow) (RouteState, error) {
 	var s RouteState
 	var cooldownMS int64
-	err := row.Scan(&s.Route, &s.Paused, &s.PausedAt, &s.PausedBy, &s.Circuit, &s.ConsecutiveFailures,
+	err := row.Scan(&s.Route, &s.Paused, &s.PausedAt, &s.PausedBy, &s.PausedReason, &s.Circuit, &s.ConsecutiveFailures,
 		&s.OpenedUntil, &cooldownMS, &s.ProbeOwner, &s.ProbeAt, &s.SlowUntil, &s.HeldUntil, &s.UpdatedAt, &s.Now)
 	s.Cooldown = time.Duration(cooldownMS) * time.Millisecond
 	return s, err
@@ -93,35 +94,37 @@ func (db *DB) RouteStateList(ctx context.Context) ([]RouteState, error) {
 func (db *DB) RoutePause(ctx context.Context, route string, paused bool, by string) (changed bool, err error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
-	return routePause(ctx, db.pool, route, paused, by)
+	return routePause(ctx, db.pool, route, paused, by, "")
 }
 
 // RoutePauseAudited is RoutePause that writes e to the audit log in the
 // same transaction, with whether the route changed.
-func (db *DB) RoutePauseAudited(ctx context.Context, route string, paused bool, by string, e *AuditEntry) (changed bool, err error) {
+// reason says why (kept with a pause, cleared by a resume).
+func (db *DB) RoutePauseAudited(ctx context.Context, route string, paused bool, by, reason string, e *AuditEntry) (changed bool, err error) {
 	err = db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
-		changed, err = routePause(ctx, tx, route, paused, by)
+		changed, err = routePause(ctx, tx, route, paused, by, reason)
 		return map[string]any{"paused": paused, "changed": changed}, err
 	})
 	return changed, err
 }
 
-func routePause(ctx context.Context, q querier, route string, paused bool, by string) (bool, error) {
+func routePause(ctx context.Context, q querier, route string, paused bool, by, reason string) (bool, error) {
 	// The upsert's WHERE leaves a row already in the asked state alone, so
 	// RETURNING says whether anything changed.
 	var n int
 	err := q.QueryRow(ctx, `
 		WITH u AS (
-			INSERT INTO route_state AS r (route, paused, paused_at, paused_by)
-			VALUES ($1, $2, CASE WHEN $2 THEN now() END, CASE WHEN $2 THEN $3 END)
+			INSERT INTO route_state AS r (route, paused, paused_at, paused_by, paused_reason)
+			VALUES ($1, $2, CASE WHEN $2 THEN now() END, CASE WHEN $2 THEN $3 END, CASE WHEN $2 THEN NULLIF($4, '') END)
 			ON CONFLICT (route) DO UPDATE SET paused = $2,
 				paused_at = CASE WHEN $2 THEN now() END,
 				paused_by = CASE WHEN $2 THEN $3 END,
+				paused_reason = CASE WHEN $2 THEN NULLIF($4, '') END,
 				updated_at = now()
 			WHERE r.paused <> $2
 			RETURNING route
 		)
-		SELECT count(pg_notify('`+RouteStateChannel+`', route)) FROM u`, route, paused, by).Scan(&n)
+		SELECT count(pg_notify('`+RouteStateChannel+`', route)) FROM u`, route, paused, by, reason).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("setting route %s paused=%t: %w", route, paused, err)
 	}
