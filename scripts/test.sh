@@ -62,6 +62,12 @@ gotestsum --jsonfile "$work/tests.json" -- -race -shuffle=on -count=1 -timeout 2
 echo "test: the broker-alarm test, alone (it blocks every publisher on the broker)" >&2
 HOOKRELAY_TEST_BROKER_ALARM=1 gotestsum --jsonfile "$work/alarm.json" -- -race -count=1 -timeout 5m -run '^TestBrokerAlarm' ./internal/app/ || status=$?
 
+# The console's page-time benchmark, once on a small database, so it
+# cannot rot unnoticed (its real run fills a million events: docs/console.md).
+echo "test: the console's page-time benchmark, once, on 2,000 events" >&2
+HOOKRELAY_CONSOLE_BENCH_EVENTS=2000 go test -count=1 -run '^$' -bench '^BenchmarkConsolePages$' -benchtime 1x ./internal/console/ >"$work/bench.log" 2>&1 ||
+	{ status=1; cat "$work/bench.log" >&2; }
+
 # Counts over both runs: packages (of the main run) and tests passed,
 # skipped and failed.
 count() { # count FILE... JQ-SELECT

@@ -7,7 +7,9 @@
 package activity
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,6 +114,12 @@ func (c *Counter) Flush(ctx context.Context, keep time.Duration) error {
 	if len(rows) == 0 && keep == 0 {
 		return nil
 	}
+	// One order for every process: two flushes of the same rows lock them
+	// in the same order and never deadlock.
+	slices.SortFunc(rows, func(a, b store.ActivityCount) int {
+		return cmp.Or(a.Minute.Compare(b.Minute), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name),
+			cmp.Compare(a.Outcome, b.Outcome), cmp.Compare(a.Reason, b.Reason))
+	})
 	err := c.store.ActivityAdd(ctx, rows, keep)
 	if err == nil {
 		return nil

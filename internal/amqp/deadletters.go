@@ -166,11 +166,14 @@ func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int, pro
 
 // RequeueEvents moves the messages of route's dead-letter queue whose
 // event is in events back to its route queue, as Requeue does, reading
-// the queue once (as many messages as it holds at the start): the others
-// are taken unacknowledged and returned in one go at the end, or by the
-// broker if the connection closes first, so a failure loses nothing. It
-// returns how many it moved, also on error. progress, when set, is called
-// after each message read with the count moved and the count read.
+// the queue once, all of it (as many messages as it holds at the start):
+// every copy of a chosen event moves (a pair that died again after a
+// replay leaves a second one; the dispatcher drops a superseded copy),
+// the others are taken unacknowledged and returned in one go at the end,
+// or by the broker if the connection closes first, so a failure loses
+// nothing. It returns how many it moved, also on error. progress, when
+// set, is called after each message read with the count moved and the
+// count read.
 func (dl *DeadLetters) RequeueEvents(ctx context.Context, route string, events map[string]bool, progress func(moved, read int)) (int, error) {
 	conn, ch, err := dl.channel()
 	if err != nil {
@@ -188,7 +191,7 @@ func (dl *DeadLetters) RequeueEvents(ctx context.Context, route string, events m
 	}
 	var kept uint64
 	moved := 0
-	for read := 0; read < q.Messages && moved < len(events); read++ {
+	for read := 0; read < q.Messages; read++ {
 		if err := ctx.Err(); err != nil {
 			return moved, err
 		}

@@ -78,6 +78,15 @@ func (a *server) routes() {
 			}
 			return answer(res), nil
 		})
+	huma.Register(a.api, op(http.MethodGet, "/activity", "get-activity", ops.RoleViewer,
+		"The last hour, minute by minute: each route's delivered and failed attempts, each source's accepted, duplicate and rejected (by reason) requests"),
+		func(ctx context.Context, _ *struct{}) (*body[*ops.Activity], error) {
+			act, err := a.svc.Activity(ctx)
+			if err != nil {
+				return nil, a.fail(ctx, "reading the last hour", err)
+			}
+			return answer(act), nil
+		})
 	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/retry", "retry-route", ops.RoleOperator,
 		"Attempt now every retrying delivery of a route, paced, as a job", http.StatusNotFound),
 		func(ctx context.Context, in *struct {

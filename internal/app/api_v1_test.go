@@ -21,6 +21,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	vconfig "github.com/pb33f/libopenapi-validator/config"
@@ -234,6 +235,7 @@ type roleSample struct {
 func roleSamples(eventID string) map[string]roleSample {
 	return map[string]roleSample{
 		"list-routes":                 {"/api/v1/routes", nil},
+		"get-activity":                {"/api/v1/activity", nil},
 		"pause-route":                 {"/api/v1/routes/billing/pause", nil},
 		"resume-route":                {"/api/v1/routes/billing/resume", nil},
 		"retry-route":                 {"/api/v1/routes/billing/retry", map[string]any{"dry_run": true}},
@@ -619,4 +621,36 @@ func TestAPIDocExamples(t *testing.T) {
 	require.Contains(t, string(out), `"state": "succeeded"`, "the replay job ran to its end")
 	require.Contains(t, string(out), ops.TokenPrefix, "the new token's secret")
 	require.Contains(t, string(out), `"action":"route.pause"`, "the audit log names the pause")
+}
+
+// GET /api/v1/activity gives the last hour as every process counted it:
+// the source's accepted and rejected requests, the route's delivered and
+// failed attempts in the current minute.
+func TestAPIActivity(t *testing.T) {
+	t.Parallel()
+	h := newAPIHarness(t, 1000)
+	h.billingDown.Store(true)
+	id := h.postSigned("evt_activity", "invoice.paid").ID
+	h.waitPair(id, "billing", webhook.StateRetrying)
+	h.billingDown.Store(false)
+	h.waitPair(id, "billing", webhook.StateDelivered)
+	bad := h.post("acme", []byte(`{"id":"evt_forged","type":"invoice.paid"}`), http.Header{"X-Acme-Signature": {"sha256=00"}})
+	require.Equal(t, http.StatusUnauthorized, bad.status)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		a := h.api.call("get-activity", http.MethodGet, "/api/v1/activity", h.tokens["viewer"], nil)
+		require.Equal(c, http.StatusOK, a.Status)
+		var act ops.Activity
+		require.NoError(c, json.Unmarshal(a.Body, &act))
+		billing := act.Routes["billing"]
+		require.NotNil(c, billing)
+		assert.EqualValues(c, 1, billing.Delivered)
+		assert.EqualValues(c, 1, billing.Failed)
+		require.Len(c, billing.Minutes, 60)
+		last := billing.Minutes[len(billing.Minutes)-1].Delivered + billing.Minutes[len(billing.Minutes)-2].Delivered
+		assert.EqualValues(c, 1, last, "counted in the current minute (or the one before, at a minute's turn)")
+		require.Len(c, act.Sources, 1)
+		assert.Equal(c, "acme", act.Sources[0].Source)
+		assert.EqualValues(c, 1, act.Sources[0].Accepted)
+		assert.EqualValues(c, 1, act.Sources[0].RejectedTotal())
+	}, 15*time.Second, 100*time.Millisecond)
 }

@@ -348,7 +348,10 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 	// Requeue one of them, chosen by its row: a job moves it alone, and it
 	// is delivered once; the three others stay.
 	first := ids[0]
-	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#letters tr[data-event="`+first+`"] button`))))
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#letters tr[data-event="`+first+`"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#job-state`)), // the POST answered with the job's page
+	))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.NoError(c, chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#job-state`))))
 		st, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#job-state`)))

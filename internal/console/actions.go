@@ -46,13 +46,17 @@ func (c *console) requeue(w http.ResponseWriter, r *http.Request, _ user) {
 	}
 	if chosen := r.PostForm["event"]; len(chosen) > 0 {
 		ids := make([]uuid.UUID, 0, len(chosen))
+		seen := map[uuid.UUID]bool{}
 		for _, v := range chosen {
 			id, err := uuid.Parse(v)
 			if err != nil {
 				http.Error(w, "not an event id: "+v, http.StatusBadRequest)
 				return
 			}
-			ids = append(ids, id)
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
 		}
 		if len(ids) > ops.MaxRequeueEvents {
 			c.failed(w, r, "requeue", ops.Invalid(fmt.Sprintf("at most %d dead letters at once", ops.MaxRequeueEvents)))

@@ -161,7 +161,8 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 	if err := db.Pool().QueryRow(ctx, `
 		SELECT e.id, e.idempotency_key, e.received_at FROM events e JOIN deliveries d ON d.event_id = e.id
-		WHERE d.state = 'dead' ORDER BY e.received_at LIMIT 1 OFFSET 1000`).Scan(&sample.event, &sample.key, &sample.at); err != nil {
+		WHERE d.state = 'dead' ORDER BY e.received_at LIMIT 1
+		OFFSET (SELECT count(*) / 2 FROM deliveries WHERE state = 'dead')`).Scan(&sample.event, &sample.key, &sample.at); err != nil {
 		b.Fatal(err)
 	}
 	window := func(from time.Time, d time.Duration) string {

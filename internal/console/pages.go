@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,7 +50,11 @@ func parsePages() (map[string]*template.Template, error) {
 		"ms":       func(n int) string { return (time.Duration(n) * time.Millisecond).String() },
 		"operator": func() string { return ops.RoleOperator },
 		"chart":    chart,
-		"ratio":    ratio,
+		"isUUID": func(s string) bool {
+			_, err := uuid.Parse(s)
+			return err == nil
+		},
+		"ratio": ratio,
 		"perMin": func(n int64) string {
 			per := float64(n) / ops.ActivityWindow.Minutes()
 			if per < 0.1 {
@@ -128,12 +133,19 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, u user) {
 	// The database answered both questions; how fast says how it is.
 	began := time.Now()
 	dbErr := c.opts.DB.PingContext(r.Context())
-	c.render(w, r, "overview", u, map[string]any{"Routes": routes, "Activity": act,
-		"DBPing": time.Since(began).Round(100 * time.Microsecond), "DBError": dbErr, "Refresh": overviewRefresh})
+	data := map[string]any{"Routes": routes, "Activity": act,
+		"DBPing": time.Since(began).Round(100 * time.Microsecond), "DBError": dbErr, "Refresh": overviewRefresh}
+	// Each reload counts itself in the URL, and stops after an idle
+	// timeout's worth: a tab left open does not keep its session alive.
+	auto, _ := strconv.Atoi(r.URL.Query().Get("auto"))
+	if time.Duration(auto)*overviewRefresh*time.Second < c.sessions.IdleTimeout {
+		data["Next"] = "/?auto=" + strconv.Itoa(auto+1)
+	}
+	c.render(w, r, "overview", u, data)
 }
 
-// overviewRefresh is how often the overview reloads itself (a meta
-// refresh: no script).
+// overviewRefresh is how often, in seconds, the overview reloads itself
+// (a meta refresh: no script).
 const overviewRefresh = 15
 
 func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {

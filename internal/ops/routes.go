@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -167,14 +168,14 @@ type RoutePauseResult struct {
 	Changed bool `json:"changed"`
 }
 
-// MaxPauseReason bounds a pause's reason.
+// MaxPauseReason bounds a pause's reason, in characters.
 const MaxPauseReason = 500
 
 // RoutePause pauses (or resumes) route: every dispatcher follows within
 // 2s. The change and its audit row are one transaction. A route that is
 // not in the config is ErrUnknownRoute.
 // reason, for a pause, says why (shown with the route; at most
-// MaxPauseReason bytes).
+// MaxPauseReason characters).
 func (s *Service) RoutePause(ctx context.Context, route string, paused bool, reason string) (*RoutePauseResult, error) {
 	if route == "" || !s.served(route) {
 		return nil, fmt.Errorf("%w: route %q is not in the config (routes: %v)", ErrUnknownRoute, route, s.Routes)
@@ -184,8 +185,8 @@ func (s *Service) RoutePause(ctx context.Context, route string, paused bool, rea
 		action = "route.pause"
 	}
 	reason = strings.TrimSpace(reason)
-	if len(reason) > MaxPauseReason {
-		return nil, Invalid(fmt.Sprintf("the reason is %d bytes: at most %d", len(reason), MaxPauseReason))
+	if n := utf8.RuneCountInString(reason); n > MaxPauseReason || !utf8.ValidString(reason) {
+		return nil, Invalid(fmt.Sprintf("the reason must be UTF-8 text of at most %d characters (%d given)", MaxPauseReason, n))
 	}
 	var args map[string]any
 	if paused && reason != "" {
