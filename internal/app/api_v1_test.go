@@ -322,6 +322,8 @@ func TestAPISuite(t *testing.T) {
 	require.Equal(t, "billing", routes.Routes[0].Route)
 	require.NotNil(t, routes.Routes[0].Consumers, "consumers from the broker: %s", routes.BrokerError)
 	require.Positive(t, *routes.Routes[0].Consumers, "a dispatcher consumes billing")
+	// The last hour (its figures: TestAPIActivity).
+	require.Equal(t, http.StatusOK, c.call("get-activity", http.MethodGet, "/api/v1/activity", viewer, nil).Status)
 
 	type eventPage struct {
 		Total      int64              `json:"total"`
