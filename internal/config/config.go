@@ -287,12 +287,14 @@ type Reconcile struct {
 	// catch up, short enough that a lost message is repaired long before
 	// any sender or destination notices.
 	Margin time.Duration `mapstructure:"margin" validate:"gt=0"`
-	// StrandAfter is how far past its due time a pair must be to be sent
-	// again while a retry tier holds messages it has not dead-lettered
-	// yet: RabbitMQ can strand such messages after a leader change, until
+	// StrandAfter is how long a retry tier must hold messages it has not
+	// dead-lettered yet, at every reading, before it is taken to strand
+	// them, and then how far past its due time a pair must be to be sent
+	// again: RabbitMQ can strand such messages after a leader change, until
 	// its dead-letter worker's confirm timeout (dead_letter_worker_
 	// publisher_confirm_timeout, 2 or 3 minutes by default) makes it try
-	// again. Longer than a slow tier's backlog lasts. Default 5m.
+	// again. While a tier holds them for less, nothing is sent again.
+	// Longer than a slow tier's backlog lasts. Default 5m.
 	StrandAfter time.Duration `mapstructure:"strand_after" validate:"gt=0"`
 }
 

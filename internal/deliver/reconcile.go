@@ -90,6 +90,8 @@ type ReconcilerConfig struct {
 	LastStoreFailureFunc func() time.Time
 	Registerer           prometheus.Registerer
 	Logger               zerolog.Logger
+	// NowFunc is the clock of the tiers' runs; time.Now when nil.
+	NowFunc func() time.Time
 }
 
 // Reconciler repairs what the broker loses, and only that. Postgres knows
@@ -118,8 +120,11 @@ type ReconcilerConfig struct {
 // lost it) and the pair is re-sent as a new generation (reason lost). A
 // tier that keeps such messages for long is stranding them (RabbitMQ
 // 3.10–4.x can, after a leader change, until its dead-letter worker's
-// confirm timeout): a pair overdue by StrandAfter is re-sent then, even
-// though a tier still holds messages (reason stranded). A stale copy that
+// confirm timeout): once a tier has held such messages at every reading
+// for StrandAfter, a pair overdue by StrandAfter is re-sent, even though
+// the tier still holds messages (reason stranded); while tiers hold them
+// for less, nothing is re-sent. With the tiers unreadable, pairs overdue
+// by StrandAfter are re-sent. A stale copy that
 // turns up later is dropped by the dispatcher. Safe with several
 // dispatchers running.
 type Reconciler struct {
@@ -152,6 +157,9 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	}
 	if cfg.StrandAfter < cfg.Margin {
 		cfg.StrandAfter = cfg.Margin
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
 	}
 	return &Reconciler{
 		cfg:        cfg,
@@ -243,6 +251,9 @@ type tierState struct {
 	// deadLettering counts, per tier holding any, the messages waiting
 	// to be dead-lettered.
 	deadLettering map[string]int
+	// longest is how long the tier counted at every reading for the
+	// longest has held such messages.
+	longest time.Duration
 }
 
 // quiet says no tier holds a message waiting to be dead-lettered.
@@ -271,7 +282,7 @@ func (r *Reconciler) readTiers(ctx context.Context) (tierState, error) {
 		return tierState{}, err
 	}
 	st := tierState{known: true, deadLettering: map[string]int{}}
-	now := time.Now()
+	now := r.cfg.NowFunc()
 	for name := range r.stuck {
 		if _, ok := counts[name]; !ok {
 			delete(r.stuck, name) // gone
@@ -290,6 +301,7 @@ func (r *Reconciler) readTiers(ctx context.Context) (tierState, error) {
 			r.stuck[name] = run
 		}
 		run.fewest = min(run.fewest, n)
+		st.longest = max(st.longest, now.Sub(run.since))
 	}
 	return st, nil
 }
@@ -308,7 +320,7 @@ func (r *Reconciler) clearStranded(ctx context.Context) {
 		return
 	}
 	for tier, run := range r.stuck {
-		held := time.Since(run.since)
+		held := r.cfg.NowFunc().Sub(run.since)
 		if held < r.cfg.StrandAfter {
 			continue
 		}
@@ -398,7 +410,16 @@ func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tie
 		return 0, nil // deliveries may hold copies waiting for Postgres
 	}
 	reason, overdue := ReconciledLost, r.cfg.Margin
-	if !tiers.quiet() {
+	switch {
+	case tiers.quiet():
+	case tiers.known && tiers.longest < r.cfg.StrandAfter:
+		// A tier is dead-lettering, not for long: on a busy broker its
+		// expired copies come back late, not never. Re-sending their
+		// pairs now would only add copies the dispatchers drop.
+		return 0, nil
+	default:
+		// The tiers cannot be read, or one has held messages at every
+		// reading for StrandAfter: it may be stranding them.
 		reason, overdue = ReconciledStranded, r.cfg.StrandAfter
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -39,8 +39,9 @@ func (s *fakeReconcileStore) DeliveryReconcile(_ context.Context, route string, 
 // Issue 25: the reconciler re-sends a pair only when nothing in the broker
 // can hold its copy: never while the route queue has ready messages; after
 // the margin when no retry tier holds messages to dead-letter (lost);
-// while one does (or the tiers cannot be read), only pairs overdue by
-// strand_after (stranded). One batch a round.
+// while one does, nothing until it has held them at every reading for
+// strand_after, then only pairs overdue by strand_after (stranded), as
+// when the tiers cannot be read. One batch a round.
 func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 	t.Parallel()
 	const margin, strand = 15 * time.Second, 5 * time.Minute
@@ -49,6 +50,7 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 		ready     int
 		tiers     map[string]int
 		tiersErr  error
+		held      time.Duration // how long the tiers counted at every reading
 		overdue   []time.Duration
 		wantCalls []time.Duration
 		want      map[string]int // re-sent, by reason
@@ -63,7 +65,13 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 			wantCalls: []time.Duration{margin}, want: map[string]int{deliver.ReconciledLost: 1},
 		},
 		{
-			name: "a tier dead-lettering: late, unless overdue by strand_after", tiers: map[string]int{"hr.retry.10s": 0, "hr.retry.1m": 1885},
+			name: "a tier dead-lettering, not for long: nothing, copies come back late", tiers: map[string]int{"hr.retry.10s": 0, "hr.retry.1m": 1885},
+			held:    strand - time.Second,
+			overdue: []time.Duration{20 * time.Second, 4 * time.Minute, 6 * time.Minute},
+		},
+		{
+			name: "a tier dead-lettering at every reading for strand_after: overdue by strand_after", tiers: map[string]int{"hr.retry.10s": 0, "hr.retry.1m": 1885},
+			held:      strand,
 			overdue:   []time.Duration{20 * time.Second, 4 * time.Minute, 6 * time.Minute},
 			wantCalls: []time.Duration{strand}, want: map[string]int{deliver.ReconciledStranded: 1},
 		},
@@ -77,14 +85,22 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 			t.Parallel()
 			store := &fakeReconcileStore{overdue: tc.overdue}
 			reg := prometheus.NewRegistry()
+			now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 			r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
 				Routes: []string{"billing"}, Store: store,
 				QueueReady: func(context.Context, string) (int, error) { return tc.ready, nil },
 				Tiers:      func(context.Context) (map[string]int, error) { return tc.tiers, tc.tiersErr },
 				Interval:   time.Second, Margin: margin, StrandAfter: strand,
 				Registerer: reg, Logger: zerolog.New(zerolog.NewTestWriter(t)),
+				NowFunc: func() time.Time { return now },
 			})
 			require.NoError(t, err)
+			if tc.held > 0 {
+				// A first reading starts the tiers' run, held ago.
+				_, err := r.ReadTiers(context.Background())
+				require.NoError(t, err)
+				now = now.Add(tc.held)
+			}
 			n, err := r.ReconcileRoute(context.Background(), "billing")
 			require.NoError(t, err)
 			require.Equal(t, tc.wantCalls, store.calls)
