@@ -41,6 +41,22 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, r := range list.Routes {
+		if !r.Paused {
+			continue
+		}
+		line := r.Route + " paused"
+		if r.PausedBy != "" {
+			line += " by " + r.PausedBy
+		}
+		if r.PausedAt != nil {
+			line += " at " + r.PausedAt.UTC().Format(time.RFC3339)
+		}
+		if r.PausedReason != "" {
+			line += ": " + r.PausedReason
+		}
+		fmt.Fprintln(w, line)
+	}
 	if list.BrokerError != "" {
 		fmt.Fprintf(w, "CONSUMERS and READY unknown (?): %s\n", list.BrokerError)
 	}

@@ -30,7 +30,7 @@ func TestRoutesPauseResumeAndListing(t *testing.T) {
 	require.Equal(t, 0, res.code, res)
 	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+0\s+0\s+0\s+no-consumers\s+0\s+0\s+-\n`, res.stdout)
 
-	res = s.run("hookrelay", "routes", "pause", "billing")
+	res = s.run("hookrelay", "routes", "pause", "billing", "--reason", "destination maintenance")
 	require.Equal(t, 0, res.code, res)
 	require.Contains(t, res.stdout, "route billing paused")
 	list, err := db.RouteStateList(context.Background())
@@ -39,6 +39,9 @@ func TestRoutesPauseResumeAndListing(t *testing.T) {
 	require.True(t, list[0].Paused)
 	require.NotEmpty(t, list[0].PausedBy)
 	require.NotNil(t, list[0].PausedAt)
+	require.Equal(t, "destination maintenance", list[0].PausedReason)
+	res = s.run("hookrelay", "routes")
+	require.Regexp(t, `\nbilling paused by \S+ at \S+: destination maintenance\n`, res.stdout)
 
 	res = s.run("hookrelay", "routes", "pause", "billing")
 	require.Equal(t, 0, res.code, res)
