@@ -119,15 +119,11 @@ func (dl *DeadLetters) Scan(ctx context.Context, route string, batch int, visit 
 // also on error. progress, when set, is called after each message with
 // the count moved and the count it means to move.
 func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
-	conn, ch, err := dl.channel()
+	conn, ch, returns, err := dl.confirmChannel()
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	if err := ch.Confirm(false); err != nil {
-		return 0, fmt.Errorf("enabling confirms: %w", err)
-	}
-	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	dead, target := dl.names.DeadQueue(route), dl.names.RouteQueue(route)
 	if limit <= 0 {
 		// "All" means what is there now: a message that fails at once (a
@@ -175,15 +171,11 @@ func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int, pro
 // set, is called after each message read with the count moved and the
 // count read.
 func (dl *DeadLetters) RequeueEvents(ctx context.Context, route string, events map[string]bool, progress func(moved, read int)) (int, error) {
-	conn, ch, err := dl.channel()
+	conn, ch, returns, err := dl.confirmChannel()
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	if err := ch.Confirm(false); err != nil {
-		return 0, fmt.Errorf("enabling confirms: %w", err)
-	}
-	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	dead, target := dl.names.DeadQueue(route), dl.names.RouteQueue(route)
 	q, err := ch.QueueDeclarePassive(dead, true, false, false, false, nil)
 	if err != nil {
@@ -249,6 +241,20 @@ func publishConfirmed(ctx context.Context, ch *amqp.Channel, returns <-chan amqp
 	default:
 		return nil
 	}
+}
+
+// confirmChannel is channel in confirm mode, with the channel its
+// returns arrive on (publishConfirmed's).
+func (dl *DeadLetters) confirmChannel() (*Conn, *amqp.Channel, <-chan amqp.Return, error) {
+	conn, ch, err := dl.channel()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = conn.Close() // abandoned either way
+		return nil, nil, nil, fmt.Errorf("enabling confirms: %w", err)
+	}
+	return conn, ch, ch.NotifyReturn(make(chan amqp.Return, 1)), nil
 }
 
 func (dl *DeadLetters) channel() (*Conn, *amqp.Channel, error) {

@@ -133,6 +133,9 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, u user) {
 	// The database answered both questions; how fast says how it is.
 	began := time.Now()
 	dbErr := c.opts.DB.PingContext(r.Context())
+	if dbErr != nil {
+		c.logger.Error().Err(dbErr).Msg("console: the overview's Postgres ping")
+	}
 	data := map[string]any{"Routes": routes, "Activity": act,
 		"DBPing": time.Since(began).Round(100 * time.Microsecond), "DBError": dbErr, "Refresh": overviewRefresh}
 	// Each reload counts itself in the URL, and stops after an idle
@@ -198,9 +201,8 @@ var eventStates = []string{"", "pending", "retrying", "delivered", "dead", "stal
 const maxBody = 64 << 10
 
 func (c *console) event(w http.ResponseWriter, r *http.Request, u user) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		http.Error(w, "not an event id", http.StatusBadRequest)
+	id, ok := eventID(w, r)
+	if !ok {
 		return
 	}
 	ev, err := c.svc.EventShow(r.Context(), id)
@@ -228,9 +230,8 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u user) {
 }
 
 func (c *console) retry(w http.ResponseWriter, r *http.Request, _ user) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		http.Error(w, "not an event id", http.StatusBadRequest)
+	id, ok := eventID(w, r)
+	if !ok {
 		return
 	}
 	res, err := c.svc.Retry(r.Context(), ops.RetryRequest{EventID: id, Route: r.PostFormValue("route")})
@@ -246,13 +247,22 @@ func (c *console) retry(w http.ResponseWriter, r *http.Request, _ user) {
 	http.Redirect(w, r, "/events/"+id.String(), http.StatusSeeOther)
 }
 
+// eventID reads the path's event id, answering 400 when it is none.
+func eventID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		http.Error(w, "not an event id", http.StatusBadRequest)
+		return uuid.Nil, false
+	}
+	return id, true
+}
+
 // replayEvent replays one event to one route or all, now (a handful of
 // pairs: no job). An operator asking for one event asks for it again
 // even where it was delivered: include_delivered is the form's default.
 func (c *console) replayEvent(w http.ResponseWriter, r *http.Request, _ user) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		http.Error(w, "not an event id", http.StatusBadRequest)
+	id, ok := eventID(w, r)
+	if !ok {
 		return
 	}
 	route := r.PostFormValue("route")
