@@ -36,15 +36,14 @@ type QueueInfo struct {
 	Consumers int
 }
 
-// Ready returns the number of ready messages in queue (those not delivered
-// to a consumer yet). A missing queue is an error. Without a deadline on
+// Queue returns queue's ready messages (those not delivered to a consumer
+// yet) and consumers. A missing queue is an error. Without a deadline on
 // ctx, the question is bounded by 10s.
-func (in *Inspector) Ready(ctx context.Context, queue string) (int, error) {
-	q, err := in.Queue(ctx, queue)
-	return q.Ready, err
-}
-
-// Queue returns queue's ready messages and consumers, as Ready does.
+//
+// A quorum queue whose leader does not answer within 250 ms is read as 0
+// ready and 0 consumers (RabbitMQ's rabbit_quorum_queue:stat gives zeros
+// on a timeout, as a busy broker's leaders may take while they move a
+// backlog): such a reading says nothing about a queue someone consumes.
 func (in *Inspector) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

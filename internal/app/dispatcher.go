@@ -378,8 +378,9 @@ func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, 
 	return deliver.NewReconciler(deliver.ReconcilerConfig{
 		Routes: setup.RouteNames(cfg),
 		Store:  reconcileStore{db},
-		QueueReady: func(ctx context.Context, route string) (int, error) {
-			return inspector.Ready(ctx, names.RouteQueue(route))
+		QueueReady: func(ctx context.Context, route string) (deliver.QueueReading, error) {
+			q, err := inspector.Queue(ctx, names.RouteQueue(route))
+			return deliver.QueueReading{Ready: q.Ready, Consumers: q.Consumers}, err
 		},
 		Tiers: func(ctx context.Context) (map[string]int, error) {
 			// Every tier of the prefix, this config's or not: a tier

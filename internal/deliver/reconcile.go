@@ -29,9 +29,16 @@ type ReconcileStore interface {
 	DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]Reconciled, error)
 }
 
-// QueueReadyFunc returns the number of ready messages in a route's queue,
-// as the broker counts them now.
-type QueueReadyFunc func(ctx context.Context, route string) (int, error)
+// QueueReading is what the broker says of a route's queue now.
+type QueueReading struct {
+	// Ready counts the messages not delivered to a consumer yet.
+	Ready int
+	// Consumers counts the queue's consumers.
+	Consumers int
+}
+
+// QueueReadyFunc reads a route's queue, as the broker counts it now.
+type QueueReadyFunc func(ctx context.Context, route string) (QueueReading, error)
 
 // TiersFunc returns, for each retry tier, how many of its messages expired
 // and wait to be dead-lettered to their route queues. Its counts may be
@@ -104,7 +111,11 @@ type ReconcilerConfig struct {
 //
 //   - its route queue holds no ready message (read live): a copy that
 //     arrived there was taken by a dispatcher, which would have claimed
-//     the pair;
+//     the pair. The reading must show a consumer too: RabbitMQ answers 0
+//     ready and 0 consumers for a quorum queue whose leader does not
+//     answer its query within 250 ms (rabbit_quorum_queue:stat), as a
+//     busy broker's may not while it moves a backlog; and a queue nobody
+//     consumes gains nothing from a copy sent again;
 //   - no retry tier holds a message waiting to be dead-lettered back to
 //     its route queue (messages_dlx): a retry copy that expired left its
 //     tier;
@@ -398,13 +409,19 @@ func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tie
 	// Each step has its own deadline: a stuck broker or database must not
 	// hold the round (and shutdown) for long.
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	ready, err := r.cfg.QueueReady(qctx, route)
+	q, err := r.cfg.QueueReady(qctx, route)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("reading the queue of %s: %w", route, err)
 	}
-	if ready > 0 {
+	if q.Ready > 0 {
 		return 0, nil // a backlog: overdue pairs may be waiting in it
+	}
+	if q.Consumers == 0 {
+		// Not an answer (the leader was too busy to count) or nobody
+		// consumes the queue: either way, nothing to learn this round.
+		r.logger.Debug().Str("route", route).Msg("route queue read 0 ready and 0 consumers (a quorum queue's leader too busy to answer reads so); no pair re-sent this round")
+		return 0, nil
 	}
 	if r.postgresFailedWithin(r.cfg.Margin) {
 		return 0, nil // deliveries may hold copies waiting for Postgres

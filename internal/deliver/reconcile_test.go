@@ -48,6 +48,7 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		ready     int
+		consumers *int // 1 unless set
 		tiers     map[string]int
 		tiersErr  error
 		held      time.Duration // how long the tiers counted at every reading
@@ -58,6 +59,13 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 		{
 			name: "a backlog in the route queue: nothing, not even the store is asked", ready: 20000,
 			overdue: []time.Duration{2 * time.Minute, 10 * time.Minute},
+		},
+		{
+			// Fault suite, 2026-12-01: a quorum queue whose leader does
+			// not answer within 250 ms reads 0 ready and 0 consumers, and
+			// 500 pairs whose copies were in it were re-sent.
+			name: "0 ready and 0 consumers: no answer, nothing", consumers: new(int), tiers: map[string]int{"hr.retry.10s": 0},
+			overdue: []time.Duration{2 * time.Minute},
 		},
 		{
 			name: "drained, tiers quiet: lost after the margin", tiers: map[string]int{"hr.retry.10s": 0},
@@ -84,13 +92,19 @@ func TestReconcilerResendsOnlyWhatNoCopyCanHold(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			store := &fakeReconcileStore{overdue: tc.overdue}
+			consumers := 1
+			if tc.consumers != nil {
+				consumers = *tc.consumers
+			}
 			reg := prometheus.NewRegistry()
 			now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 			r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
 				Routes: []string{"billing"}, Store: store,
-				QueueReady: func(context.Context, string) (int, error) { return tc.ready, nil },
-				Tiers:      func(context.Context) (map[string]int, error) { return tc.tiers, tc.tiersErr },
-				Interval:   time.Second, Margin: margin, StrandAfter: strand,
+				QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
+					return deliver.QueueReading{Ready: tc.ready, Consumers: consumers}, nil
+				},
+				Tiers:    func(context.Context) (map[string]int, error) { return tc.tiers, tc.tiersErr },
+				Interval: time.Second, Margin: margin, StrandAfter: strand,
 				Registerer: reg, Logger: zerolog.New(zerolog.NewTestWriter(t)),
 				NowFunc: func() time.Time { return now },
 			})
@@ -127,9 +141,11 @@ func TestReconcilerSendsOneBatchARound(t *testing.T) {
 	ready := 0
 	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
 		Routes: []string{"billing"}, Store: store, Batch: 3,
-		QueueReady: func(context.Context, string) (int, error) { return ready, nil },
-		Tiers:      func(context.Context) (map[string]int, error) { return nil, nil },
-		Interval:   time.Second, Margin: 15 * time.Second,
+		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
+			return deliver.QueueReading{Ready: ready, Consumers: 1}, nil
+		},
+		Tiers:    func(context.Context) (map[string]int, error) { return nil, nil },
+		Interval: time.Second, Margin: 15 * time.Second,
 		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	require.NoError(t, err)
@@ -177,7 +193,9 @@ func TestReconcilerWaitsAMarginAfterPostgresFailed(t *testing.T) {
 	store := &failingReconcileStore{fakeReconcileStore: fakeReconcileStore{overdue: []time.Duration{time.Hour, time.Hour}}}
 	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
 		Routes: []string{"billing"}, Store: store, Batch: 1,
-		QueueReady:           func(context.Context, string) (int, error) { return 0, nil },
+		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
+			return deliver.QueueReading{Consumers: 1}, nil
+		},
 		Tiers:                func(context.Context) (map[string]int, error) { return nil, nil },
 		LastStoreFailureFunc: func() time.Time { return lastFailure },
 		Interval:             time.Second, Margin: margin,
@@ -212,10 +230,12 @@ func TestReconcilerWaitsAMarginAfterAFailedPing(t *testing.T) {
 	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
 	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
 		Routes: []string{"billing"}, Store: store,
-		QueueReady: func(context.Context, string) (int, error) { return 0, nil },
-		Tiers:      func(context.Context) (map[string]int, error) { return nil, nil },
-		PingFunc:   func(context.Context) error { return pingErr },
-		Interval:   time.Second, Margin: 15 * time.Second,
+		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
+			return deliver.QueueReading{Consumers: 1}, nil
+		},
+		Tiers:    func(context.Context) (map[string]int, error) { return nil, nil },
+		PingFunc: func(context.Context) error { return pingErr },
+		Interval: time.Second, Margin: 15 * time.Second,
 		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	require.NoError(t, err)
@@ -254,8 +274,10 @@ func TestReconcilerStrandedRunNeedsEveryReading(t *testing.T) {
 	gaps.Store(true)
 	cleared := make(chan string, 10)
 	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
-		Store:      &fakeReconcileStore{},
-		QueueReady: func(context.Context, string) (int, error) { return 0, nil },
+		Store: &fakeReconcileStore{},
+		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
+			return deliver.QueueReading{Consumers: 1}, nil
+		},
 		Tiers: func(context.Context) (map[string]int, error) {
 			if n := reads.Add(1); gaps.Load() && n%2 == 0 {
 				return nil, errors.New("management API away")
