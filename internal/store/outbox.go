@@ -135,7 +135,24 @@ func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []
 	batch.Queue(`SET LOCAL synchronous_commit = off`)
 	if len(confirmed) > 0 {
 		steps = append(steps, "deleting published outbox rows")
-		batch.Queue(`DELETE FROM outbox WHERE id = ANY($1)`, confirmed)
+		if b.anyRetry(confirmed) {
+			// A retry copy is due at a dispatcher when its tier lets it
+			// go: its delay counts from this publish, not from the
+			// attempt that scheduled it (the row may have waited in the
+			// outbox). The pair's due_at follows, so the reconciler does
+			// not take a copy still waiting in its tier for a lost one.
+			batch.Queue(`
+				WITH o AS (
+					DELETE FROM outbox WHERE id = ANY($1)
+					RETURNING event_id, route, gen, retry_ms
+				)
+				UPDATE deliveries d SET due_at = greatest(d.due_at, clock_timestamp() + o.retry_ms * interval '1 millisecond')
+				FROM o
+				WHERE o.retry_ms > 0 AND d.event_id = o.event_id AND d.route = o.route AND d.gen = o.gen
+				  AND d.state = 'retrying'`, confirmed)
+		} else {
+			batch.Queue(`DELETE FROM outbox WHERE id = ANY($1)`, confirmed)
+		}
 	}
 	if len(failed) > 0 {
 		ids := make([]int64, len(failed))
@@ -176,6 +193,25 @@ func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []
 		err = fmt.Errorf("committing outbox batch: %w", eerr)
 	}
 	return err
+}
+
+// anyRetry says whether any of the ids is a retry copy's row.
+func (b *OutboxBatch) anyRetry(ids []int64) bool {
+	retry := make(map[int64]bool)
+	for _, m := range b.messages {
+		if m.RetryIn > 0 {
+			retry[m.OutboxID] = true
+		}
+	}
+	if len(retry) == 0 {
+		return false
+	}
+	for _, id := range ids {
+		if retry[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // Release gives every row back without deleting or counting any.

@@ -181,3 +181,64 @@ func TestReconcileSkipsHeldRoutes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rec, 1, "a hold over for longer than the margin")
 }
+
+// Fault suite on a slow day (2026-12-01): a retry copy that waited in the
+// outbox longer than the reconcile margin reached its tier late, and the
+// reconciler took the pair for lost while its copy waited there. The
+// publish of a retry copy moves the pair's due time to the publish plus
+// the tier's delay; a plain copy's publish leaves it alone.
+func TestRetryPublishMovesTheDueTime(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	id := insertBilling(t, db, "evt_late_retry")
+	lease, err := db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, lease)
+	_, _, err = lease.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 503, Outcome: webhook.StateRetrying, RetryIn: 90 * time.Second})
+	require.NoError(t, err)
+	// The copy waited in the outbox: its pair is long past due by the
+	// record's reckoning.
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	require.Len(t, retryRows(t, db, id), 1)
+
+	batch, err := db.OutboxClaim(ctx, 100)
+	require.NoError(t, err)
+	var retryID int64
+	var others []int64
+	for _, m := range batch.Messages() {
+		if m.EventID == id && m.RetryIn > 0 {
+			require.Equal(t, 90*time.Second, m.RetryIn)
+			retryID = m.OutboxID
+		} else {
+			others = append(others, m.OutboxID)
+		}
+	}
+	require.NotZero(t, retryID, "the retry copy is claimed")
+	published := time.Now()
+	require.NoError(t, batch.Complete(ctx, append(others, retryID), nil))
+	require.Empty(t, retryRows(t, db, id))
+
+	var due time.Time
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT due_at FROM deliveries WHERE event_id = $1`, id).Scan(&due))
+	require.WithinDuration(t, published.Add(90*time.Second), due, 5*time.Second, "due when its tier lets the copy go")
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Second, 10)
+	require.NoError(t, err)
+	require.Empty(t, rec, "a copy waiting in its tier is not lost")
+
+	// A plain copy's publish leaves the due time as it was.
+	plain := insertBilling(t, db, "evt_plain")
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, plain)
+	require.NoError(t, err)
+	batch, err = db.OutboxClaim(ctx, 100)
+	require.NoError(t, err)
+	var ids []int64
+	for _, m := range batch.Messages() {
+		ids = append(ids, m.OutboxID)
+	}
+	require.NotEmpty(t, ids)
+	require.NoError(t, batch.Complete(ctx, ids, nil))
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT due_at FROM deliveries WHERE event_id = $1`, plain).Scan(&due))
+	require.True(t, due.Before(time.Now().Add(-50*time.Minute)), "due_at %s", due)
+}
