@@ -7,6 +7,7 @@
 # POSTs than the faults explain.
 #
 #   scripts/chaos.sh [chaos flags...]      e.g. --rate 100 --settle 8s
+#                                          (the rate defaults to 100/s scaled to the free CPU)
 #
 # Nothing here touches the RabbitMQ on 5672 or the Postgres on 5432: the
 # cluster uses CLUSTER_PREFIX (default hrchaos) and ports from

@@ -93,6 +93,7 @@ type suite struct {
 	receivers []*proc
 	dispatch  []*proc
 	load      *load
+	rate      int // events/s of the load
 	loadStop  context.CancelFunc
 	loadDone  chan struct{}
 	db        *pgxpool.Pool // straight to Postgres, for the counts (reconnects after a restart)
