@@ -15,7 +15,10 @@
 //     POST → ack, no Postgres);
 //   - end to end: an open loop at R events/s for D seconds, latency from
 //     the receiver's 200 to the destination, and the longest gap between
-//     deliveries;
+//     deliveries; and the same open loop through a bare relay (HMAC check,
+//     one INSERT, a confirmed persistent publish to a quorum queue, 200)
+//     with the bare forwarder delivering: the yardstick for everyday load,
+//     compared by own CPU per event and p50/p99;
 //   - for each phase the whole machine's CPU time per event (/proc/stat),
 //     the CPU time per event of the system under test's own processes,
 //     the Postgres WAL written per event and the checkpoints started, and
@@ -95,9 +98,10 @@ const (
 	phaseDelivery      = "delivery"
 	phaseBareForwarder = "bare-forwarder"
 	phaseE2E           = "e2e"
+	phaseBareE2E       = "bare-e2e"
 )
 
-var allPhases = []string{phaseIngest, phaseBareIngest, phaseDelivery, phaseBareForwarder, phaseE2E}
+var allPhases = []string{phaseIngest, phaseBareIngest, phaseDelivery, phaseBareForwarder, phaseE2E, phaseBareE2E}
 
 // Main runs the benchmark with args (flags, see --help), or a child role
 // when args[0] is ChildArg. Progress goes to stderr, the results to stdout.

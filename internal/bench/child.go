@@ -20,6 +20,7 @@ const (
 	roleDestination   = "destination"
 	roleBareIngest    = "bare-ingest"
 	roleBareForwarder = "bare-forwarder"
+	roleBareRelay     = "bare-relay"
 )
 
 // runChild runs one child role until SIGTERM or SIGINT (or ctx). A child
@@ -27,7 +28,7 @@ const (
 // the benchmark keeps in a log file.
 func runChild(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("a role is needed: %s, %s or %s", roleDestination, roleBareIngest, roleBareForwarder)
+		return fmt.Errorf("a role is needed: %s, %s, %s or %s", roleDestination, roleBareIngest, roleBareForwarder, roleBareRelay)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -38,6 +39,8 @@ func runChild(ctx context.Context, args []string, stdout io.Writer) error {
 		return runBareIngest(ctx, args[1:], stdout)
 	case roleBareForwarder:
 		return runBareForwarder(ctx, args[1:], stdout)
+	case roleBareRelay:
+		return runBareRelay(ctx, args[1:], stdout)
 	}
 	return fmt.Errorf("unknown role %q", args[0])
 }

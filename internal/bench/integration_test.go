@@ -104,16 +104,27 @@ func TestQuickRunAgainstRealServices(t *testing.T) {
 			"delivery":       {procDispatcher, procDestination, procRabbitMQ},
 			"bare-forwarder": {procBareForwarder, procDestination, procRabbitMQ},
 			"e2e":            {procReceiver, procDispatcher, procDestination},
+			"bare-e2e":       {procBareRelay, procBareForwarder, procDestination, procRabbitMQ},
 		}[p.Key] {
 			require.True(t, procs[want], "%s: no CPU or memory measured for %s (%v)", p.Key, want, p.Usage.Procs)
 		}
 	}
-	require.Equal(t, []string{"ingest-running", "ingest-stopped", "bare-ingest", "delivery", "bare-forwarder", "e2e"}, keys)
+	require.Equal(t, []string{"ingest-running", "ingest-stopped", "bare-ingest", "delivery", "bare-forwarder", "e2e", "bare-e2e"}, keys)
 	require.Len(t, res.Ratios, 3)
 	require.Positive(t, res.CPUPerEventMS)
-	e2e := res.Phases[len(res.Phases)-1]
-	require.NotNil(t, e2e.Latency)
-	require.Equal(t, int(e2e.Count), e2e.Latency.N, "a latency for every accepted event")
+	for _, e2e := range res.Phases[len(res.Phases)-2:] {
+		require.NotNil(t, e2e.Latency, e2e.Key)
+		require.Equal(t, int(e2e.Count), e2e.Latency.N, "%s: a latency for every accepted event", e2e.Key)
+	}
+	// Issue 21: the end-to-end phase is compared with the bare reference
+	// at the same rate, by own CPU per event and latency.
+	require.Len(t, res.EndToEnd, 1)
+	c := res.EndToEnd[0]
+	for name, v := range map[string]Compare{"own CPU": c.OwnCPU, "p50": c.P50, "p99": c.P99} {
+		require.Positive(t, v.Hookrelay, name)
+		require.Positive(t, v.Bare, name)
+		require.InDelta(t, v.Hookrelay/v.Bare, v.Ratio, 1e-9, name)
+	}
 
 	// Nothing left behind: databases dropped, broker names deleted.
 	conn, err := pgx.Connect(ctx, testenv.AdminDatabaseURL())

@@ -25,6 +25,7 @@ const (
 	benchSigPrefix  = "sha256="
 	benchRoute      = "bench"
 	bareRoute       = "bare"
+	bareE2ERoute    = "bare-e2e"
 	requestTimeout  = 30 * time.Second
 	maxFailedInARow = 200
 )

@@ -130,6 +130,7 @@ var ownProcs = map[string][]string{
 	"delivery":       {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
 	"bare-forwarder": {procBareForwarder, procRabbitMQ},
 	"e2e":            {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"bare-e2e":       {procBareRelay, procBareForwarder, procPostgres, procRabbitMQ},
 }
 
 // ingestPhases runs the closed loop against the receiver with the
@@ -497,10 +498,18 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	if err := r.awaitRecorded(ctx, p, want); err != nil {
 		return err
 	}
+	endToEnd(p, l, dump, benchRoute, m.at)
+	r.finish(p, u)
+	return nil
+}
+
+// endToEnd fills an end-to-end phase's latency (each 200 to the first
+// copy at the destination) and longest gap between deliveries.
+func endToEnd(p *Phase, l *loadRun, dump map[pairKey]destRecord, route string, started time.Time) {
 	var lat []time.Duration
 	var arrivals []time.Time
 	for _, s := range l.sent {
-		if rec, ok := dump[pairKey{route: benchRoute, id: s.id}]; ok {
+		if rec, ok := dump[pairKey{route: route, id: s.id}]; ok {
 			lat = append(lat, rec.first.Sub(s.accepted))
 			arrivals = append(arrivals, rec.first)
 		}
@@ -509,8 +518,85 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	gap, at := longestGap(arrivals)
 	p.StallMS = ms(gap)
 	if gap > 0 {
-		p.Notes = append(p.Notes, fmt.Sprintf("longest gap between deliveries %.0f ms, %.1fs into the phase", ms(gap), at.Sub(m.at).Seconds()))
+		p.Notes = append(p.Notes, fmt.Sprintf("longest gap between deliveries %.0f ms, %.1fs into the phase", ms(gap), at.Sub(started).Seconds()))
 	}
+}
+
+// bareE2EPhase is the end-to-end reference: the same open loop against
+// the bare relay (HMAC, one INSERT, a confirmed publish to a quorum
+// queue, 200), with the bare forwarder delivering from that queue.
+func (r *runner) bareE2EPhase(ctx context.Context) error {
+	p := &Phase{Key: "bare-e2e", Title: fmt.Sprintf("end to end, bare relay + forwarder, %d/s × %s", r.o.rate, r.o.e2eDuration), System: "reference"}
+	// Stopped, the dispatcher takes nothing from the machine meanwhile.
+	if err := r.dispatcherDown(); err != nil {
+		return err
+	}
+	queue := fmt.Sprintf("%s.bare-e2e.%d", r.prefix, r.round)
+	if err := declareQuorum(r.amqpConn, queue); err != nil {
+		return err
+	}
+	fwd, _, err := r.procs.start(ctx, procBareForwarder, r.exe, []string{ChildArg, roleBareForwarder,
+		"--amqp-url", r.o.amqpURL, "--queue", queue, "--concurrency", fmt.Sprint(r.o.concurrency),
+		"--url", r.dest.url(bareE2ERoute), "--secret", r.signingSecret}, true, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	r.setCurrent(procBareForwarder, fwd)
+	defer r.setCurrent(procBareForwarder, nil)
+	relay, line, err := r.procs.start(ctx, procBareRelay, r.exe, []string{ChildArg, roleBareRelay,
+		"--database-url", r.bareURL, "--max-conns", fmt.Sprint(r.o.dbConns),
+		"--amqp-url", r.o.amqpURL, "--queue", queue, "--secret", r.sourceSecret}, true, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	r.setCurrent(procBareRelay, relay)
+	defer r.setCurrent(procBareRelay, nil)
+	addr, ok := cutReady(line)
+	if !ok {
+		return fmt.Errorf("bare relay announced %q", line)
+	}
+	if err := r.resetDest(ctx); err != nil {
+		return err
+	}
+	s := newSender("http://"+addr+"/webhooks/"+benchSource, []byte(r.sourceSecret), fmt.Sprintf("%se%d", r.runID, r.round), r.o.bodySize, r.o.clients)
+	r.logf("%s: open loop", p.Title)
+	m, err := r.begin(ctx)
+	if err != nil {
+		return err
+	}
+	extra := func() string {
+		st, err := r.dest.stats(ctx)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprintf("  delivered %d", st.Pairs)
+	}
+	l, err := r.runLoad(ctx, p.Title, extra, func(ctx context.Context, l *loadRun) error {
+		return openLoop(ctx, s, r.o.rate, r.o.e2eDuration, l)
+	})
+	if err != nil {
+		return err
+	}
+	want := ids(l.sent)
+	dump, err := r.awaitPairs(ctx, p.Title+", delivering", bareE2ERoute, want)
+	if err != nil {
+		return err
+	}
+	u, err := r.end(ctx, m)
+	if err != nil {
+		return err
+	}
+	for _, proc := range []*process{relay, fwd} {
+		if err := proc.stop(15 * time.Second); err != nil {
+			return err
+		}
+	}
+	fillFromLoad(p, l, m.at)
+	p.Seconds = r.o.e2eDuration.Seconds()
+	p.Rate = float64(p.Count) / p.Seconds
+	p.IngestLatency = p.Latency
+	r.check(p, dump, bareE2ERoute, want)
+	endToEnd(p, l, dump, bareE2ERoute, m.at)
 	r.finish(p, u)
 	return nil
 }

@@ -134,6 +134,9 @@ func (r *runner) printTable(w io.Writer) error {
 	if err := printRatios(w, res, rounds); err != nil {
 		return err
 	}
+	if err := printEndToEnd(w, res); err != nil {
+		return err
+	}
 	for round := 1; round <= rounds; round++ {
 		if err := printProcs(w, res, round, rounds); err != nil {
 			return err
@@ -154,6 +157,32 @@ func (r *runner) printTable(w io.Writer) error {
 }
 
 func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
+
+// printEndToEnd writes hookrelay end to end against the bare reference at
+// the same rate: the yardstick for everyday load.
+func printEndToEnd(w io.Writer, res *Results) error {
+	if len(res.EndToEnd) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nend to end at %d/s against the bare relay + forwarder at the same rate (ratio: hookrelay / bare)\n", res.Load.Rate)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\town CPU ms/ev\tbare\tratio\tp50 ms\tbare\tratio\tp99 ms\tbare\tratio\t")
+	row := func(label string, c E2ECompare) {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%s\t%s\t%.2f\t\n", label,
+			c.OwnCPU.Hookrelay, c.OwnCPU.Bare, c.OwnCPU.Ratio,
+			f1(c.P50.Hookrelay), f1(c.P50.Bare), c.P50.Ratio,
+			f1(c.P99.Hookrelay), f1(c.P99.Bare), c.P99.Ratio)
+	}
+	var cpu, p50, p99 []float64
+	for _, c := range res.EndToEnd {
+		row(fmt.Sprintf("#%d", c.Round), c)
+		cpu, p50, p99 = append(cpu, c.OwnCPU.Ratio), append(p50, c.P50.Ratio), append(p99, c.P99.Ratio)
+	}
+	if len(res.EndToEnd) > 1 {
+		fmt.Fprintf(tw, "median ratio\t\t\t%.2f\t\t\t%.2f\t\t\t%.2f\t\n", median(cpu), median(p50), median(p99))
+	}
+	return tw.Flush()
+}
 
 // printRatios writes the ratios and the CPU per event through the relay:
 // one value, or one per round and their median.
@@ -232,7 +261,7 @@ func printProcs(w io.Writer, res *Results, round, rounds int) error {
 		head = append(head, p.Key)
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
-	names := []string{procBench, procReceiver, procDispatcher, procDestination, procBareIngest, procBareForwarder, procPostgres, procRabbitMQ}
+	names := []string{procBench, procReceiver, procDispatcher, procDestination, procBareIngest, procBareForwarder, procBareRelay, procPostgres, procRabbitMQ}
 	for _, name := range names {
 		row := []string{fmt.Sprintf("%-*s", nameWidth, name)}
 		ran := false

@@ -77,6 +77,39 @@ func TestRoundsAreComparedWithinThemselves(t *testing.T) {
 	require.Contains(t, out.String(), "per process and phase, round 3")
 }
 
+// Issue 21: end to end is compared with the bare reference at the same
+// rate, per round, by own CPU per event and p50/p99, with the medians of
+// the ratios over the rounds.
+func TestEndToEndIsComparedWithTheBareReference(t *testing.T) {
+	t.Parallel()
+	var phases []*Phase
+	for round, cpu := range map[int]float64{1: 7, 2: 5, 3: 6} {
+		phases = append(phases,
+			&Phase{Key: "e2e", Title: "end to end, 200/s × 20s", System: "hookrelay", Round: round, Count: 4000, Rate: 200,
+				OwnCPUPerEventMS: cpu, Latency: &Latency{N: 4000, P50: 16, P99: 116}},
+			&Phase{Key: "bare-e2e", Title: "end to end, bare relay + forwarder, 200/s × 20s", System: "reference", Round: round, Count: 4000, Rate: 200,
+				OwnCPUPerEventMS: 2, Latency: &Latency{N: 4000, P50: 4, P99: 29}},
+		)
+	}
+	res := &Results{Rounds: 3, Phases: phases, Load: Load{Rate: 200}}
+	r := &runner{res: res}
+	r.summarize()
+	require.Len(t, res.EndToEnd, 3)
+	for _, c := range res.EndToEnd {
+		require.Equal(t, 2.0, c.OwnCPU.Bare)
+		require.InDelta(t, c.OwnCPU.Hookrelay/2, c.OwnCPU.Ratio, 1e-9)
+		require.Equal(t, Compare{Hookrelay: 16, Bare: 4, Ratio: 4}, c.P50)
+	}
+	require.Equal(t, []int{1, 2, 3}, []int{res.EndToEnd[0].Round, res.EndToEnd[1].Round, res.EndToEnd[2].Round}, "in round order")
+
+	var out bytes.Buffer
+	require.NoError(t, r.printTable(&out))
+	s := out.String()
+	require.Contains(t, s, "end to end at 200/s against the bare relay + forwarder")
+	require.Regexp(t, `#1\s+7\.00\s+2\.00\s+3\.50\s+16\.0\s+4\.0\s+4\.00\s+116\.0\s+29\.0\s+4\.00`, s)
+	require.Regexp(t, `median ratio\s+3\.00\s+4\.00\s+4\.00`, s)
+}
+
 func TestMedian(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, 2.0, median([]float64{3, 1, 2}))

@@ -29,6 +29,9 @@ type Results struct {
 	// (receiver, dispatcher, Postgres, RabbitMQ) instead of the machine.
 	OwnCPUPerEventMS     float64   `json:"own_cpu_per_event_ms"`
 	OwnCPUPerEventRounds []float64 `json:"own_cpu_per_event_rounds"`
+	// EndToEnd compares, per round, the end-to-end phase with the bare
+	// end-to-end reference run at the same rate.
+	EndToEnd []E2ECompare `json:"end_to_end"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`
@@ -129,4 +132,30 @@ type Ratio struct {
 	// rounds (present when there are several).
 	Round int     `json:"round"`
 	Value float64 `json:"value"`
+}
+
+// E2ECompare is hookrelay end to end against the bare relay and forwarder
+// at the same rate, in one round: own CPU per event and latency from the
+// 200 to the destination, each with its ratio (hookrelay / bare).
+type E2ECompare struct {
+	Round  int     `json:"round"`
+	OwnCPU Compare `json:"own_cpu_per_event_ms"`
+	P50    Compare `json:"p50_ms"`
+	P99    Compare `json:"p99_ms"`
+}
+
+// Compare is one measure of hookrelay and of its reference.
+type Compare struct {
+	Hookrelay float64 `json:"hookrelay"`
+	Bare      float64 `json:"bare"`
+	// Ratio is Hookrelay / Bare; 0 when Bare is 0.
+	Ratio float64 `json:"ratio"`
+}
+
+func compare(a, b float64) Compare {
+	c := Compare{Hookrelay: a, Bare: b}
+	if b > 0 {
+		c.Ratio = a / b
+	}
+	return c
 }

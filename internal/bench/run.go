@@ -73,6 +73,7 @@ const (
 	procDestination   = "destination"
 	procBareIngest    = "bare-ingest"
 	procBareForwarder = "bare-forwarder"
+	procBareRelay     = "bare-relay"
 	procPostgres      = "postgres"
 	procRabbitMQ      = "rabbitmq"
 )
@@ -107,6 +108,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		{phaseDelivery, r.deliveryPhase},
 		{phaseBareForwarder, r.bareForwarderPhase},
 		{phaseE2E, r.e2ePhase},
+		{phaseBareE2E, r.bareE2EPhase},
 	}
 	for r.round = 1; r.round <= o.rounds; r.round++ {
 		if o.rounds > 1 {
@@ -239,6 +241,7 @@ func (r *runner) setup(ctx context.Context) error {
 		{name: procDestination, pidsFunc: r.pidsOf(procDestination)},
 		{name: procBareIngest, pidsFunc: r.pidsOf(procBareIngest)},
 		{name: procBareForwarder, pidsFunc: r.pidsOf(procBareForwarder)},
+		{name: procBareRelay, pidsFunc: r.pidsOf(procBareRelay)},
 	}
 	if r.postmaster > 1 {
 		groups = append(groups, group{name: procPostgres, pidsFunc: serverPIDs(r.postmaster), pss: true})

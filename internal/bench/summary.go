@@ -50,6 +50,13 @@ func (r *runner) summarize() {
 			r.res.Ratios = append(r.res.Ratios, Ratio{Name: d.name, Of: d.of, To: d.to, Round: round, Value: v})
 			values[d.name] = append(values[d.name], v)
 		}
+		if a, b := byKey["e2e"], byKey["bare-e2e"]; a != nil && b != nil && a.Latency != nil && b.Latency != nil {
+			r.res.EndToEnd = append(r.res.EndToEnd, E2ECompare{Round: round,
+				OwnCPU: compare(a.OwnCPUPerEventMS, b.OwnCPUPerEventMS),
+				P50:    compare(a.Latency.P50, b.Latency.P50),
+				P99:    compare(a.Latency.P99, b.Latency.P99),
+			})
+		}
 		if a, b := byKey["ingest-stopped"], byKey["delivery"]; a != nil && b != nil {
 			cpus = append(cpus, a.CPUPerEventMS+b.CPUPerEventMS)
 			owns = append(owns, a.OwnCPUPerEventMS+b.OwnCPUPerEventMS)
