@@ -183,14 +183,9 @@ func (s *suite) runFaults(ctx context.Context) error {
 		receivers[i] = "http://" + r.listen
 	}
 	rate, why := s.opts.rate, "--rate"
-	if rate == 0 {
-		// The relay idles now: what is busy is something else's.
-		free, err := freeCPU(ctx, 3*time.Second)
-		if err != nil {
-			return fmt.Errorf("measuring the CPU left free for the load's size (--rate N fixes it instead): %w", err)
-		}
-		rate = sizeRate(free)
-		why = fmt.Sprintf("%d/s sized to the %.0f%% of the machine's CPU found free with the relay idle; --rate N fixes it", fullRate, free*100)
+	if s.opts.free > 0 {
+		rate = sizeRate(s.opts.free)
+		why = fmt.Sprintf("%d/s sized to the %.0f%% of the machine's CPU found free before the relay started; --rate N fixes it", fullRate, s.opts.free*100)
 	}
 	s.rate = rate
 	s.load = newLoad(receivers, secret, rate)

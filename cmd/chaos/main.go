@@ -27,6 +27,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -90,6 +91,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	opts.mgmtURLs = splitList(getenv("CLUSTER_MANAGEMENT_URLS"))
 	if len(opts.amqpURLs) == 0 || len(opts.mgmtURLs) == 0 {
 		return errors.New("CLUSTER_AMQP_URLS and CLUSTER_MANAGEMENT_URLS are not set: eval \"$(scripts/cluster.sh env)\" first, or run scripts/chaos.sh")
+	}
+	if opts.rate < 0 {
+		return fmt.Errorf("--rate must be positive, or 0 to size the load to the free CPU")
+	}
+	if opts.rate == 0 {
+		// Before the suite's Postgres and relay start: what is busy now
+		// is something else's (the cluster idles).
+		free, err := freeCPU(ctx, 3*time.Second)
+		if err != nil {
+			return fmt.Errorf("measuring the CPU left free to size the load (--rate N fixes it instead): %w", err)
+		}
+		opts.free = max(free, 0.01)
 	}
 	s, err := setup(ctx, opts, out)
 	if err != nil {

@@ -26,6 +26,10 @@ type options struct {
 	amqpURLs, mgmtURLs []string
 	// only, when set, keeps the faults whose names contain one of them.
 	only []string
+	// free, when rate is 0, is the share of the machine's CPU found free
+	// before the suite started anything of its own; the load is sized to
+	// it.
+	free float64
 }
 
 // route is one route of the suite's config.
