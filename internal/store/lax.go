@@ -59,9 +59,10 @@ func laxPoolConfig(pc *pgxpool.Config) *pgxpool.Config {
 }
 
 // WarmClaims opens the first connection of the claims' pool (the
-// dispatcher calls it at start), within the query timeout.
+// dispatcher calls it at start), within the connect timeout and the query
+// timeout together: a dial, a start-up and a ping.
 func (db *DB) WarmClaims(ctx context.Context) error {
-	ctx, cancel := db.bound(ctx)
+	ctx, cancel := context.WithTimeout(ctx, db.lax.Config().ConnConfig.ConnectTimeout+db.queryTimeout)
 	defer cancel()
 	if err := db.lax.Ping(ctx); err != nil {
 		return fmt.Errorf("opening the claims' connection to postgres: %w", err)
