@@ -118,3 +118,19 @@ func TestMedian(t *testing.T) {
 	median(in)
 	require.Equal(t, []float64{3, 1, 2}, in, "the input is left as it was")
 }
+
+// A reference that moved nothing, or failed requests, fails the run: its
+// ratios would compare with a system that did not run (a bare relay
+// without its database answered 503 to all 4,000 requests, and the run
+// passed).
+func TestAFailedReferenceFailsTheRun(t *testing.T) {
+	t.Parallel()
+	res := &Results{Rounds: 1, Phases: []*Phase{
+		{Key: "e2e", Title: "end to end", System: "hookrelay", Round: 1, Count: 4000, Rate: 200},
+		{Key: "bare-e2e", Title: "end to end, bare", System: "reference", Round: 1, Failed: 4000},
+		{Key: "bare-ingest", Title: "ingest, bare", System: "reference", Round: 1, Count: 10, Failed: 2},
+	}}
+	r := &runner{res: res}
+	r.summarize()
+	require.Equal(t, []string{"end to end, bare: [no event moved]", "ingest, bare: [2 requests failed]"}, res.Failures)
+}

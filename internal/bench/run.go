@@ -208,7 +208,7 @@ func (r *runner) setup(ctx context.Context) error {
 	if r.relayURL, err = r.createDB(ctx, r.relayName); err != nil {
 		return err
 	}
-	if r.o.phases[phaseBareIngest] {
+	if r.o.phases[phaseBareIngest] || r.o.phases[phaseBareE2E] {
 		if r.bareURL, err = r.createDB(ctx, r.bareName); err != nil {
 			return err
 		}

@@ -79,6 +79,13 @@ func (r *runner) summarize() {
 		if p.Lost > 0 {
 			bad = append(bad, fmt.Sprintf("%d lost", p.Lost))
 		}
+		if p.Count == 0 {
+			// A phase that moved nothing measured nothing: its ratios
+			// would compare with a system that did not run.
+			bad = append(bad, "no event moved")
+		} else if p.System == "reference" && p.Failed > 0 {
+			bad = append(bad, fmt.Sprintf("%d requests failed", p.Failed))
+		}
 		if p.System == "hookrelay" {
 			if p.Duplicates > 0 {
 				bad = append(bad, fmt.Sprintf("%d duplicate POSTs", p.Duplicates))
