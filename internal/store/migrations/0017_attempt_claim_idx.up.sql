@@ -12,5 +12,10 @@ SET lock_timeout = '10s';
 -- statistics, and the plan probes the index. It replaces the index on
 -- delivery_id alone, which it serves as its prefix (the cascade from
 -- deliveries, an event's attempts).
+--
+-- The build holds writes to delivery_attempts (records wait) for as long
+-- as it takes: on a large table, create the index by hand first with
+-- CREATE INDEX CONCURRENTLY delivery_attempts_delivery_claim_idx ON
+-- delivery_attempts (delivery_id, claim); this statement then skips it.
 CREATE INDEX IF NOT EXISTS delivery_attempts_delivery_claim_idx ON delivery_attempts (delivery_id, claim);
 DROP INDEX IF EXISTS delivery_attempts_delivery_id_idx;
