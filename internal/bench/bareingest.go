@@ -25,6 +25,22 @@ WITH e AS (
 )
 INSERT INTO outbox (event_id, routing_key) SELECT id, $7 FROM e`
 
+// barePool opens a bare server's Postgres pool of maxConns connections.
+func barePool(ctx context.Context, dbURL string, maxConns int, name string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("--database-url: %w", err)
+	}
+	pc.MaxConns = int32(maxConns)
+	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	pc.ConnConfig.RuntimeParams["application_name"] = name
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("opening pool: %w", err)
+	}
+	return pool, nil
+}
+
 // runBareIngest is the ingest reference: an HTTP server that reads the body
 // and stores it with bareInsert, answering 200 {"id": ...}. No signature
 // check, no extraction (the key is a fresh UUID), no routes, no publishing:
@@ -38,16 +54,9 @@ func runBareIngest(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	pc, err := pgxpool.ParseConfig(*dbURL)
+	pool, err := barePool(ctx, *dbURL, *maxConns, "hookrelay-bench-bare-ingest")
 	if err != nil {
-		return fmt.Errorf("--database-url: %w", err)
-	}
-	pc.MaxConns = int32(*maxConns)
-	pc.ConnConfig.ConnectTimeout = 5 * time.Second
-	pc.ConnConfig.RuntimeParams["application_name"] = "hookrelay-bench-bare-ingest"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return fmt.Errorf("opening pool: %w", err)
+		return err
 	}
 	defer pool.Close()
 	mux := http.NewServeMux()

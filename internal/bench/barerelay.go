@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -46,16 +45,9 @@ func runBareRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	if *secret == "" || *queue == "" {
 		return fmt.Errorf("--secret and --queue are required")
 	}
-	pc, err := pgxpool.ParseConfig(*dbURL)
+	pool, err := barePool(ctx, *dbURL, *maxConns, "hookrelay-bench-bare-relay")
 	if err != nil {
-		return fmt.Errorf("--database-url: %w", err)
-	}
-	pc.MaxConns = int32(*maxConns)
-	pc.ConnConfig.ConnectTimeout = 5 * time.Second
-	pc.ConnConfig.RuntimeParams["application_name"] = "hookrelay-bench-bare-relay"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return fmt.Errorf("opening pool: %w", err)
+		return err
 	}
 	defer pool.Close()
 	conn, err := dialAMQP(*amqpURL, "hookrelay-bench-bare-relay")

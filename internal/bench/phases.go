@@ -465,14 +465,7 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	extra := func() string {
-		st, err := r.dest.stats(ctx)
-		if err != nil {
-			return ""
-		}
-		return fmt.Sprintf("  delivered %d", st.Pairs)
-	}
-	l, err := r.runLoad(ctx, p.Title, extra, func(ctx context.Context, l *loadRun) error {
+	l, err := r.runLoad(ctx, p.Title, r.deliveredSoFar(ctx), func(ctx context.Context, l *loadRun) error {
 		return openLoop(ctx, r.relaySender, r.o.rate, r.o.e2eDuration, l)
 	})
 	if err != nil {
@@ -501,6 +494,18 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	endToEnd(p, l, dump, benchRoute, m.at)
 	r.finish(p, u)
 	return nil
+}
+
+// deliveredSoFar is a progress line's tail: the pairs the destination
+// holds (nothing when it cannot be asked).
+func (r *runner) deliveredSoFar(ctx context.Context) func() string {
+	return func() string {
+		st, err := r.dest.stats(ctx)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprintf("  delivered %d", st.Pairs)
+	}
 }
 
 // endToEnd fills an end-to-end phase's latency (each 200 to the first
@@ -564,14 +569,7 @@ func (r *runner) bareE2EPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	extra := func() string {
-		st, err := r.dest.stats(ctx)
-		if err != nil {
-			return ""
-		}
-		return fmt.Sprintf("  delivered %d", st.Pairs)
-	}
-	l, err := r.runLoad(ctx, p.Title, extra, func(ctx context.Context, l *loadRun) error {
+	l, err := r.runLoad(ctx, p.Title, r.deliveredSoFar(ctx), func(ctx context.Context, l *loadRun) error {
 		return openLoop(ctx, s, r.o.rate, r.o.e2eDuration, l)
 	})
 	if err != nil {
