@@ -29,6 +29,8 @@ type EventInsertResult struct {
 	ID        uuid.UUID
 	Duplicate bool
 	Err       error
+	// OutboxID is the outbox row written for the event; 0 for a duplicate.
+	OutboxID int64
 }
 
 // ErrRowRefused is wrapped (by a *RefusedError) when Postgres refused an
@@ -132,7 +134,8 @@ func headersJSON(h http.Header) string {
 // eventInsertSQL is the statement that stores a whole batch, built once
 // from eventColumns. Its parameters are one array per event column, then
 // the routing keys, then the deliveries as two arrays (the 1-based position
-// of the event in the batch, the route).
+// of the event in the batch, the route), then how many milliseconds the
+// outbox rows wait before they are due (HoldOutbox).
 //
 // Rows go in sorted by (source, idempotency_key), so two batches that share
 // keys take their index entries in the same order and wait for each other
@@ -161,9 +164,11 @@ var eventInsertSQL = func() string {
 			ON CONFLICT DO NOTHING
 			RETURNING id
 		), ob AS (
-			INSERT INTO outbox (event_id, routing_key)
-			SELECT input.id, input.routing_key FROM input JOIN ins ON ins.id = input.id
+			INSERT INTO outbox (event_id, routing_key, next_try_at)
+			SELECT input.id, input.routing_key, now() + $%d::bigint * interval '1 millisecond'
+			FROM input JOIN ins ON ins.id = input.id
 			ORDER BY input.n
+			RETURNING id, event_id
 		), dl AS (
 			-- Pending from the moment of acceptance: "which events have not
 			-- arrived" has an answer even before a dispatcher saw them.
@@ -173,8 +178,8 @@ var eventInsertSQL = func() string {
 			JOIN input ON input.n = d.n
 			JOIN ins ON ins.id = input.id
 		)
-		SELECT id FROM ins`,
-		strings.Join(params, ", "), n+1, cols, cols, strings.Join(exprs, ", "), n+2, n+3)
+		SELECT event_id, id FROM ob`,
+		strings.Join(params, ", "), n+1, cols, cols, strings.Join(exprs, ", "), n+4, n+2, n+3)
 }()
 
 // EventInsertBatch stores every item (its event, its outbox row and a
@@ -212,7 +217,7 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 			delivRoute = append(delivRoute, r)
 		}
 	}
-	args = append(args, keys, delivN, delivRoute)
+	args = append(args, keys, delivN, delivRoute, db.outboxHold.Milliseconds())
 
 	inserted, err := db.insertEvents(ctx, args, len(items))
 	if isDeadlock(err) {
@@ -233,8 +238,8 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 	results := make([]EventInsertResult, len(items))
 	var dups []int
 	for i, it := range items {
-		if inserted[it.Event.ID] {
-			results[i].ID = it.Event.ID
+		if ob, ok := inserted[it.Event.ID]; ok {
+			results[i].ID, results[i].OutboxID = it.Event.ID, ob
 			continue
 		}
 		dups = append(dups, i)
@@ -245,20 +250,22 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 	return results, nil
 }
 
-// insertEvents runs the batch's statement and returns the ids it inserted.
-func (db *DB) insertEvents(ctx context.Context, args []any, n int) (map[uuid.UUID]bool, error) {
+// insertEvents runs the batch's statement and returns the ids of the
+// events it inserted, each with its outbox row's id.
+func (db *DB) insertEvents(ctx context.Context, args []any, n int) (map[uuid.UUID]int64, error) {
 	rows, err := db.pool.Query(ctx, eventInsertSQL, args...)
 	if err != nil {
 		return nil, fmt.Errorf("inserting events: %w", refused(err))
 	}
-	inserted := make(map[uuid.UUID]bool, n)
+	inserted := make(map[uuid.UUID]int64, n)
 	for rows.Next() {
 		var id [16]byte // not uuid.UUID: see pgUUID
-		if err := rows.Scan(&id); err != nil {
+		var ob int64
+		if err := rows.Scan(&id, &ob); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("reading inserted events: %w", err)
 		}
-		inserted[id] = true
+		inserted[id] = ob
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("inserting events: %w", refused(err))

@@ -188,3 +188,79 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 	require.Eventually(t, func() bool { return deadlocks() > before }, 10*time.Second, 50*time.Millisecond,
 		"no deadlock happened: the test did not cross the batches")
 }
+
+// Issue 21: a receiver that publishes its events itself holds their outbox
+// rows. The insert returns each new event's row, writes it due only after
+// the hold, and wakes no publisher (migration 0018); no claim takes it
+// until it is due. OutboxDueNow hands rows to the publishers at once;
+// OutboxDeletePublished deletes rows, skipping one a claim holds.
+func TestHeldOutboxRowsWaitForTheirHold(t *testing.T) {
+	t.Parallel()
+	db, dbURL := storetest.Open(t)
+	db.HoldOutbox(time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	listener, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer listener.Close(context.Background())
+	_, err = listener.Exec(ctx, "LISTEN "+store.OutboxChannel)
+	require.NoError(t, err)
+
+	first, err := db.EventInsertBatch(ctx, []store.EventInsertItem{{Event: newEvent("acme", "held0"), Routes: []string{"billing"}}})
+	require.NoError(t, err)
+	var items []store.EventInsertItem
+	for i := range 3 {
+		items = append(items, store.EventInsertItem{Event: newEvent("acme", fmt.Sprint("held", i)), Routes: []string{"billing"}})
+	}
+	res, err := db.EventInsertBatch(ctx, items)
+	require.NoError(t, err)
+	require.True(t, res[0].Duplicate)
+	require.Zero(t, res[0].OutboxID, "a duplicate writes no outbox row")
+	rows := map[int64]uuid.UUID{}
+	for _, r := range res[1:] {
+		require.False(t, r.Duplicate)
+		require.NotZero(t, r.OutboxID)
+		var eventID uuid.UUID
+		var wait time.Duration
+		require.NoError(t, db.Pool().QueryRow(ctx,
+			`SELECT event_id, next_try_at - now() FROM outbox WHERE id = $1`, r.OutboxID).Scan(&eventID, &wait))
+		require.Equal(t, r.ID, eventID, "the row returned is the event's")
+		require.Greater(t, wait, 59*time.Minute, "due only after the hold")
+		rows[r.OutboxID] = r.ID
+	}
+
+	// Neither insert woke a publisher: the marker is the first to arrive.
+	_, err = db.Pool().Exec(ctx, `SELECT pg_notify($1, 'marker')`, store.OutboxChannel)
+	require.NoError(t, err)
+	n, err := listener.WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "marker", n.Payload, "a held row wakes no publisher")
+
+	batch, err := db.OutboxClaim(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, batch.Messages(), "no claim takes a held row")
+
+	ids := make([]int64, 0, len(rows))
+	for id := range rows {
+		ids = append(ids, id)
+	}
+	require.NoError(t, db.OutboxDueNow(ctx, ids[:1]))
+	batch, err = db.OutboxClaim(ctx, 10)
+	require.NoError(t, err)
+	defer func() { _ = batch.Release(context.Background()) }() // a failed check must not leave the claim open
+	require.Len(t, batch.Messages(), 1, "a row made due is claimed")
+	require.Equal(t, ids[0], batch.Messages()[0].OutboxID)
+
+	// The claimed row is skipped (its claim deletes it); the others go.
+	require.NoError(t, db.OutboxDeletePublished(ctx, ids))
+	var left []int64
+	r, err := db.Pool().Query(ctx, `SELECT id FROM outbox ORDER BY id`)
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(r, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{first[0].OutboxID, ids[0]}, left, "the claimed row and the first event's, not asked for, are left")
+	require.NoError(t, batch.Complete(ctx, []int64{ids[0]}, nil))
+	var count int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&count))
+	require.Equal(t, 1, count)
+}

@@ -41,7 +41,11 @@ import (
 //     duplicate message, which a dispatcher acks without a POST once the
 //     pair is delivered. Invariant 2 holds: a row is deleted only after its
 //     confirm. That transaction sets synchronous_commit off itself
-//     (OutboxBatch.Complete); it runs on the main pool.
+//     (OutboxBatch.Complete); it runs on the main pool. The receiver's
+//     direct publish deletes its confirmed rows, and hands unconfirmed
+//     ones to the publishers, on this pool (OutboxDeletePublished,
+//     OutboxDueNow): a lost hand-over leaves the rows to wait out their
+//     hold.
 //
 // Everything else (ingest, records, restarts, operator commands) commits
 // as before.

@@ -226,3 +226,49 @@ func (b *OutboxBatch) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// HoldOutbox makes EventInsertBatch write the outbox rows of new events due
+// only hold after their commit, for a receiver that publishes them itself
+// right after it (outbox.Direct): the rows are then the safety net a
+// publisher sweeps only when the direct publish did not confirm and delete
+// them in time. The insert then wakes no publisher (migration 0018). Call it
+// once, before the first insert; zero (the default) writes them due at once.
+func (db *DB) HoldOutbox(hold time.Duration) { db.outboxHold = hold }
+
+// OutboxDeletePublished deletes the outbox rows of ids whose messages a
+// direct publish had confirmed, without waiting for the WAL flush: a lost
+// delete only publishes its rows again. A row a publisher's claim holds at
+// this moment (its hold ran out) is skipped: that publisher deletes it.
+func (db *DB) OutboxDeletePublished(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	_, err := db.lax.Exec(ctx, `
+		DELETE FROM outbox WHERE id IN (
+			SELECT id FROM outbox WHERE id = ANY($1) FOR UPDATE SKIP LOCKED
+		)`, ids)
+	if err != nil {
+		return fmt.Errorf("deleting published outbox rows: %w", err)
+	}
+	return nil
+}
+
+// OutboxDueNow makes the outbox rows of ids due at once, for rows whose
+// direct publish failed: the publishers' next claim takes them instead of
+// waiting out the hold. Rows already counted as refused keep their backoff.
+func (db *DB) OutboxDueNow(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	_, err := db.lax.Exec(ctx, `
+		UPDATE outbox SET next_try_at = now()
+		WHERE id = ANY($1) AND attempts = 0 AND next_try_at > now()`, ids)
+	if err != nil {
+		return fmt.Errorf("releasing outbox rows to the publishers: %w", err)
+	}
+	return nil
+}

@@ -28,6 +28,9 @@ type DB struct {
 	// GroupDeliveries set them (deliveries_batch.go); nil: each alone.
 	claims  *group.Batcher[claimItem, claimOut]
 	records *group.Batcher[recordItem, recordOut]
+	// outboxHold is how long the outbox rows of new events wait before
+	// they are due (HoldOutbox); zero: due at once.
+	outboxHold time.Duration
 }
 
 // Config configures Open.
