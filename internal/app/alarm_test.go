@@ -246,4 +246,8 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 	}
 	require.Equal(t, 0.0, scrape(t, h.metricsBase)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
 	require.Equal(t, 0.0, scrape(t, h.dispatcherBase)[`hookrelay_rabbitmq_blocked{connection="dispatcher_publisher"}`])
+	// The receiver's direct publish of the events stored during the block
+	// failed at once; it handed their rows to the outbox publisher instead
+	// of leaving them to wait out outbox.direct_hold.
+	require.Equal(t, 10.0, scrape(t, h.metricsBase)[`hookrelay_outbox_direct_total{outcome="released"}`])
 }

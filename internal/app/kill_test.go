@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	case "kill-after-publish":
 		runKillAfterPublishChild()
 		return
+	case "receiver-kill-after-direct-publish":
+		runKillAfterDirectPublishChild()
+		return
 	case "dispatcher":
 		runDispatcherChild()
 		return

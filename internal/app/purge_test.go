@@ -41,6 +41,9 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	kept := uuid.MustParse(h.postSigned("evt_dead_kept", "invoice.paid").ID)
 	gone := uuid.MustParse(h.postSigned("evt_dead_gone", "invoice.paid").ID)
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 2, 20*time.Second)
+	// Their outbox rows go shortly after the confirms (grouped deletes):
+	// an event still in the outbox is undelivered to a purge.
+	h.waitOutboxEmpty(10 * time.Second)
 	// Both are 40 days old: past the purge age and the dedupe window.
 	_, err := h.db.Pool().Exec(ctx, `UPDATE events SET received_at = now() - interval '40 days'`)
 	require.NoError(t, err)

@@ -131,19 +131,6 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	defer stopCounting()
 	ingestMetrics := ingest.NewMetrics(reg)
 	ingestMetrics.CountActivity(counter)
-	handler, err := ingest.New(ingest.Config{
-		Sources:      sources,
-		Store:        ingestStore{db},
-		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
-		BatchSize:    cfg.Receiver.BatchSize,
-		BatchWait:    cfg.Receiver.BatchWait,
-		RoutesFunc:   setup.RoutesFor(cfg),
-		Metrics:      ingestMetrics,
-		Logger:       logger,
-	})
-	if err != nil {
-		return err
-	}
 	dialer, err := setup.Dialer(cfg, amqp.NewNodeGauge(reg), logger)
 	if err != nil {
 		return err
@@ -183,6 +170,38 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 	}()
 	reg.MustRegister(outbox.NewBacklogCollector(db))
+	wake := make(chan struct{}, 1)
+	var direct *outbox.Direct
+	if !opts.DisablePublisher && cfg.Outbox.DirectHold > 0 {
+		if direct, err = outbox.NewDirect(outbox.DirectConfig{
+			Store:            db,
+			Publisher:        outboxPublisher{publisher},
+			Wake:             wake,
+			BatchSize:        cfg.Outbox.BatchSize,
+			MaxQueuedBytes:   directMaxQueuedBytes,
+			DeleteAfter:      directDeleteAfter,
+			PublishTimeout:   cfg.Outbox.PublishTimeout,
+			Logger:           logger,
+			Registerer:       reg,
+			AfterPublishFunc: opts.AfterPublishFunc,
+		}); err != nil {
+			return err
+		}
+		db.HoldOutbox(cfg.Outbox.DirectHold)
+	}
+	handler, err := ingest.New(ingest.Config{
+		Sources:      sources,
+		Store:        ingestStore{db: db, direct: direct},
+		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
+		BatchSize:    cfg.Receiver.BatchSize,
+		BatchWait:    cfg.Receiver.BatchWait,
+		RoutesFunc:   setup.RoutesFor(cfg),
+		Metrics:      ingestMetrics,
+		Logger:       logger,
+	})
+	if err != nil {
+		return err
+	}
 	checks := []httpserver.Check{
 		{Name: "postgres", Func: db.Ping},
 		{Name: "rabbitmq", Func: func(ctx context.Context) error { return rabbitmqReady(publisher.Ping(ctx)) }},
@@ -192,7 +211,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	mux := http.NewServeMux()
 	httpserver.Health(mux, logger, checks...)
 	handler.Register(mux)
-	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: make(chan struct{}, 1), rabbitmq: rabbitmq,
+	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: wake, direct: direct, rabbitmq: rabbitmq,
 		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...)}
 	if !opts.DisablePublisher {
 		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
@@ -297,6 +316,8 @@ type receiver struct {
 	// relay drains the outbox, woken on wake; nil when disabled.
 	relay *outbox.Relay
 	wake  chan struct{}
+	// direct publishes new events right after their commit; nil when off.
+	direct *outbox.Direct
 	// admin serves the admin API on adminLn; nil when it is off.
 	admin   http.Handler
 	adminLn net.Listener
@@ -316,6 +337,23 @@ func (rc *receiver) run(ctx context.Context) error {
 			case <-gctx.Done():
 			}
 			return e.Stop()
+		})
+	}
+	if rc.direct != nil {
+		// It drains what ingest offered once the public listener has
+		// stopped (its requests answered), so a restart leaves no event
+		// to wait out its hold.
+		dctx, stopDirect := context.WithCancel(context.WithoutCancel(gctx))
+		defer stopDirect()
+		g.Go(func() error { return rc.direct.Run(dctx) })
+		g.Go(func() error {
+			select {
+			case <-rc.servers.public.Done():
+			case <-gctx.Done():
+			}
+			_ = rc.servers.public.Stop() // reported by its own goroutine below
+			stopDirect()
+			return nil
 		})
 	}
 	serve(rc.servers.public, rc.mux)
@@ -348,6 +386,15 @@ func (rc *receiver) run(ctx context.Context) error {
 	logger.Info().Msg("receiver stopped")
 	return nil
 }
+
+// The direct publish: at most directMaxQueuedBytes of bodies wait for it
+// (past it, their rows go to the outbox publisher), and confirmed rows wait
+// at most directDeleteAfter for their delete, so that at a few hundred
+// events a second one statement deletes tens of rows.
+const (
+	directMaxQueuedBytes = 64 << 20
+	directDeleteAfter    = 100 * time.Millisecond
+)
 
 // newRelay drains the outbox through publisher, woken on wake.
 func newRelay(cfg *config.Config, db *store.DB, publisher *amqp.Publisher, wake <-chan struct{}, reg prometheus.Registerer, logger zerolog.Logger, afterPublish func()) (*outbox.Relay, error) {

@@ -64,7 +64,7 @@ func newHarness(t *testing.T) *harness {
 		Database:   config.Database{URL: dbURL, MaxConns: 10},
 		AMQP:       config.AMQP{URL: testenv.AMQPURL(), Prefix: prefix, ManagementURL: testenv.ManagementURL()},
 		Receiver:   config.Receiver{Listen: "127.0.0.1:0", MaxBodyBytes: 4096, ShutdownTimeout: 5 * time.Second},
-		Outbox:     config.Outbox{BatchSize: 50, PollInterval: 200 * time.Millisecond, PublishTimeout: 5 * time.Second},
+		Outbox:     config.Outbox{BatchSize: 50, PollInterval: 200 * time.Millisecond, PublishTimeout: 5 * time.Second, DirectHold: 6 * time.Second},
 		Dispatcher: config.Dispatcher{Listen: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second, DeliveryLimit: 20},
 		Retry:      config.Retry{Backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}},
 		// The reconciler runs, but only a test about it shortens the

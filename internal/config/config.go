@@ -216,6 +216,12 @@ type Outbox struct {
 	// PublishTimeout bounds the wait for a batch's publisher confirms.
 	// Default 10s.
 	PublishTimeout time.Duration `mapstructure:"publish_timeout" validate:"gt=0"`
+	// DirectHold turns on the receiver's direct publish: it publishes the
+	// events it stored right after their commit, and their outbox rows,
+	// the safety net, are due for a publisher only this long after it
+	// (outbox.Direct). 0s turns it off: every event goes through the
+	// outbox publisher. When set, longer than PublishTimeout. Default 15s.
+	DirectHold time.Duration `mapstructure:"direct_hold" validate:"gte=0"`
 }
 
 // Retry configures redelivery.
@@ -526,6 +532,7 @@ func setDefaults(set func(key string, value any)) {
 	set("outbox.batch_size", 100)
 	set("outbox.poll_interval", "1s")
 	set("outbox.publish_timeout", "10s")
+	set("outbox.direct_hold", "15s")
 	set("retry.backoff", []string{"10s", "1m", "5m", "15m", "1h", "3h", "6h", "12h"})
 	set("retention.dedupe_window", "30d")
 	set("reconcile.interval", "30s")

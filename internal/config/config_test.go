@@ -105,6 +105,18 @@ func TestLoadInvalid(t *testing.T) {
 			wantMsg: `database.query_timeout (from HOOKRELAY_DATABASE_QUERY_TIMEOUT): 0s must be greater than 0`,
 		},
 		{
+			name:    "direct hold within the publish timeout",
+			edit:    func(s string) string { return s },
+			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_OUTBOX_DIRECT_HOLD": "10s"}),
+			wantMsg: `outbox.direct_hold (from HOOKRELAY_OUTBOX_DIRECT_HOLD): 10s must be longer than outbox.publish_timeout (10s), or 0s to turn the direct publish off`,
+		},
+		{
+			name:    "direct hold without a unit",
+			edit:    func(s string) string { return s },
+			env:     envMap(map[string]string{"ACME_SECRET": "x", "HOOKRELAY_OUTBOX_DIRECT_HOLD": "15"}),
+			wantMsg: `outbox.direct_hold (from HOOKRELAY_OUTBOX_DIRECT_HOLD): duration "15": write it with a unit`,
+		},
+		{
 			name:    "unknown top-level key",
 			edit:    func(s string) string { return s + "recevier: {listen: x}\n" },
 			wantMsg: "recevier: unknown key",

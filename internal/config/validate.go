@@ -179,6 +179,10 @@ func crossCheck(cfg *Config, operator bool) []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
+	if h := cfg.Outbox.DirectHold; h != 0 && h <= cfg.Outbox.PublishTimeout {
+		add("outbox.direct_hold: %s must be longer than outbox.publish_timeout (%s), or 0s to turn the direct publish off: a row must not be swept while its direct publish may still be confirmed", h, cfg.Outbox.PublishTimeout)
+	}
+
 	seen := map[string]int{}
 	for i, s := range cfg.Sources {
 		key := fmt.Sprintf("sources[%d]", i)
