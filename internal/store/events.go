@@ -79,12 +79,13 @@ func (db *DB) OutboxStats(ctx context.Context) (backlog int64, oldest time.Durat
 }
 
 // OutboxBackoffCount counts the outbox rows waiting out a backoff after the
-// broker refused them.
+// broker refused them (not the rows a receiver holds while it publishes
+// them itself: those have no refusal yet).
 func (db *DB) OutboxBackoffCount(ctx context.Context) (int64, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	var n int64
-	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE next_try_at > now()`).Scan(&n); err != nil {
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE attempts > 0 AND next_try_at > now()`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting outbox rows in backoff: %w", err)
 	}
 	return n, nil
