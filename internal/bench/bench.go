@@ -19,6 +19,9 @@
 //     one INSERT, a confirmed persistent publish to a quorum queue, 200)
 //     with the bare forwarder delivering: the yardstick for everyday load,
 //     compared by own CPU per event and p50/p99;
+//   - with --soak D instead: the end-to-end open loop for D (30m), sampled
+//     every --soak-every for what a leak or a drift would show, with a
+//     verdict on whether each series stayed flat (soak.go);
 //   - for each phase the whole machine's CPU time per event (/proc/stat),
 //     the CPU time per event of the system under test's own processes,
 //     the Postgres WAL written per event and the checkpoints started, and
@@ -89,6 +92,9 @@ type options struct {
 	keep          bool
 	profile       string
 	compatOld     bool
+	// soak, when set, replaces the phases with the soak (soak.go).
+	soak      time.Duration
+	soakEvery time.Duration
 }
 
 // Phase keys, for --phases.
@@ -155,6 +161,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.work, "work", "", "folder for the config and the children's logs (default: a new temporary folder, removed after a successful run)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work folder")
 	fs.StringVar(&o.profile, "profile", "", "write CPU profiles of the receiver and the dispatcher (the config sets debug.pprof) and, when Postgres loads pg_stat_statements, its top statements, for the ingest phase with the dispatcher running, the delivery phase and the end-to-end phase, into this folder; off by default (profiling costs CPU)")
+	fs.DurationVar(&o.soak, "soak", 0, "instead of the phases, run the end-to-end open loop at --rate for this long (30m), with a line per --soak-every of each process's memory, goroutines and open files, Postgres and RabbitMQ connections, outbox rows, live leases and the deliveries' p99, and a verdict on whether each stayed flat")
+	fs.DurationVar(&o.soakEvery, "soak-every", time.Minute, "with --soak: the interval of its samples")
 	fs.BoolVar(&o.compatOld, "compat-old", false, "with --profile: write no debug.pprof key, for receiver and dispatcher binaries older than it (they refuse it); only pg_stat_statements is profiled")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: hookrelay bench [flags]\n\n"+
@@ -220,6 +228,8 @@ func (o *options) validate() error {
 	check(o.progress > 0, "--progress must be positive")
 	check(len(o.phases) > 0, "--phases names no phase")
 	check(!o.compatOld || o.profile != "", "--compat-old needs --profile")
+	check(o.soak >= 0, "--soak must not be negative")
+	check(o.soakEvery > 0 && (o.soak == 0 || o.soakEvery <= o.soak/2), "--soak-every must be positive and at most half of --soak")
 	if len(problems) > 0 {
 		return fmt.Errorf("%s", strings.Join(problems, "; "))
 	}

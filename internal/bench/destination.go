@@ -193,11 +193,24 @@ func (d *destination) stats(w http.ResponseWriter, _ *http.Request) {
 // dump writes one line per pair: route, id, copies, copies with a bad
 // signature, first arrival (Unix ns), tab-separated, then "end" so the
 // reader knows it got everything.
-func (d *destination) dump(w http.ResponseWriter, _ *http.Request) {
+// dump lists the pairs received; ?since=N (Unix nanoseconds) only those
+// whose first copy came at N or later.
+func (d *destination) dump(w http.ResponseWriter, req *http.Request) {
+	var since int64
+	if v := req.URL.Query().Get("since"); v != "" {
+		var err error
+		if since, err = strconv.ParseInt(v, 10, 64); err != nil {
+			http.Error(w, "since: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
 	d.mu.Lock()
 	var b strings.Builder
 	b.Grow(len(d.pairs) * 80)
 	for k, rec := range d.pairs {
+		if rec.first < since {
+			continue
+		}
 		fmt.Fprintf(&b, "%s\t%s\t%d\t%d\t%d\n", k.route, k.id, rec.count, rec.bad, rec.first)
 	}
 	d.mu.Unlock()
@@ -272,7 +285,16 @@ type destRecord struct {
 }
 
 func (c *destClient) dump(ctx context.Context) (map[pairKey]destRecord, error) {
-	resp, err := c.do(ctx, http.MethodGet, "dump")
+	return c.dumpSince(ctx, time.Time{})
+}
+
+// dumpSince is dump of the pairs whose first copy came at since or later.
+func (c *destClient) dumpSince(ctx context.Context, since time.Time) (map[pairKey]destRecord, error) {
+	path := "dump"
+	if !since.IsZero() {
+		path += "?since=" + strconv.FormatInt(since.UnixNano(), 10)
+	}
+	resp, err := c.do(ctx, http.MethodGet, path)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +53,14 @@ func TestDestinationCountsPairsAndVerifiesSignatures(t *testing.T) {
 	require.Equal(t, 2, dump[pairKey{"bench", "msg_1"}].count)
 	require.Equal(t, 1, dump[pairKey{"bench", "msg_2"}].bad)
 	require.Equal(t, 0, dump[pairKey{"bare", "msg_1"}].bad)
+
+	// The soak reads only the pairs that came since its last sample.
+	since := time.Now()
+	post("bench", "msg_3", body, key)
+	post("bench", "msg_1", body, key) // a later copy of an earlier pair
+	recent, err := c.dumpSince(ctx, since)
+	require.NoError(t, err)
+	require.Equal(t, []pairKey{{"bench", "msg_3"}}, slices.Collect(maps.Keys(recent)), "only pairs whose first copy came since")
 
 	require.NoError(t, c.reset(ctx))
 	st, err = c.stats(ctx)

@@ -38,6 +38,8 @@ func TestInvalidFlagsAreRejected(t *testing.T) {
 		{"concurrency above the config limit", []string{"--concurrency", "300"}, "--concurrency"},
 		{"unknown phase", []string{"--phases", "ingest,warp"}, `unknown phase "warp"`},
 		{"stray argument", []string{"now"}, "unexpected arguments"},
+		{"soak without a unit", []string{"--soak", "30"}, "invalid value"},
+		{"soak sampled too rarely", []string{"--soak", "1m", "--soak-every", "45s"}, "--soak-every"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -32,12 +32,10 @@ func TestMain(m *testing.M) {
 	m.Run() // the test binary exits with its status
 }
 
-// TestQuickRunAgainstRealServices runs a short benchmark end to end with
-// the real receiver and dispatcher (built from this tree), Postgres and
-// RabbitMQ, and checks what it reports and that it leaves nothing behind.
-// It asserts no speed: only that every phase ran, moved events, lost none,
-// measured the processes, and cleaned up.
-func TestQuickRunAgainstRealServices(t *testing.T) {
+// buildRelay requires the services and builds the receiver and the
+// dispatcher from this tree into a temporary folder, which it returns.
+func buildRelay(t *testing.T) string {
+	t.Helper()
 	testenv.Require(t, "Postgres and RabbitMQ", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -61,10 +59,21 @@ func TestQuickRunAgainstRealServices(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the binaries under test: %s", out)
 
+	return bin
+}
+
+// TestQuickRunAgainstRealServices runs a short benchmark end to end with
+// the real receiver and dispatcher (built from this tree), Postgres and
+// RabbitMQ, and checks what it reports and that it leaves nothing behind.
+// It asserts no speed: only that every phase ran, moved events, lost none,
+// measured the processes, and cleaned up.
+func TestQuickRunAgainstRealServices(t *testing.T) {
+	bin := buildRelay(t)
+
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	err = Main(ctx, []string{
+	err := Main(ctx, []string{
 		"--quick", "--json",
 		"--receiver-bin", filepath.Join(bin, "receiver"), "--dispatcher-bin", filepath.Join(bin, "dispatcher"),
 		"--database-url", testenv.AdminDatabaseURL(), "--amqp-url", testenv.AMQPURL(), "--management-url", testenv.ManagementURL(),
@@ -144,4 +153,53 @@ func TestQuickRunAgainstRealServices(t *testing.T) {
 			require.False(t, strings.HasPrefix(it.Name, res.Prefix+"."), "%s %s left behind", kind, it.Name)
 		}
 	}
+}
+
+// Issue 21, item 4: a short soak samples the processes and the servers
+// every interval and judges each series, with the same checks as a phase.
+func TestSoakAgainstRealServices(t *testing.T) {
+	bin := buildRelay(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := Main(ctx, []string{
+		"--json", "--soak", "7s", "--soak-every", "2s", "--rate", "50", "--concurrency", "8",
+		"--receiver-bin", filepath.Join(bin, "receiver"), "--dispatcher-bin", filepath.Join(bin, "dispatcher"),
+		"--database-url", testenv.AdminDatabaseURL(), "--amqp-url", testenv.AMQPURL(), "--management-url", testenv.ManagementURL(),
+	}, &stdout, &stderr)
+	require.NoError(t, err, "bench failed; its progress:\n%s", stderr.String())
+	var res Results
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), "--json prints one JSON document: %s", stdout.String())
+	require.Empty(t, res.Failures)
+	require.Len(t, res.Phases, 1, "the soak replaces the phases")
+	p := res.Phases[0]
+	require.Equal(t, "soak", p.Key)
+	require.Positive(t, p.Count)
+	require.True(t, p.Checked)
+	require.Zero(t, p.Lost)
+	require.Zero(t, p.Duplicates)
+
+	require.NotNil(t, res.Soak)
+	require.GreaterOrEqual(t, len(res.Soak.Samples), 3)
+	var sent int64
+	delivered := 0
+	for _, s := range res.Soak.Samples {
+		sent += s.Sent
+		delivered += s.Delivered
+		for _, name := range []string{procReceiver, procDispatcher, procPostgres, procRabbitMQ} {
+			require.Positive(t, s.MemMB[name], "memory of %s", name)
+		}
+		for _, name := range []string{procReceiver, procDispatcher} {
+			require.Positive(t, s.Goroutines[name], "goroutines of %s", name)
+			require.Positive(t, s.OpenFDs[name], "open files of %s", name)
+		}
+		require.Positive(t, s.PGBackends)
+	}
+	// The management API lists a connection once its statistics were
+	// first emitted (every 5s by default): the last sample has them.
+	require.Positive(t, res.Soak.Samples[len(res.Soak.Samples)-1].AMQPConns)
+	require.Positive(t, delivered)
+	require.LessOrEqual(t, int64(delivered), sent+int64(len(res.Soak.Samples)), "a pair is counted in one interval")
+	require.Len(t, res.Soak.Series, len(soakRules()))
+	require.Contains(t, stderr.String(), "soak ", "a line per sample on stderr")
 }

@@ -130,6 +130,7 @@ var ownProcs = map[string][]string{
 	"delivery":       {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
 	"bare-forwarder": {procBareForwarder, procRabbitMQ},
 	"e2e":            {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"soak":           {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
 	"bare-e2e":       {procBareRelay, procBareForwarder, procPostgres, procRabbitMQ},
 }
 

@@ -137,6 +137,11 @@ func (r *runner) printTable(w io.Writer) error {
 	if err := printEndToEnd(w, res); err != nil {
 		return err
 	}
+	if res.Soak != nil {
+		if err := printSoak(w, res.Soak); err != nil {
+			return err
+		}
+	}
 	for round := 1; round <= rounds; round++ {
 		if err := printProcs(w, res, round, rounds); err != nil {
 			return err

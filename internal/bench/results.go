@@ -32,6 +32,8 @@ type Results struct {
 	// EndToEnd compares, per round, the end-to-end phase with the bare
 	// end-to-end reference run at the same rate.
 	EndToEnd []E2ECompare `json:"end_to_end"`
+	// Soak is the soak's result (--soak); nil without it.
+	Soak *Soak `json:"soak,omitempty"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`

@@ -54,6 +54,7 @@ type runner struct {
 	configPath          string
 	receiverAddr        string
 	dispatcherAddr      string
+	metricsAddr         string // the receiver's metrics listener
 	sourceSecret        string
 	signingSecret       string
 	mu                  sync.Mutex
@@ -82,6 +83,9 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	if err := checkProc(); err != nil {
 		return err
 	}
+	// Progress lines come from several goroutines (the load's watcher,
+	// the soak's samples).
+	stderr = &lockedWriter{w: stderr}
 	r := &runner{o: o, stdout: stdout, stderr: stderr, current: map[string]*process{},
 		res: &Results{Started: time.Now().UTC()}}
 	defer func() {
@@ -110,7 +114,13 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		{phaseE2E, r.e2ePhase},
 		{phaseBareE2E, r.bareE2EPhase},
 	}
-	for r.round = 1; r.round <= o.rounds; r.round++ {
+	if o.soak > 0 {
+		r.round = 1
+		if err := r.soakPhase(ctx); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+	}
+	for r.round = 1; o.soak == 0 && r.round <= o.rounds; r.round++ {
 		if o.rounds > 1 {
 			r.logf("round %d of %d", r.round, o.rounds)
 		}
@@ -145,6 +155,18 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("the relay failed its checks: %s", strings.Join(r.res.Failures, "; "))
 	}
 	return nil
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -361,8 +383,7 @@ func (r *runner) writeConfig() error {
 	if r.dispatcherAddr, err = freeAddr(); err != nil {
 		return err
 	}
-	metricsAddr, err := freeAddr()
-	if err != nil {
+	if r.metricsAddr, err = freeAddr(); err != nil {
 		return err
 	}
 	cfg := map[string]any{
@@ -370,7 +391,7 @@ func (r *runner) writeConfig() error {
 		"amqp": map[string]any{
 			"url": r.o.amqpURL, "prefix": r.prefix, "management_url": r.o.managementURL,
 		},
-		"receiver":   map[string]any{"listen": r.receiverAddr, "metrics_listen": metricsAddr},
+		"receiver":   map[string]any{"listen": r.receiverAddr, "metrics_listen": r.metricsAddr},
 		"dispatcher": map[string]any{"listen": r.dispatcherAddr},
 		"log":        map[string]any{"level": "info", "format": "json"},
 		"sources": []any{map[string]any{

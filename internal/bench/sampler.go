@@ -32,6 +32,7 @@ type groupState struct {
 	last    map[procKey]uint64 // CPU ticks at the previous sample
 	ticks   uint64             // CPU ticks accumulated since the first sample
 	peakKB  uint64             // largest memory sample since the last mark
+	lastKB  uint64             // the latest memory sample
 	pssOK   bool               // every PSS read of the last sample succeeded
 }
 
@@ -109,8 +110,22 @@ func (s *sampler) sample() {
 		g.last = seen
 		g.started = true
 		g.peakKB = max(g.peakKB, memKB)
+		g.lastKB = memKB
 		g.pssOK = g.pssOK && pssOK
 	}
+}
+
+// memKB returns the latest memory sample of the group name (0 when there
+// is none).
+func (s *sampler) memKB(name string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.groups {
+		if g.name == name {
+			return g.lastKB
+		}
+	}
+	return 0
 }
 
 // mark is a point to measure from.
