@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -525,7 +527,16 @@ func TestDispatcherRecoversWhenItsQueueIsDeleted(t *testing.T) {
 		require.NoError(c, err)
 		_, err = ch.QueueDeclarePassive(h.names.RouteQueue("billing"), true, false, false, false, nil)
 		require.NoError(c, err)
-	}, 30*time.Second, 100*time.Millisecond, "the dispatcher re-declared its queue")
+		// And its bindings, declared after every queue of the topology:
+		// an event published before them is not routed to the queue (the
+		// receiver publishes right after the commit).
+		resp, err := http.Get(testenv.ManagementURL() + "/api/queues/%2F/" + url.PathEscape(h.names.RouteQueue("billing")) + "/bindings")
+		require.NoError(c, err)
+		defer resp.Body.Close()
+		var bindings []mgmtBinding
+		require.NoError(c, json.NewDecoder(resp.Body).Decode(&bindings))
+		require.True(c, slices.ContainsFunc(bindings, func(b mgmtBinding) bool { return b.Source == h.names.Events() }), "bound: %v", bindings)
+	}, 30*time.Second, 100*time.Millisecond, "the dispatcher re-declared its queue and its bindings")
 	r := h.postSigned("evt_after_delete", "invoice.paid")
 	require.Equal(t, http.StatusOK, r.status)
 	dest.waitFor(30*time.Second, "delivery after the queue came back", func(rs []received) bool { return len(rs) == 1 })
