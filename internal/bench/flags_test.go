@@ -40,6 +40,8 @@ func TestInvalidFlagsAreRejected(t *testing.T) {
 		{"stray argument", []string{"now"}, "unexpected arguments"},
 		{"soak without a unit", []string{"--soak", "30"}, "invalid value"},
 		{"soak sampled too rarely", []string{"--soak", "1m", "--soak-every", "45s"}, "--soak-every"},
+		{"history with rounds", []string{"--history", "1000", "--rounds", "3"}, "leave --rounds out"},
+		{"history with a soak", []string{"--history", "1000", "--soak", "10m"}, "separate runs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -142,6 +142,11 @@ func (r *runner) printTable(w io.Writer) error {
 			return err
 		}
 	}
+	if res.History != nil {
+		if err := printHistory(w, res.History); err != nil {
+			return err
+		}
+	}
 	for round := 1; round <= rounds; round++ {
 		if err := printProcs(w, res, round, rounds); err != nil {
 			return err

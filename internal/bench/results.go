@@ -34,6 +34,8 @@ type Results struct {
 	EndToEnd []E2ECompare `json:"end_to_end"`
 	// Soak is the soak's result (--soak); nil without it.
 	Soak *Soak `json:"soak,omitempty"`
+	// History is what --history measured; nil without it.
+	History *History `json:"history,omitempty"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`

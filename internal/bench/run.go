@@ -124,6 +124,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		if o.rounds > 1 {
 			r.logf("round %d of %d", r.round, o.rounds)
 		}
+		if o.history > 0 && r.round == 2 {
+			if err := r.prefillHistory(ctx, o.history); err != nil {
+				return err
+			}
+		}
 		for _, s := range steps {
 			if !o.phases[s.phase] {
 				continue
@@ -135,6 +140,12 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	}
 	if err := r.recheck(ctx); err != nil {
 		return err
+	}
+	if o.history > 0 {
+		if err := r.purgeHistory(ctx); err != nil {
+			return err
+		}
+		r.compareHistory()
 	}
 	if err := r.profileTops(ctx); err != nil {
 		return err

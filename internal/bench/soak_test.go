@@ -82,3 +82,24 @@ func TestParseMetrics(t *testing.T) {
 	_, err = parseMetrics(strings.NewReader(text), "go_threads")
 	require.ErrorContains(t, err, "go_threads not served")
 }
+
+// --history compares each hookrelay phase of round 2 (with the history)
+// with the same phase of round 1 (empty); references are left out.
+func TestCompareHistory(t *testing.T) {
+	t.Parallel()
+	lat := func(p99 float64) *Latency { return &Latency{P99: p99} }
+	r := &runner{res: &Results{History: &History{Events: 1000}, Phases: []*Phase{
+		{Key: "e2e", System: "hookrelay", Round: 1, Rate: 200, OwnCPUPerEventMS: 5, Latency: lat(10)},
+		{Key: "bare-e2e", System: "reference", Round: 1, Rate: 200, OwnCPUPerEventMS: 3, Latency: lat(2)},
+		{Key: "e2e", System: "hookrelay", Round: 2, Rate: 200, OwnCPUPerEventMS: 5.5, Latency: lat(12)},
+		{Key: "bare-e2e", System: "reference", Round: 2, Rate: 200, OwnCPUPerEventMS: 3, Latency: lat(2)},
+	}}}
+	r.compareHistory()
+	c := r.res.History.Compare
+	require.Len(t, c, 1)
+	require.Equal(t, "e2e", c[0].Phase)
+	require.InDelta(t, 1.1, c[0].OwnCPU.Ratio, 1e-9)
+	require.InDelta(t, 1.2, c[0].P99.Ratio, 1e-9)
+	require.InDelta(t, 1.0, c[0].Rate.Ratio, 1e-9)
+	require.Equal(t, 5.5, c[0].OwnCPU.Hookrelay, "Hookrelay holds the value with the history")
+}
