@@ -93,7 +93,7 @@ func (r *runner) printTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "\nlatency: the request (ingest phases); from the receiver's 200 to the destination (end to end).")
+	fmt.Fprintln(w, "\nlatency: the request (ingest phases); from the receiver's 200 to the destination (end to end: below 0 when the\n  delivery came before the sender read its 200, as both relays publish before they answer).")
 	fmt.Fprintln(w, "CPU ms/ev: the whole machine's CPU time in the phase over its events (load generator, destination and other work on the")
 	fmt.Fprintln(w, "  machine included; see \"other\" below). own CPU: only the system under test's processes, Postgres and RabbitMQ included.")
 	fmt.Fprintln(w, "WAL KB/ev: what the Postgres server wrote to its WAL in the phase over its events (the whole server).")
