@@ -209,5 +209,7 @@ func TestSoakAgainstRealServices(t *testing.T) {
 	require.Positive(t, delivered)
 	require.LessOrEqual(t, int64(delivered), sent+int64(len(res.Soak.Samples)), "a pair is counted in one interval")
 	require.Len(t, res.Soak.Series, len(soakRules()))
+	require.Equal(t, res.Postgres.Settings["autovacuum"] == "off", res.Soak.Vacuums,
+		"the soak vacuums in autovacuum's place exactly when the server runs without it")
 	require.Contains(t, stderr.String(), "soak ", "a line per sample on stderr")
 }
