@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/backoff"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -40,6 +41,15 @@ type Direct struct {
 	overflow []int64
 	stopped  bool
 	more     chan struct{}
+
+	// After a publish that failed as a whole (the broker unreachable or
+	// blocking), publishes wait until pausedUntil: what is handed over
+	// meanwhile goes to the Relay, whose own backoff then decides when to
+	// dial again. Without it, an outage under load would be a dial per
+	// committed batch. Touched by Run only.
+	retry       backoff.Backoff
+	pausedUntil time.Time
+	now         func() time.Time
 
 	outcomes *prometheus.CounterVec
 }
@@ -96,6 +106,8 @@ func NewDirect(cfg DirectConfig) (*Direct, error) {
 	}
 	d := &Direct{
 		cfg:    cfg,
+		retry:  backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		now:    time.Now,
 		logger: cfg.Logger.With().Str("component", "outbox_direct").Logger(),
 		more:   make(chan struct{}, 1),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -193,6 +205,10 @@ func (d *Direct) Run(ctx context.Context) error {
 		if len(over) > 0 {
 			d.release(ctx, over, directOverflow)
 		}
+		if len(msgs) > 0 && d.now().Before(d.pausedUntil) {
+			d.release(ctx, ids(msgs), directReleased)
+			continue
+		}
 		if len(msgs) > 0 {
 			confirmed = append(confirmed, d.publish(ctx, msgs)...)
 			if len(confirmed) >= d.cfg.BatchSize {
@@ -241,6 +257,13 @@ func (d *Direct) publish(ctx context.Context, msgs []webhook.Message) []int64 {
 		}
 	}
 	d.outcomes.WithLabelValues(directPublished).Add(float64(len(ok)))
+	if err != nil && len(ok) == 0 {
+		wait := d.retry.Next()
+		d.pausedUntil = d.now().Add(wait)
+		d.logger.Debug().Err(err).Str("retry_in", wait.String()).Msg("direct publish failed; new events go through the outbox publisher meanwhile")
+	} else if err == nil {
+		d.retry.Reset()
+	}
 	if len(failed) > 0 {
 		ev := d.logger.Debug()
 		if err != nil {

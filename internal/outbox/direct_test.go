@@ -228,3 +228,39 @@ func TestDirectDrainsAtShutdown(t *testing.T) {
 	require.Empty(t, d.queue, "an offer after Run ended is not queued")
 	d.mu.Unlock()
 }
+
+// After a publish that failed as a whole, Direct does not try the broker
+// again for each new batch: until its backoff has passed, new rows go to
+// the Relay (released) without a publish; then it publishes again.
+func TestDirectBacksOffAfterAFailedPublish(t *testing.T) {
+	t.Parallel()
+	st := newDirectStore()
+	pub := &scriptedPublisher{err: errors.New("connection refused")}
+	d := newDirect(t, st, pub, nil, 10, 10*time.Millisecond)
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	d.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	stop := run(t, d)
+	defer stop()
+
+	offer := func(id int64) {
+		d.Offer([]webhook.Message{{OutboxID: id}})
+	}
+	offer(1)
+	waitFor(t, st, func(_, released []int64) bool { return len(released) == 1 })
+	offer(2) // paused: released without a publish
+	waitFor(t, st, func(_, released []int64) bool { return len(released) == 2 })
+	pub.mu.Lock()
+	require.Len(t, pub.calls, 1, "one publish tried, not one per batch")
+	pub.err = nil
+	pub.mu.Unlock()
+
+	mu.Lock()
+	now = now.Add(time.Minute) // the backoff has passed
+	mu.Unlock()
+	offer(3)
+	waitFor(t, st, func(deleted, _ []int64) bool { return len(deleted) == 1 })
+	deleted, released := st.snapshot()
+	require.Equal(t, []int64{3}, deleted)
+	require.Equal(t, []int64{1, 2}, released)
+}
