@@ -472,6 +472,14 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return r.settleOpenLoop(ctx, p, l, m, r.o.e2eDuration, prof.finish)
+}
+
+// settleOpenLoop ends an open-loop phase of the relay that sent for dur:
+// it waits for every accepted event at the destination, takes the usage
+// since m (then runs afterEnd, if set), checks what arrived and was
+// recorded, and fills the phase's rate and latencies.
+func (r *runner) settleOpenLoop(ctx context.Context, p *Phase, l *loadRun, m phaseMark, dur time.Duration, afterEnd func(context.Context) error) error {
 	want := ids(l.sent)
 	dump, err := r.awaitPairs(ctx, p.Title+", delivering", benchRoute, want)
 	if err != nil {
@@ -481,11 +489,13 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := prof.finish(ctx); err != nil {
-		return err
+	if afterEnd != nil {
+		if err := afterEnd(ctx); err != nil {
+			return err
+		}
 	}
 	fillFromLoad(p, l, m.at)
-	p.Seconds = r.o.e2eDuration.Seconds()
+	p.Seconds = dur.Seconds()
 	p.Rate = float64(p.Count) / p.Seconds
 	p.IngestLatency = p.Latency
 	r.check(p, dump, benchRoute, want)

@@ -123,25 +123,9 @@ func (r *runner) soakPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	want := ids(l.sent)
-	dump, err := r.awaitPairs(ctx, p.Title+", delivering", benchRoute, want)
-	if err != nil {
+	if err := r.settleOpenLoop(ctx, p, l, m, r.o.soak, nil); err != nil {
 		return err
 	}
-	u, err := r.end(ctx, m)
-	if err != nil {
-		return err
-	}
-	fillFromLoad(p, l, m.at)
-	p.Seconds = r.o.soak.Seconds()
-	p.Rate = float64(p.Count) / p.Seconds
-	p.IngestLatency = p.Latency
-	r.check(p, dump, benchRoute, want)
-	if err := r.awaitRecorded(ctx, p, want); err != nil {
-		return err
-	}
-	endToEnd(p, l, dump, benchRoute, m.at)
-	r.finish(p, u)
 	judgeSoak(soak, lats)
 	r.res.Soak = soak
 	return nil
