@@ -29,9 +29,10 @@ func (c *cli) purgeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "purge --older-than AGE",
 		Short: "Delete old delivered events, keeping their dedupe keys for retention.dedupe_window",
-		Long: `Delete, in batches, the deliveries and attempts of events older than AGE, and
-the events themselves once they are older than retention.dedupe_window too;
-an event between the two keeps only its row (its dedupe key), so a late
+		Long: `Delete the events older than AGE with their deliveries and attempts. A day
+older than AGE with nothing undelivered goes whole (its partitions are
+dropped, at once whatever their size); the rest goes in batches. Each
+event's dedupe key stays until retention.dedupe_window has passed, so a late
 resend is still recognised. Whatever is undelivered is kept whole: an event
 with anything in the outbox, pending or retrying on a configured route, or
 dead (unless --include-dead).
@@ -66,7 +67,7 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 				if dryRun {
 					return printPurge(c.out, "would purge", plan, olderThan, kept, includeDead)
 				}
-				if plan.Deliveries == 0 && plan.Events == 0 && plan.Stripped == 0 {
+				if plan.Deliveries == 0 && plan.Events == 0 && plan.Keys == 0 {
 					return printPurge(c.out, "purged", plan, olderThan, kept, includeDead)
 				}
 				if !yes {
@@ -75,18 +76,17 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 					}
 				}
 				p := c.progress("purge", "event(s)")
-				total := plan.Events + plan.Stripped
 				req.DryRun = false
 				req.ProgressFunc = func(r ops.PurgeResult) {
-					p.update(r.Events+r.Stripped, max(total, r.Events+r.Stripped),
-						fmt.Sprintf("%d deliveries deleted, batch %d", r.Deliveries, r.Batches))
+					p.update(r.Events, max(plan.Events, r.Events),
+						fmt.Sprintf("%d deliveries deleted, %d days dropped, batch %d", r.Deliveries, r.Days, r.Batches))
 				}
 				res, err := svc.Purge(cmd.Context(), req)
 				p.done()
 				if err != nil {
 					if res.Batches > 0 {
-						fmt.Fprintf(c.errOut, "purge: stopped after %d batch(es): %d deliveries, %d events deleted, %d events stripped\n",
-							res.Batches, res.Deliveries, res.Events, res.Stripped)
+						fmt.Fprintf(c.errOut, "purge: stopped after %d batch(es): %d deliveries, %d events deleted (%d days whole)\n",
+							res.Batches, res.Deliveries, res.Events, res.Days)
 					}
 					return err
 				}
@@ -131,10 +131,10 @@ var errNotConfirmed = errors.New("not confirmed; nothing purged")
 func (c *cli) confirmPurge(cmd *cobra.Command, plan ops.PurgeResult, olderThan string) error {
 	if !c.inTerminal {
 		return setup.Usagef(cmd, "refusing to purge %d deliveries and %d events without --yes: standard input is not a terminal, so nobody can confirm (--dry-run shows what would go)",
-			plan.Deliveries, plan.Events+plan.Stripped)
+			plan.Deliveries, plan.Events)
 	}
-	fmt.Fprintf(c.errOut, "purge %d deliveries (with their attempts) and %d events (%d deleted, %d stripped to their dedupe key) received more than %s ago? [y/N] ",
-		plan.Deliveries, plan.Events+plan.Stripped, plan.Events, plan.Stripped, olderThan)
+	fmt.Fprintf(c.errOut, "purge %d deliveries (with their attempts) and %d events received more than %s ago? [y/N] ",
+		plan.Deliveries, plan.Events, olderThan)
 	answer, err := bufio.NewReader(c.in).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("reading the answer: %w", err)
@@ -147,8 +147,8 @@ func (c *cli) confirmPurge(cmd *cobra.Command, plan ops.PurgeResult, olderThan s
 }
 
 func printPurge(w io.Writer, verb string, res ops.PurgeResult, olderThan, kept string, includeDead bool) error {
-	fmt.Fprintf(w, "%s: %d deliveries (with their attempts), %d events deleted, %d events stripped to their dedupe key (kept %s), in %d batches\n",
-		verb, res.Deliveries, res.Events, res.Stripped, kept, res.Batches)
+	fmt.Fprintf(w, "%s: %d deliveries (with their attempts), %d events deleted (%d days dropped whole, the rest in %d batches); %d dedupe keys older than %s deleted\n",
+		verb, res.Deliveries, res.Events, res.Days, res.Batches, res.Keys, kept)
 	if res.Versions > 0 {
 		fmt.Fprintf(w, "forgot: %d resource versions whose resource has no event left whole\n", res.Versions)
 	}

@@ -18,9 +18,9 @@ func bulkDead(t *testing.T, db *store.DB, n int) {
 	t.Helper()
 	_, err := db.Pool().Exec(context.Background(), `
 		WITH ev AS (
-			INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at)
-			SELECT gen_random_uuid(), 'acme', 'evt_bulk_' || i, 'invoice.paid', 'application/json',
-				convert_to('{"id":"evt_bulk_' || i || '"}', 'UTF8'), now() - interval '1 hour' + i * interval '1 millisecond'
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at, keyed)
+			SELECT hookrelay_uuid7(now() - interval '1 hour' + i * interval '1 millisecond'), 'acme', 'evt_bulk_' || i, 'invoice.paid', 'application/json',
+				convert_to('{"id":"evt_bulk_' || i || '"}', 'UTF8'), now() - interval '1 hour' + i * interval '1 millisecond', true
 			FROM generate_series(1, $1::int) AS i
 			RETURNING id)
 		INSERT INTO deliveries (event_id, route, state, attempts) SELECT id, 'billing', 'dead', 4 FROM ev`, n)

@@ -206,7 +206,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		logger.Warn().Str("listen", ln.Addr().String()).Msg("debug.pprof: profiles served under /debug/pprof/ on the health and metrics listener; keep it private")
 	}
 	handedOver = true
-	return (&dispatcher{cfg: cfg, logger: logger, ln: ln, early: early, mux: status, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
+	return (&dispatcher{cfg: cfg, logger: logger, db: db, ln: ln, early: early, mux: status, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
 }
 
 // dispatcherTimeouts are the timeouts of the dispatcher's listener.
@@ -218,6 +218,7 @@ func dispatcherTimeouts(cfg *config.Config) httpserver.Timeouts {
 type dispatcher struct {
 	cfg    *config.Config
 	logger zerolog.Logger
+	db     *store.DB
 	ln     net.Listener
 	// early serves ln since the start; run hands it mux.
 	early      *httpserver.Early
@@ -245,6 +246,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	g.Go(func() error { return d.reconciler.Run(gctx) })
 	g.Go(func() error { return d.controls.Run(gctx) })
 	g.Go(func() error { return d.summarize(gctx) })
+	g.Go(func() error { return keepPartitions(gctx, d.db, d.logger) })
 	names := setup.Names(cfg)
 	var serving []string
 	for _, r := range cfg.Routes {

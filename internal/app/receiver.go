@@ -357,6 +357,7 @@ func (rc *receiver) run(ctx context.Context) error {
 		})
 	}
 	serve(rc.servers.public, rc.mux)
+	g.Go(func() error { return keepPartitions(gctx, rc.db, logger) })
 	if rc.servers.metrics != nil {
 		serve(rc.servers.metrics, rc.status)
 		logger.Info().Str("listen", rc.metricsLn.Addr().String()).Msg("metrics served")

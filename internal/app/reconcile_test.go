@@ -139,9 +139,9 @@ func bulkPending(t *testing.T, db *store.DB, n int, route string) {
 	t.Helper()
 	_, err := db.Pool().Exec(context.Background(), `
 		WITH ev AS (
-			INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at)
-			SELECT gen_random_uuid(), 'acme', 'evt_backlog_' || i, 'invoice.paid', 'application/json',
-				convert_to('{"id":"evt_backlog_' || i || '","type":"invoice.paid"}', 'UTF8'), now()
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at, keyed)
+			SELECT hookrelay_uuid7(now()), 'acme', 'evt_backlog_' || i, 'invoice.paid', 'application/json',
+				convert_to('{"id":"evt_backlog_' || i || '","type":"invoice.paid"}', 'UTF8'), now(), true
 			FROM generate_series(1, $1::int) AS i
 			RETURNING id
 		), ob AS (

@@ -76,10 +76,10 @@ func bulkDead(t *testing.T, db *store.DB, n int, route string) []string {
 	t.Helper()
 	rows, err := db.Pool().Query(context.Background(), `
 		WITH ev AS (
-			INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at)
-			SELECT gen_random_uuid(), 'acme', 'evt_bulk_' || i, 'invoice.paid', 'application/json',
+			INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at, keyed)
+			SELECT hookrelay_uuid7(now() - interval '1 hour' + i * interval '1 millisecond'), 'acme', 'evt_bulk_' || i, 'invoice.paid', 'application/json',
 				convert_to('{"id":"evt_bulk_' || i || '","type":"invoice.paid"}', 'UTF8'),
-				now() - interval '1 hour' + i * interval '1 millisecond'
+				now() - interval '1 hour' + i * interval '1 millisecond', true
 			FROM generate_series(1, $1::int) AS i
 			RETURNING id)
 		INSERT INTO deliveries (event_id, route, state, attempts, last_status, last_error)

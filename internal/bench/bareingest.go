@@ -14,13 +14,17 @@ import (
 )
 
 // bareInsert is the whole of the bare ingest server's work per request: the
-// event row and its outbox row in one statement (one round trip, one
-// implicit transaction), into the same tables, indexes and trigger as
-// hookrelay's.
+// event's key, the event row and its outbox row in one statement (one round
+// trip, one implicit transaction), into the same tables, indexes and
+// trigger as hookrelay's.
 const bareInsert = `
-WITH e AS (
-	INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at)
-	VALUES ($1, $2, $3, $4, $5, $6, now())
+WITH k AS (
+	INSERT INTO event_keys (source, idempotency_key, event_id) VALUES ($2, $3, $1)
+	ON CONFLICT DO NOTHING
+	RETURNING event_id
+), e AS (
+	INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at, keyed)
+	SELECT $1, $2, $3, $4, $5, $6, now(), true FROM k
 	RETURNING id
 )
 INSERT INTO outbox (event_id, routing_key) SELECT id, $7 FROM e`

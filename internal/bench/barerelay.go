@@ -18,10 +18,16 @@ import (
 )
 
 // bareEventInsert is the bare relay's one durable write per event: the
-// event row, with synchronous commit (the server's default).
+// event's key and row in one statement, with synchronous commit (the
+// server's default).
 const bareEventInsert = `
-INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at)
-VALUES ($1, $2, $3, $4, $5, $6, now())`
+WITH k AS (
+	INSERT INTO event_keys (source, idempotency_key, event_id) VALUES ($2, $3, $1)
+	ON CONFLICT DO NOTHING
+	RETURNING event_id
+)
+INSERT INTO events (id, source, idempotency_key, event_type, content_type, body, received_at, keyed)
+SELECT $1, $2, $3, $4, $5, $6, now(), true FROM k`
 
 // runBareRelay is the receiving half of the end-to-end reference: an HTTP
 // server that checks the HMAC of the raw body as the relay's source does
@@ -29,7 +35,7 @@ VALUES ($1, $2, $3, $4, $5, $6, now())`
 // persistent message to a quorum queue and waits for the broker's
 // confirm, then answers 200 {"id": ...}. The bare forwarder consuming
 // that queue is the other half. No outbox, no routes, no dedupe beyond
-// the events table's key: the floor of "a 200 means it is committed in
+// the event_keys table's key: the floor of "a 200 means it is committed in
 // Postgres and in the broker". It prints "ready <addr>" once it listens.
 func runBareRelay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bare-relay", flag.ContinueOnError)

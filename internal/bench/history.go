@@ -70,21 +70,32 @@ func (r *runner) prefillHistory(ctx context.Context, n int) error {
 	start := time.Now()
 	oldest := start.Add(-historySpan)
 	step := (historySpan - time.Hour) / time.Duration(n)
+	// Receivers make partitions for yesterday on; the history needs the
+	// week before.
+	if _, err := r.relay.Exec(ctx, `SELECT hookrelay_ensure_partitions($1::date, $2::date)`,
+		oldest.UTC().Format(time.DateOnly), start.UTC().Format(time.DateOnly)); err != nil {
+		return fmt.Errorf("history: making the week's partitions: %w", err)
+	}
 	r.logf("history: writing %d delivered events (with a delivery and an attempt each) over the week before the run", n)
 	for from := 0; from < n; from += historyChunk {
 		to := min(from+historyChunk, n) - 1
 		// The ids are UUIDv7-like (the time first), as the receiver's are:
-		// random ids would scatter the primary key's inserts.
+		// they put each event in its day's partition.
 		_, err := r.relay.Exec(ctx, `
 			WITH src AS (
 				SELECT g, $2::timestamptz + g * $3::bigint * interval '1 microsecond' AS at
 				FROM generate_series($4::bigint, $5::bigint) g
-			), ev AS (
-				INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at)
-				SELECT (lpad(to_hex((extract(epoch FROM at) * 1000)::bigint), 12, '0') || '7000' || '8000' || lpad(to_hex(g), 12, '0'))::uuid,
-				       $1, 'hist_' || g, 'history.event', 'application/json', '{}',
-				       convert_to('{"id":"hist_' || g || '","pad":"' || $6 || '"}', 'UTF8'), at
+			), ids AS (
+				SELECT g, at, (lpad(to_hex(floor(extract(epoch FROM at) * 1000)::bigint), 12, '0') || '7000' || '8000' || lpad(to_hex(g), 12, '0'))::uuid AS id
 				FROM src
+			), k AS (
+				INSERT INTO event_keys (source, idempotency_key, event_id)
+				SELECT $1, 'hist_' || g, id FROM ids
+			), ev AS (
+				INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at, keyed)
+				SELECT id, $1, 'hist_' || g, 'history.event', 'application/json', '{}',
+				       convert_to('{"id":"hist_' || g || '","pad":"' || $6 || '"}', 'UTF8'), at, true
+				FROM ids
 				RETURNING id, received_at
 			), d AS (
 				INSERT INTO deliveries (event_id, route, state, attempts, last_status, first_attempt_at, last_attempt_at,
@@ -92,10 +103,10 @@ func (r *runner) prefillHistory(ctx context.Context, n int) error {
 				SELECT id, $7, 'delivered', 1, 200, received_at, received_at, received_at + interval '5 milliseconds',
 				       received_at, received_at, received_at
 				FROM ev
-				RETURNING id, first_attempt_at
+				RETURNING id, event_id, first_attempt_at
 			)
-			INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, status, outcome)
-			SELECT id, 1, first_attempt_at, 3, 200, 'ok' FROM d`,
+			INSERT INTO delivery_attempts (delivery_id, event_id, attempt, started_at, duration_ms, status, outcome)
+			SELECT id, event_id, 1, first_attempt_at, 3, 200, 'ok' FROM d`,
 			benchSource, oldest, step.Microseconds(), from, to, body, benchRoute)
 		if err != nil {
 			return fmt.Errorf("history: writing events %d..%d: %w", from, to, err)
@@ -116,15 +127,18 @@ func (r *runner) prefillHistory(ctx context.Context, n int) error {
 	return nil
 }
 
-// historySize is the total size of the history's tables, in MB.
+// historySize is the total size of the history's tables (every partition
+// of events, deliveries and delivery_attempts, and event_keys), in MB.
 func (r *runner) historySize(ctx context.Context) (float64, error) {
 	var b int64
 	err := r.relay.QueryRow(ctx, `
-		SELECT pg_total_relation_size('events') + pg_total_relation_size('deliveries') + pg_total_relation_size('delivery_attempts')`).Scan(&b)
+		SELECT pg_total_relation_size('event_keys') + COALESCE(sum(pg_total_relation_size(inhrelid)), 0)::int8
+		FROM pg_inherits WHERE inhparent IN ('events'::regclass, 'deliveries'::regclass, 'delivery_attempts'::regclass)`).Scan(&b)
 	return float64(b) / (1 << 20), err
 }
 
-// purgeHistory times `hookrelay purge` of the history's oldest day, run
+// purgeHistory times `hookrelay purge` of the history's oldest day (from
+// its first event to the next midnight UTC, the end of its partition), run
 // as the operator would (this executable is hookrelay), then VACUUMs the
 // tables (as autovacuum would) and reads their size.
 func (r *runner) purgeHistory(ctx context.Context) error {
@@ -133,7 +147,9 @@ func (r *runner) purgeHistory(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("history: table sizes: %w", err)
 	}
-	age := fmt.Sprintf("%dh", int((historySpan - 24*time.Hour).Hours()))
+	// The first midnight after the oldest event, to the second below.
+	midnight := time.Now().Add(-historySpan).UTC().Truncate(24 * time.Hour).AddDate(0, 0, 1)
+	age := fmt.Sprintf("%ds", int(time.Since(midnight).Seconds()))
 	r.logf("history: hookrelay purge --older-than %s (the oldest day of the history)", age)
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, r.exe, "purge", "--config", r.configPath, "--older-than", age, "--yes")

@@ -187,7 +187,7 @@ func (r *runner) watchSoak(ctx context.Context, conn *pgx.Conn, l *loadRun, soak
 			if soak.Vacuums {
 				// What autovacuum would have done by now on a server
 				// that runs it.
-				if _, err := conn.Exec(ctx, `VACUUM (ANALYZE) events, outbox, deliveries, delivery_attempts`); err != nil {
+				if _, err := conn.Exec(ctx, `VACUUM (ANALYZE) events, event_keys, outbox, deliveries, delivery_attempts`); err != nil {
 					if ctx.Err() != nil {
 						return nil
 					}
@@ -350,7 +350,7 @@ func judgeSoak(s *Soak, lats [][]time.Duration) {
 func printSoak(w io.Writer, s *Soak) error {
 	fmt.Fprintf(w, "\nsoak: a sample every %.0fs (memory: RSS, PSS for postgres and rabbitmq; goroutines, open files: receiver/dispatcher)\n", s.EveryS)
 	if s.Vacuums {
-		fmt.Fprintln(w, "  the server runs without autovacuum: the soak ran VACUUM (ANALYZE) of events, outbox, deliveries and delivery_attempts after each sample in its place")
+		fmt.Fprintln(w, "  the server runs without autovacuum: the soak ran VACUUM (ANALYZE) of events, event_keys, outbox, deliveries and delivery_attempts after each sample in its place")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "at s\tsent\tdelivered\tp99 ms\trecv MB\tdisp MB\tpg MB\trmq MB\tgoroutines\topen files\tpg conns\tamqp conns\toutbox\tleases\t\n")

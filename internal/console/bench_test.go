@@ -74,6 +74,9 @@ func BenchmarkConsolePages(b *testing.B) {
 
 	began := time.Now()
 	if !filled {
+		if _, err := db.EnsurePartitionsFor(ctx, time.Now().AddDate(0, 0, -31), time.Now()); err != nil {
+			b.Fatal(err)
+		}
 		for _, sql := range []string{fillEvents, fillDeliveries, fillAttempts, fillAudit} {
 			if _, err := db.Pool().Exec(ctx, sql, events); err != nil {
 				b.Fatalf("filling: %v\n%s", err, sql)
@@ -343,8 +346,8 @@ func (s *serverTimer) take() []time.Duration {
 // 74% delivered at the first attempt, 16% after three (two 500s), 2%
 // retrying after two, 3% dead after six, 2% pending, 3% stale.
 const fillEvents = `
-INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at)
-SELECT gen_random_uuid(),
+INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at, keyed)
+SELECT hookrelay_uuid7(t),
        (ARRAY['stripe','github','shopify','acme'])[1 + i % 4],
        'evt_' || lpad(i::text, 9, '0'),
        (ARRAY['invoice.paid','invoice.payment_failed','customer.created','customer.updated','charge.refunded',
@@ -354,8 +357,9 @@ SELECT gen_random_uuid(),
        convert_to(json_build_object('id', 'evt_' || lpad(i::text, 9, '0'), 'type', 'invoice.paid', 'created', i,
            'data', json_build_object('object', json_build_object('id', 'in_' || md5(i::text), 'amount_due', i % 100000,
            'currency', 'usd', 'customer', 'cus_' || md5((i % 5000)::text), 'description', repeat('x', 300))))::text, 'UTF8'),
-       now() - ($1::int - i) * interval '2592 ms' * (1000000.0 / $1::int)
-FROM generate_series(1, $1::int) AS i`
+       t, true
+FROM generate_series(1, $1::int) AS i,
+     LATERAL (SELECT now() - ($1::int - i) * interval '2592 ms' * (1000000.0 / $1::int) AS t) AS at`
 
 const fillDeliveries = `
 INSERT INTO deliveries (event_id, route, state, attempts, last_status, last_attempt_at, first_attempt_at, delivered_at, created_at, updated_at, due_at)
@@ -376,8 +380,8 @@ WHERE r.route <> 'ledger' OR abs(hashtext(e.id::text)) % 10 = 0
   AND $1::int > 0`
 
 const fillAttempts = `
-INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, status, response_body, error, outcome, series)
-SELECT d.id, n, d.created_at + n * interval '2 s', 20 + n * 7,
+INSERT INTO delivery_attempts (delivery_id, event_id, attempt, started_at, duration_ms, status, response_body, error, outcome, series)
+SELECT d.id, d.event_id, n, d.created_at + n * interval '2 s', 20 + n * 7,
        CASE WHEN n = d.attempts AND d.state = 'delivered' THEN 200 ELSE 500 END,
        CASE WHEN n = d.attempts AND d.state = 'delivered' THEN convert_to('{"ok":true}', 'UTF8')
             ELSE convert_to('{"error":"upstream unavailable"}', 'UTF8') END,

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrLeaseLost is returned when a delivery lease was taken over by
@@ -36,9 +35,11 @@ func (e *LeaseBusyError) Error() string {
 // reconciler and `hookrelay retry` leave the pair alone. If the holder
 // dies, the lease expires and the next claim takes it over.
 type DeliveryLease struct {
-	db    *DB
-	id    int64
-	owner uuid.UUID
+	db *DB
+	id int64
+	// eventID is the pair's event: with id, it finds the row's partition.
+	eventID uuid.UUID
+	owner   uuid.UUID
 	// held is false for a delivered pair or a stale copy: read, not
 	// claimed.
 	held  bool
@@ -115,13 +116,13 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 					last_error    = CASE WHEN taken.over THEN $6 ELSE d.last_error END,
 					updated_at    = now()
 				FROM prev, LATERAL (SELECT prev.lease_owner IS NOT NULL AND prev.lease_owner <> $3 AS over) taken
-				WHERE d.id = prev.id AND prev.state NOT IN ('delivered', 'stale') AND ($7::bigint IS NULL OR prev.gen = $7)
+				WHERE d.event_id = $1 AND d.id = prev.id AND prev.state NOT IN ('delivered', 'stale') AND ($7::bigint IS NULL OR prev.gen = $7)
 				  AND (prev.lease_until IS NULL OR prev.lease_until <= now() OR prev.lease_owner = $3)
 				RETURNING d.id, d.state, d.gen, d.series, taken.over AS took_over,
 				          prev.lease_at, prev.lease_until, prev.lease_attempt, d.attempts
 			), expired AS (
-				INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error, outcome, series)
-				SELECT id, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $6, 'lease_expired', series
+				INSERT INTO delivery_attempts (delivery_id, event_id, attempt, started_at, duration_ms, error, outcome, series)
+				SELECT id, $1, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $6, 'lease_expired', series
 				FROM u WHERE took_over
 			)
 			SELECT true, id, state, gen, took_over, 0::float8, attempts FROM u
@@ -140,7 +141,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 		if err != nil {
 			return nil, fmt.Errorf("taking delivery lease: %w", err)
 		}
-		l := &DeliveryLease{db: db, id: id, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
+		l := &DeliveryLease{db: db, id: id, eventID: eventID, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
 		switch {
 		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, copyGen != nil && *copyGen != gen:
 			// Claimed; or delivered or recorded stale (both final), or the
@@ -156,15 +157,22 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 }
 
 func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string) error {
-	if _, err := db.lax.Exec(ctx, `
-		INSERT INTO deliveries (event_id, route) VALUES ($1, $2)
-		ON CONFLICT (event_id, route) DO NOTHING`, pgUUID(eventID), route); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
-			// The event row is gone (purged): nothing to record against.
-			return fmt.Errorf("event %s: %w", eventID, ErrNotFound)
-		}
+	// The event's row is locked (KEY SHARE, as a foreign key would) so
+	// that a purge cannot delete it, or drop its day, under the new row.
+	var found bool
+	if err := db.lax.QueryRow(ctx, `
+		WITH e AS (
+			SELECT id FROM events WHERE id = $1 FOR KEY SHARE
+		), ins AS (
+			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
+			ON CONFLICT (event_id, route) DO NOTHING
+		)
+		SELECT EXISTS (SELECT 1 FROM e)`, pgUUID(eventID), route).Scan(&found); err != nil {
 		return fmt.Errorf("creating delivery: %w", err)
+	}
+	if !found {
+		// The event row is gone (purged): nothing to record against.
+		return fmt.Errorf("event %s: %w", eventID, ErrNotFound)
 	}
 	return nil
 }
@@ -186,7 +194,7 @@ func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 	defer cancel()
 	err := l.db.pool.QueryRow(ctx, `
 		UPDATE deliveries SET state = 'pending', gen = gen + 1, series = series + 1, due_at = now(), updated_at = now()
-		WHERE id = $1 AND lease_owner = $2 RETURNING gen`, l.id, pgUUID(l.owner)).Scan(&l.gen)
+		WHERE event_id = $3 AND id = $1 AND lease_owner = $2 RETURNING gen`, l.id, pgUUID(l.owner), pgUUID(l.eventID)).Scan(&l.gen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrLeaseLost
 	}
@@ -217,9 +225,9 @@ func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int
 	case l.tries > 1:
 		gen, current, err = l.recordAgain(ctx, a)
 	case l.db.records != nil:
-		gen, current, err = l.db.recordGrouped(ctx, l.id, l.owner, l.attempts, a)
+		gen, current, err = l.db.recordGrouped(ctx, l.id, l.eventID, l.owner, l.attempts, a)
 	default:
-		gen, current, err = recordAttempt(ctx, l.db.pool, l.id, l.owner, l.attempts, a)
+		gen, current, err = recordAttempt(ctx, l.db.pool, l.id, l.eventID, l.owner, l.attempts, a)
 	}
 	if err == nil {
 		l.held = false
@@ -234,10 +242,10 @@ func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int
 // not recorded twice.
 func (l *DeliveryLease) recordAgain(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	err = pgx.BeginFunc(ctx, l.db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, l.id); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM deliveries WHERE event_id = $2 AND id = $1 FOR UPDATE`, l.id, pgUUID(l.eventID)); err != nil {
 			return fmt.Errorf("recording attempt: locking delivery: %w", err)
 		}
-		gen, current, err = recordAttempt(ctx, tx, l.id, l.owner, l.attempts, a)
+		gen, current, err = recordAttempt(ctx, tx, l.id, l.eventID, l.owner, l.attempts, a)
 		return err
 	})
 	return gen, current, err
@@ -253,7 +261,7 @@ func (l *DeliveryLease) Release(ctx context.Context) error {
 	defer cancel()
 	if _, err := l.db.lax.Exec(ctx, `
 		UPDATE deliveries SET lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL
-		WHERE id = $1 AND lease_owner = $2`, l.id, pgUUID(l.owner)); err != nil {
+		WHERE event_id = $3 AND id = $1 AND lease_owner = $2`, l.id, pgUUID(l.owner), pgUUID(l.eventID)); err != nil {
 		return fmt.Errorf("releasing delivery lease: %w", err)
 	}
 	l.held = false
@@ -293,7 +301,7 @@ type querier interface {
 // owner's attempt is recorded already (a try whose answer was lost), which
 // is answered again as it was, changing nothing. Its statement has a
 // grouped twin in recordBatch: change both.
-func recordAttempt(ctx context.Context, q querier, deliveryID int64, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
+func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
 	var status *int
 	if a.Status != 0 {
 		status = &a.Status
@@ -312,15 +320,15 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, owner uuid.
 	// attempt, and a success, but changes nothing else. The attempt belongs
 	// to the pair's current series.
 	var (
-		gen     int64
-		current bool
+		gen            int64
+		current, found bool
 	)
 	err := q.QueryRow(ctx, `
 		WITH old AS (
 			-- Locks the row and reads its generation as it is now (a replay
 			-- may have moved it since this statement's snapshot); u joins it
 			-- so that it runs first.
-			SELECT id, gen FROM deliveries WHERE id = $1 FOR UPDATE
+			SELECT id, gen FROM deliveries WHERE event_id = $16 AND id = $1 FOR UPDATE
 		), u AS (
 			UPDATE deliveries d SET
 				state            = CASE WHEN d.state = 'delivered' THEN 'delivered'
@@ -343,26 +351,27 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, owner uuid.
 			-- the pair's attempts are as the claim left them (no other
 			-- claim took the pair over or recorded since), and not when this
 			-- claim recorded already (done, below).
-			WHERE d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND d.attempts = $15 AND NOT EXISTS (
-			      SELECT 1 FROM delivery_attempts a WHERE a.delivery_id = $1 AND a.claim = $8)))
+			WHERE d.event_id = $16 AND d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND d.attempts = $15 AND NOT EXISTS (
+			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = $16 AND a.delivery_id = $1 AND a.claim = $8)))
 			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AS current, old.gen = $6 AND $2 = 'retrying' AS moved
 		), done AS (
 			-- This claim's attempt, recorded by an earlier try whose answer
 			-- was lost (its caller gave up, the connection dropped after the
 			-- commit): answered as then, nothing changes.
 			SELECT a.gen_after AS gen, a.copy_current AS current FROM delivery_attempts a
-			WHERE a.delivery_id = $1 AND a.claim = $8 AND a.outcome <> 'lost_lease'
+			WHERE a.event_id = $16 AND a.delivery_id = $1 AND a.claim = $8 AND a.outcome <> 'lost_lease'
 			  AND NOT EXISTS (SELECT 1 FROM u)
 			LIMIT 1
 		), i AS (
+			-- Not for a pair that is gone (purged): answered ErrNotFound.
 			INSERT INTO delivery_attempts
-				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series,
-				 claim, gen_after, copy_current)
-			SELECT $1, $9, $5, $10, $3, $11, $12, $4,
+				(delivery_id, event_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome,
+				 series, claim, gen_after, copy_current)
+			SELECT $1, $16, $9, $5, $10, $3, $11, $12, $4,
 			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
-			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE id = $1), 1),
+			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE event_id = $16 AND id = $1), 1),
 			       $8, (SELECT gen FROM u), (SELECT current FROM u)
-			WHERE NOT EXISTS (SELECT 1 FROM done)
+			WHERE NOT EXISTS (SELECT 1 FROM done) AND EXISTS (SELECT 1 FROM old)
 		), r AS (
 			-- The retry copy of the new generation, for the next attempt,
 			-- commits with the record; the outbox relay publishes it to the
@@ -372,18 +381,19 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, owner uuid.
 			FROM u JOIN events e ON e.id = u.event_id
 			WHERE u.moved
 		)
-		SELECT gen, current FROM u UNION ALL SELECT gen, current FROM done`,
+		SELECT gen, current, true FROM u UNION ALL SELECT gen, current, true FROM done
+		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`,
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
-		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts).Scan(&gen, &current)
+		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,
+		pgUUID(eventID)).Scan(&gen, &current, &found)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, ErrLeaseLost
 	}
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
-			return 0, false, fmt.Errorf("recording attempt: delivery %d: %w", deliveryID, ErrNotFound)
-		}
 		return 0, false, fmt.Errorf("recording attempt: %w", err)
+	}
+	if !found {
+		return 0, false, fmt.Errorf("recording attempt: delivery %d: %w", deliveryID, ErrNotFound)
 	}
 	return gen, current, nil
 }

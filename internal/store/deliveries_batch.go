@@ -27,7 +27,7 @@ import (
 // under its own lease. Rows are locked in id order, so two batches that
 // share pairs (a duplicate message meeting a live lease) wait for each
 // other instead of deadlocking. When Postgres refuses a batch's statement
-// (a deadlock all the same, an event purged meanwhile: a foreign key), the
+// (a deadlock all the same), the
 // batch's calls are made again one by one by their callers, so one pair's
 // problem is its own; any other failure (Postgres unreachable, the query
 // timeout) is every call's, and each caller retries as it would a single
@@ -152,12 +152,12 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 				last_error    = CASE WHEN p.over THEN $7 ELSE d.last_error END,
 				updated_at    = now()
 			FROM prev p
-			WHERE d.id = p.id AND p.state NOT IN ('delivered', 'stale') AND p.gen = p.copy_gen
+			WHERE d.event_id = p.event_id AND d.id = p.id AND p.state NOT IN ('delivered', 'stale') AND p.gen = p.copy_gen
 			  AND (p.lease_until IS NULL OR p.lease_until <= now() OR p.lease_owner = p.owner)
-			RETURNING d.id, d.state, d.gen, d.series, p.over, p.lease_at, p.lease_until, p.lease_attempt, d.attempts
+			RETURNING d.id, d.event_id, d.state, d.gen, d.series, p.over, p.lease_at, p.lease_until, p.lease_attempt, d.attempts
 		), expired AS (
-			INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error, outcome, series)
-			SELECT id, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $7, 'lease_expired', series
+			INSERT INTO delivery_attempts (delivery_id, event_id, attempt, started_at, duration_ms, error, outcome, series)
+			SELECT id, event_id, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $7, 'lease_expired', series
 			FROM u WHERE over
 		)
 		SELECT p.event_id, p.route, u.id IS NOT NULL, p.id, COALESCE(u.state, p.state), COALESCE(u.gen, p.gen),
@@ -192,7 +192,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 		}
 		seen[i] = true
 		it := items[i]
-		l := &DeliveryLease{db: db, id: id, owner: it.owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
+		l := &DeliveryLease{db: db, id: id, eventID: it.eventID, owner: it.owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
 		switch {
 		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, it.gen != gen:
 			out[i].lease = l
@@ -231,6 +231,7 @@ func refusedAlone[O any](out []O, err error, alone func(*O)) ([]O, error) {
 // recordItem is one DeliveryLease.Record in a batch.
 type recordItem struct {
 	deliveryID int64
+	eventID    uuid.UUID
 	owner      uuid.UUID
 	// claimAttempts is the pair's attempt count the claim left.
 	claimAttempts int
@@ -246,13 +247,13 @@ type recordOut struct {
 }
 
 // recordGrouped is recordAttempt through the batcher.
-func (db *DB) recordGrouped(ctx context.Context, deliveryID int64, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
-	out, err := db.records.Do(ctx, recordItem{deliveryID: deliveryID, owner: owner, claimAttempts: claimAttempts, a: a})
+func (db *DB) recordGrouped(ctx context.Context, deliveryID int64, eventID, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
+	out, err := db.records.Do(ctx, recordItem{deliveryID: deliveryID, eventID: eventID, owner: owner, claimAttempts: claimAttempts, a: a})
 	if err != nil {
 		return 0, false, err
 	}
 	if out.alone {
-		return recordAttempt(ctx, db.pool, deliveryID, owner, claimAttempts, a)
+		return recordAttempt(ctx, db.pool, deliveryID, eventID, owner, claimAttempts, a)
 	}
 	return out.gen, out.current, out.err
 }
@@ -267,7 +268,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 	if len(items) == 1 {
 		it := items[0]
 		o := &out[0]
-		o.gen, o.current, o.err = recordAttempt(ctx, db.pool, it.deliveryID, it.owner, it.claimAttempts, it.a)
+		o.gen, o.current, o.err = recordAttempt(ctx, db.pool, it.deliveryID, it.eventID, it.owner, it.claimAttempts, it.a)
 		return out, nil
 	}
 	n := len(items)
@@ -277,13 +278,14 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		statuses                          = make([]*int32, n)
 		errTexts, headers                 = make([]*string, n), make([]*string, n)
 		started, series                   = make([]time.Time, n), make([]time.Time, n)
-		owners                            = make([][16]byte, n)
+		owners, eventIDs                  = make([][16]byte, n), make([][16]byte, n)
 		numbers, claimAttempts            = make([]int32, n), make([]int32, n)
 		bodies                            = make([][]byte, n)
 	)
 	for i, it := range items {
 		a := it.a
 		ids[i], owners[i], outcomes[i] = it.deliveryID, pgUUID(it.owner), string(a.Outcome)
+		eventIDs[i] = pgUUID(it.eventID)
 		gens[i], retryMS[i], durMS[i] = a.Gen, a.RetryIn.Milliseconds(), a.Duration.Milliseconds()
 		started[i], numbers[i], bodies[i], series[i] = a.StartedAt, int32(a.Number), a.ResponseBody, seriesStart(a)
 		claimAttempts[i] = int32(it.claimAttempts)
@@ -315,16 +317,16 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		WITH input AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[],
 			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[], $13::timestamptz[],
-			                     $14::int[])
+			                     $14::int[], $15::uuid[])
 			       WITH ORDINALITY AS t(id, outcome, status, error, started_at, gen, retry_ms, owner, number, duration_ms, headers, body,
-			                            series_start, claim_attempts, ord)
+			                            series_start, claim_attempts, event_id, ord)
 		), old AS (
 			-- Locks the rows in id order before u changes them, and reads
 			-- each one's generation before the change. u joins it so that
 			-- it runs first: a row this statement updated already is one
 			-- FOR UPDATE no longer returns.
 			SELECT d.id, d.gen, d.series FROM deliveries d
-			WHERE d.id IN (SELECT id FROM input)
+			WHERE (d.event_id, d.id) IN (SELECT event_id, id FROM input)
 			ORDER BY d.id
 			FOR UPDATE
 		), u AS (
@@ -343,15 +345,17 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
 				updated_at       = now()
 			FROM input i JOIN old o ON o.id = i.id
-			WHERE d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL AND d.attempts = i.claim_attempts AND NOT EXISTS (
-			      SELECT 1 FROM delivery_attempts a WHERE a.delivery_id = i.id AND a.claim = i.owner)))
+			WHERE d.event_id = i.event_id AND d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL
+			      AND d.attempts = i.claim_attempts AND NOT EXISTS (
+			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = i.event_id AND a.delivery_id = i.id AND a.claim = i.owner)))
 			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AS current,
 			          o.gen = i.gen AND i.outcome = 'retrying' AS moved
 		), done AS (
 			-- As recordAttempt: a claim whose attempt is recorded already
 			-- (an earlier try's answer was lost) is answered as then.
 			SELECT DISTINCT ON (i.ord) i.ord, a.gen_after, a.copy_current
-			FROM input i JOIN delivery_attempts a ON a.delivery_id = i.id AND a.claim = i.owner AND a.outcome <> 'lost_lease'
+			FROM input i JOIN delivery_attempts a
+			     ON a.event_id = i.event_id AND a.delivery_id = i.id AND a.claim = i.owner AND a.outcome <> 'lost_lease'
 			WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = i.ord)
 			ORDER BY i.ord, a.id
 		), r AS (
@@ -362,31 +366,33 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			WHERE u.moved
 			ORDER BY u.ord
 		), ins AS (
+			-- Not for a pair that is gone (purged): answered ErrNotFound.
 			INSERT INTO delivery_attempts
-				(delivery_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome, series,
-				 claim, gen_after, copy_current)
-			SELECT i.id, i.number, i.started_at, i.duration_ms, i.status, i.headers::jsonb, i.body, i.error,
+				(delivery_id, event_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome,
+				 series, claim, gen_after, copy_current)
+			SELECT i.id, i.event_id, i.number, i.started_at, i.duration_ms, i.status, i.headers::jsonb, i.body, i.error,
 			       CASE WHEN u.ord IS NOT NULL THEN i.outcome ELSE 'lost_lease' END,
 			       COALESCE(u.series, o.series, 1),
 			       i.owner, u.gen, u.current
-			FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN old o ON o.id = i.id
+			FROM input i LEFT JOIN u ON u.ord = i.ord JOIN old o ON o.id = i.id
 			WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.ord = i.ord)
 		)
 		SELECT i.ord, u.ord IS NOT NULL OR done.ord IS NOT NULL, COALESCE(u.gen, done.gen_after, 0),
-		       COALESCE(u.current, done.copy_current, false)
+		       COALESCE(u.current, done.copy_current, false), EXISTS (SELECT 1 FROM old o WHERE o.id = i.id)
 		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`,
-		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series, claimAttempts)
+		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series, claimAttempts,
+		eventIDs)
 	if err != nil {
 		return refusedAlone(out, err, func(o *recordOut) { o.alone = true })
 	}
 	seen := make([]bool, n)
 	for rows.Next() {
 		var (
-			ord          int64
-			fenced, curr bool
-			gen          int64
+			ord                 int64
+			fenced, curr, found bool
+			gen                 int64
 		)
-		if err := rows.Scan(&ord, &fenced, &gen, &curr); err != nil {
+		if err := rows.Scan(&ord, &fenced, &gen, &curr, &found); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("recording attempts: %w", err)
 		}
@@ -396,7 +402,11 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			return nil, errors.New("recording attempts: postgres answered a row it was not asked for")
 		}
 		seen[i] = true
-		if !fenced {
+		switch {
+		case !found:
+			out[i].err = fmt.Errorf("recording attempt: delivery %d: %w", items[i].deliveryID, ErrNotFound)
+			continue
+		case !fenced:
 			out[i].err = ErrLeaseLost
 			continue
 		}

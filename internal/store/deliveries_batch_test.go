@@ -115,9 +115,8 @@ func TestGroupedClaimsSettleEachPairAsAlone(t *testing.T) {
 // Issue 11, grouped records: one statement records many attempts, each
 // fenced by its own lease as alone: a success delivers, a failure moves
 // the pair to the retry's generation, a lost lease stores only its attempt
-// (lost_lease), a pair a replay moved on keeps the replay's state. When
-// Postgres refuses the statement (an event purged mid-attempt), every
-// record is left to be made alone, so the others still commit.
+// (lost_lease), a pair a replay moved on keeps the replay's state, a pair
+// purged meanwhile fails alone.
 func TestGroupedRecordsFenceEachLease(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
@@ -191,23 +190,27 @@ func TestGroupedRecordsFenceEachLease(t *testing.T) {
 	require.Equal(t, store.Recorded{Gen: 1, Current: false}, res[3].Val, "the replay's generation, not a new one")
 	require.Equal(t, "pending", readLease(t, db, moved).state, "the newer copy owns the pair")
 
-	// An event purged mid-attempt: Postgres refuses the statement (the
-	// attempt's foreign key), so both records are left alone.
+	// A pair purged mid-attempt (a purge removes its delivery and event:
+	// no foreign key cascades since 0021): its record fails with
+	// ErrNotFound and stores nothing; the other record of the statement
+	// commits.
 	good, gone := insert("r_good"), insert("r_gone")
 	lGood, lGone := claim(good), claim(gone)
-	_, err = db.Pool().Exec(ctx, `DELETE FROM events WHERE id = $1`, gone)
+	_, err = db.Pool().Exec(ctx, `WITH d AS (DELETE FROM deliveries WHERE event_id = $1) DELETE FROM events WHERE id = $1`, gone)
 	require.NoError(t, err)
 	res, err = db.RecordTogether(ctx, []*store.DeliveryLease{lGood, lGone},
 		[]*webhook.Attempt{attempt(good, 200, webhook.StateDelivered), attempt(gone, 200, webhook.StateDelivered)})
 	require.NoError(t, err)
-	require.True(t, res[0].Alone)
-	require.True(t, res[1].Alone)
-	require.Empty(t, readLease(t, db, good).outcomes, "the refused statement stored nothing")
-	_, _, err = lGood.Record(ctx, attempt(good, 200, webhook.StateDelivered))
-	require.NoError(t, err)
+	require.False(t, res[0].Alone)
+	require.NoError(t, res[0].Err)
 	require.Equal(t, "delivered", readLease(t, db, good).state)
+	require.False(t, res[1].Alone)
+	require.ErrorIs(t, res[1].Err, store.ErrNotFound, "the purged pair fails on its own")
+	var orphans int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE event_id = $1`, gone).Scan(&orphans))
+	require.Zero(t, orphans, "no attempt stored for a pair that is gone")
 	_, _, err = lGone.Record(ctx, attempt(gone, 200, webhook.StateDelivered))
-	require.Error(t, err, "the purged pair fails on its own")
+	require.ErrorIs(t, err, store.ErrNotFound, "alone, the same")
 }
 
 // Issue 11: with GroupDeliveries, many deliveries claiming and recording at

@@ -53,12 +53,29 @@ func (e *RefusedError) Error() string { return "postgres refused the row: " + e.
 // Unwrap returns ErrRowRefused and the driver's error.
 func (e *RefusedError) Unwrap() []error { return []error{ErrRowRefused, e.Err} }
 
+// ErrNoPartition is wrapped when a row's id falls on a day that has no
+// partition (a clock far off, or partitions not created for days: see
+// EnsurePartitions). Not the sender's fault: answered as Postgres being
+// unavailable, and the sender resends.
+var ErrNoPartition = errors.New("no partition for the event's day")
+
+// isNoPartition reports whether err is Postgres finding no partition for a
+// row: no day partition holds its id and the legacy default partition's
+// constraint (ids below the cutover) refuses it.
+func isNoPartition(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.HasSuffix(pgErr.ConstraintName, "_legacy_before_cutover")
+}
+
 // refused wraps err in a *RefusedError when it is Postgres refusing a row's
 // data.
 func refused(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
+	}
+	if isNoPartition(err) {
+		return fmt.Errorf("%w: %w", ErrNoPartition, err)
 	}
 	switch pgErr.Code[:2] {
 	case "22", "23", "54":
@@ -118,6 +135,9 @@ var eventColumns = []eventColumn{
 		as("NULLIF(ordering_version, '')"),
 	column("ordering_version_num", "text", func(ev *webhook.Event) string { return ev.OrderingVersionNum }).
 		as("NULLIF(ordering_version_num, '')::numeric"),
+	// Always true: the event's keys are in event_keys (migration 0021;
+	// leaving it out is what an older receiver's insert does, refused).
+	column("keyed", "boolean", func(*webhook.Event) bool { return true }),
 }
 
 func headersJSON(h http.Header) string {
@@ -137,11 +157,14 @@ func headersJSON(h http.Header) string {
 // of the event in the batch, the route), then how many milliseconds the
 // outbox rows wait before they are due (HoldOutbox).
 //
-// Rows go in sorted by (source, idempotency_key), so two batches that share
-// keys take their index entries in the same order and wait for each other
-// instead of deadlocking. Outbox rows go in in batch order. Only the events
-// the insert returned (not duplicates) get outbox rows and deliveries. The
-// outbox trigger is per statement: one NOTIFY for the whole batch.
+// An event's keys go into event_keys first, and only the events whose keys
+// went in (not duplicates) are stored, with their outbox rows and
+// deliveries: event_keys is unpartitioned, so its unique indexes make
+// idempotency exact across the day partitions of events. Keys go in sorted
+// by (source, idempotency_key), so two batches that share keys take their
+// index entries in the same order and wait for each other instead of
+// deadlocking. Outbox rows go in in batch order. The outbox trigger is per
+// statement: one NOTIFY for the whole batch.
 var eventInsertSQL = func() string {
 	var names, exprs, params []string
 	for i, c := range eventColumns {
@@ -158,10 +181,14 @@ var eventInsertSQL = func() string {
 	return fmt.Sprintf(`
 		WITH input AS (
 			SELECT * FROM unnest(%s, $%d::text[]) WITH ORDINALITY AS i(%s, routing_key, n)
+		), keys AS (
+			INSERT INTO event_keys (source, idempotency_key, body_sha256, event_id)
+			SELECT source, idempotency_key, body_sha256, id FROM input ORDER BY source, idempotency_key
+			ON CONFLICT DO NOTHING
+			RETURNING event_id
 		), ins AS (
 			INSERT INTO events (%s)
-			SELECT %s FROM input ORDER BY source, idempotency_key
-			ON CONFLICT DO NOTHING
+			SELECT %s FROM input JOIN keys ON keys.event_id = input.id
 			RETURNING id
 		), ob AS (
 			INSERT INTO outbox (event_id, routing_key, next_try_at)
@@ -195,7 +222,7 @@ var eventInsertSQL = func() string {
 // results holds one entry per item, in order.
 //
 // Concurrency: ON CONFLICT DO NOTHING without a conflict target checks
-// every unique index and waits for a concurrent transaction holding the
+// every unique index of event_keys and waits for a concurrent transaction holding the
 // same key; the duplicates' ids are read afterwards by a second statement,
 // whose new snapshot (READ COMMITTED) sees the rows that transaction or
 // this batch committed.
@@ -229,6 +256,15 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 		// statement wrote nothing: made again, it waits for the other's
 		// commit and finds its duplicates, instead of failing its every
 		// request, unrelated senders' included, with a 503.
+		inserted, err = db.insertEvents(ctx, args, len(items))
+	}
+	if errors.Is(err, ErrNoPartition) {
+		// Partitions are made ahead (EnsurePartitions, hourly); a day
+		// missing means they were not. Make them now and try once more;
+		// an id still without a day (a clock more than a week off) fails.
+		if perr := db.EnsurePartitions(ctx, time.Now()); perr != nil {
+			return nil, errors.Join(err, perr)
+		}
 		inserted, err = db.insertEvents(ctx, args, len(items))
 	}
 	if err != nil {
@@ -291,9 +327,9 @@ func (db *DB) resolveDuplicates(ctx context.Context, items []EventInsertItem, du
 	}
 	found := make(map[int64]uuid.UUID, len(dups))
 	rows, err := db.pool.Query(ctx, `
-		SELECT DISTINCT ON (d.n) d.n, e.id
+		SELECT DISTINCT ON (d.n) d.n, e.event_id
 		FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS d(source, key, sha, n)
-		JOIN events e ON e.source = d.source AND (e.idempotency_key = d.key OR e.body_sha256 = d.sha)
+		JOIN event_keys e ON e.source = d.source AND (e.idempotency_key = d.key OR e.body_sha256 = d.sha)
 		ORDER BY d.n, e.idempotency_key = d.key DESC`,
 		sources, keys, sums)
 	if err == nil {
@@ -317,7 +353,8 @@ func (db *DB) resolveDuplicates(ctx context.Context, items []EventInsertItem, du
 		case err != nil:
 			results[i].Err = fmt.Errorf("reading duplicate event: %w", err)
 		case !ok:
-			// Deleted between the insert and this read (a purge).
+			// Its keys expired between the insert and this read (a purge
+			// past retention.dedupe_window).
 			results[i].Err = fmt.Errorf("reading duplicate event: %w", ErrNotFound)
 		default:
 			results[i].ID = id

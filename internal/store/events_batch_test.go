@@ -136,7 +136,7 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 	_, err := db.Pool().Exec(ctx, `
 		CREATE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
-		CREATE TRIGGER test_slow_insert BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_slow_insert();`)
+		CREATE TRIGGER test_slow_insert BEFORE INSERT ON event_keys FOR EACH ROW EXECUTE FUNCTION test_slow_insert();`)
 	require.NoError(t, err)
 	item := func(key, body string) store.EventInsertItem {
 		ev := newEvent("gh", key)

@@ -54,7 +54,7 @@ type Recorded struct {
 func (db *DB) RecordTogether(ctx context.Context, leases []*DeliveryLease, attempts []*webhook.Attempt) ([]Together[Recorded], error) {
 	items := make([]recordItem, len(leases))
 	for i, l := range leases {
-		items[i] = recordItem{deliveryID: l.id, owner: l.owner, claimAttempts: l.attempts, a: attempts[i]}
+		items[i] = recordItem{deliveryID: l.id, eventID: l.eventID, owner: l.owner, claimAttempts: l.attempts, a: attempts[i]}
 	}
 	out, err := db.recordBatch(ctx, items)
 	if err != nil {
@@ -69,3 +69,14 @@ func (db *DB) RecordTogether(ctx context.Context, leases []*DeliveryLease, attem
 
 // LaxPool is the pool of writes that need no WAL flush.
 func (db *DB) LaxPool() *pgxpool.Pool { return db.lax }
+
+// MigrateTo moves the schema of the database at url to version v, up or
+// down.
+func MigrateTo(url string, v uint) error {
+	m, closeFn, err := newMigrator(url)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	return m.Migrate(v)
+}

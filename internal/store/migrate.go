@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -72,8 +73,17 @@ func Migrate(ctx context.Context, url string) (uint, error) {
 	if dirty {
 		return v, fmt.Errorf("schema version %d is dirty: a migration failed half-way; fix it by hand, then force the version", v)
 	}
+	if v >= partitionedSince {
+		if err := EnsurePartitionsAt(ctx, url, time.Now()); err != nil {
+			return v, err
+		}
+	}
 	return v, nil
 }
+
+// partitionedSince is the schema version that made events, deliveries and
+// attempts partitioned by day (0021).
+const partitionedSince = 21
 
 func newMigrator(url string) (*migrate.Migrate, func(), error) {
 	cc, err := pgx.ParseConfig(url)

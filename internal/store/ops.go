@@ -135,19 +135,22 @@ func collectSummaries(rows pgx.Rows) ([]EventSummary, error) {
 
 // EventsByKey returns up to limit events whose idempotency key (a
 // sender's event id: evt_1Q…) is key, of any source, newest first. The
-// unique (source, idempotency_key) index answers it source by source: the
-// sources are walked through that index (a loose index scan; Postgres 15
-// has no skip scan), so no second index costs every ingest a write.
+// primary key of event_keys, (source, idempotency_key), answers it source
+// by source: the sources are walked through it (a loose index scan;
+// Postgres 15 has no skip scan), so no second index costs every ingest a
+// write. An event purged since (its key kept for the dedupe window) is not
+// listed.
 func (db *DB) EventsByKey(ctx context.Context, key string, limit int) ([]EventSummary, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	rows, err := db.pool.Query(ctx, `
 		WITH RECURSIVE sources AS (
-			SELECT min(source) AS source FROM events
+			SELECT min(source) AS source FROM event_keys
 			UNION ALL
-			SELECT (SELECT min(source) FROM events WHERE source > s.source) FROM sources s WHERE s.source IS NOT NULL
+			SELECT (SELECT min(source) FROM event_keys WHERE source > s.source) FROM sources s WHERE s.source IS NOT NULL
 		)`+eventSummarySQL+`
-		WHERE e.source IN (SELECT source FROM sources WHERE source IS NOT NULL) AND e.idempotency_key = $1
+		WHERE e.id IN (SELECT k.event_id FROM event_keys k
+		               WHERE k.source IN (SELECT source FROM sources WHERE source IS NOT NULL) AND k.idempotency_key = $1)
 		ORDER BY e.received_at DESC, e.id DESC
 		LIMIT $2`, key, max(limit, 1))
 	if err != nil {
@@ -301,8 +304,14 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 
 // PurgeResult counts what Purge removed.
 type PurgeResult struct {
-	Events     int64 `json:"events"`
-	Stripped   int64 `json:"stripped"`
+	// Events counts the events deleted (their dedupe keys stay until
+	// retention.dedupe_window has passed), Days the whole days among them:
+	// days whose partitions were dropped.
+	Events int64 `json:"events"`
+	Days   int64 `json:"days"`
+	// Keys counts the dedupe keys deleted: of events purged earlier or now,
+	// received before DedupeBefore.
+	Keys       int64 `json:"keys"`
 	Deliveries int64 `json:"deliveries"`
 	// Abandoned counts the deleted deliveries that were pending or
 	// retrying on a route no dispatcher serves.
@@ -310,7 +319,9 @@ type PurgeResult struct {
 	// Versions counts the resources' stored versions deleted with the
 	// last event of their resource left whole (see ResourceVersion).
 	Versions int64 `json:"versions"`
-	Batches  int   `json:"batches"`
+	// Batches counts the transactions of the row-by-row purge (the events
+	// of days that could not be dropped whole).
+	Batches int `json:"batches"`
 	// KeptUndelivered counts events old enough to purge that were kept
 	// because something of them is undelivered: in the outbox, in flight on
 	// a served route, or dead (without IncludeDead).
@@ -319,11 +330,11 @@ type PurgeResult struct {
 
 // PurgeConfig says what Purge removes.
 type PurgeConfig struct {
-	// OlderThan: events received before it lose their deliveries (and
-	// attempts) and their body and headers.
+	// OlderThan: events received before it are deleted, with their
+	// deliveries and attempts.
 	OlderThan time.Time
-	// DedupeBefore: such events received before it too are deleted, dedupe
-	// key and all.
+	// DedupeBefore: the dedupe keys of deleted events received before it
+	// are deleted too; until then a resend is still recognised.
 	DedupeBefore time.Time
 	// Batch is how many events one transaction handles. Default 1000.
 	Batch int
@@ -334,18 +345,9 @@ type PurgeConfig struct {
 	// retrying on any other route never clears on its own: it is abandoned
 	// and purged with its event. nil means every route is served.
 	ServedRoutes []string
-	// ProgressFunc, when set, is called after each batch with the counts
-	// so far.
+	// ProgressFunc, when set, is called after each day dropped and each
+	// batch with the counts so far.
 	ProgressFunc func(PurgeResult)
-}
-
-// deleteBefore is when an event is old enough to lose its dedupe key too:
-// the earlier of OlderThan and DedupeBefore.
-func (cfg PurgeConfig) deleteBefore() time.Time {
-	if cfg.DedupeBefore.Before(cfg.OlderThan) {
-		return cfg.DedupeBefore
-	}
-	return cfg.OlderThan
 }
 
 // purgeableSQL holds when nothing of event e must be kept: no outbox row
@@ -358,26 +360,46 @@ const purgeableSQL = `
 		(d.state IN ('pending', 'retrying') AND ($1::text[] IS NULL OR d.route = ANY($1::text[])))
 		OR (d.state = 'dead' AND NOT $2::boolean)))`
 
-// Purge removes what is older than cfg.OlderThan, an event at a time and
-// never part of one: an event with nothing to keep (see purgeableSQL)
-// loses its deliveries and attempts, then is deleted once older than
-// cfg.DedupeBefore too, or else keeps only its row (its dedupe key) with
-// purged_at set. A resource with no event left whole loses its stored
-// versions (route_resource_versions). An event with anything undelivered is kept whole, so a
-// replay or a requeued dead letter still finds its body and its
-// deliveries.
+// Purge removes the events older than cfg.OlderThan with nothing to keep
+// (see purgeableSQL), with their deliveries and attempts, and then the
+// dedupe keys of purged events older than cfg.DedupeBefore. A day wholly
+// older than cfg.OlderThan with nothing to keep is dropped whole: its
+// three partitions (events, deliveries, attempts) go in one statement,
+// whatever their size, and leave no dead rows behind. The events of the
+// other days (a day with something undelivered, the legacy tables of a
+// database from before schema 21, the day of the cut-off) are purged
+// row by row, an event at a time and never part of one. A resource with
+// no event left whole loses its stored versions (route_resource_versions).
+// An event with anything undelivered is kept whole, so a replay or a
+// requeued dead letter still finds its body and its deliveries.
 //
 // Each batch locks its events (FOR UPDATE SKIP LOCKED) and then checks
 // them again in a new statement, whose snapshot sees every replay that
 // committed before the lock: a replay enqueue locks the event FOR SHARE
-// and re-checks purged_at, so whichever of the two comes second sees the
-// other, and a replay never sends a purged (empty) body.
+// and re-checks it is there, so whichever of the two comes second sees
+// the other, and a replay never sends a purged event. A day is checked
+// under its tables' lock, for the same reason.
 func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 	var res PurgeResult
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1000
 	}
-	deleteBefore := cfg.deleteBefore()
+	days, err := db.dayPartitions(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, p := range days {
+		if p.day.AddDate(0, 0, 1).After(cfg.OlderThan) {
+			break
+		}
+		dropped, err := db.dropDay(ctx, p, cfg, &res)
+		if err != nil {
+			return res, err
+		}
+		if dropped && cfg.ProgressFunc != nil {
+			cfg.ProgressFunc(res)
+		}
+	}
 	for {
 		var selected int
 		bctx, cancel := db.boundOps(ctx)
@@ -387,8 +409,8 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 				SELECT e.id FROM events e
 				WHERE `+purgeSelectSQL+`
 				ORDER BY e.received_at
-				LIMIT $5
-				FOR UPDATE SKIP LOCKED`, cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan, deleteBefore, cfg.Batch)
+				LIMIT $4
+				FOR UPDATE SKIP LOCKED`, cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan, cfg.Batch)
 			if err != nil {
 				return fmt.Errorf("selecting events to purge: %w", err)
 			}
@@ -410,58 +432,34 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			}
 			// The resources these events are about, read before they go:
 			// a resource with no event left whole loses its versions.
-			var resSources, resIDs []string
-			rows, err = tx.Query(ctx, `
+			resSources, resIDs, err := resourcesOf(ctx, tx, `
 				SELECT DISTINCT source, ordering_resource FROM events
 				WHERE id = ANY($1) AND ordering_resource IS NOT NULL AND purged_at IS NULL`, ids)
 			if err != nil {
-				return fmt.Errorf("reading the resources of events to purge: %w", err)
+				return err
 			}
-			var src, resource string
-			if _, err := pgx.ForEachRow(rows, []any{&src, &resource}, func() error {
-				resSources, resIDs = append(resSources, src), append(resIDs, resource)
-				return nil
-			}); err != nil {
-				return fmt.Errorf("reading the resources of events to purge: %w", err)
-			}
+			// Attempts, deliveries, events: no foreign key cascades (a day
+			// is dropped whole, see 0021), so each goes by hand.
 			var deleted, abandoned int64
 			err = tx.QueryRow(ctx, `
-				WITH gone AS (DELETE FROM deliveries WHERE event_id = ANY($1) RETURNING state)
+				WITH gone AS (DELETE FROM deliveries WHERE event_id = ANY($1) RETURNING id, state),
+				attempts AS (DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM gone))
 				SELECT count(*), count(*) FILTER (WHERE state IN ('pending', 'retrying')) FROM gone`, ids,
 			).Scan(&deleted, &abandoned)
 			if err != nil {
 				return fmt.Errorf("purging deliveries: %w", err)
 			}
-			tag, err := tx.Exec(ctx, `DELETE FROM events WHERE id = ANY($1) AND received_at < $2`, ids, deleteBefore)
+			tag, err := tx.Exec(ctx, `DELETE FROM events WHERE id = ANY($1)`, ids)
 			if err != nil {
 				return fmt.Errorf("purging events: %w", err)
 			}
-			events := tag.RowsAffected()
-			tag, err = tx.Exec(ctx, `
-				UPDATE events SET body = '', headers = '{}', purged_at = now()
-				WHERE id = ANY($1) AND purged_at IS NULL`, ids)
+			versions, err := forgetVersions(ctx, tx, resSources, resIDs)
 			if err != nil {
-				return fmt.Errorf("stripping events: %w", err)
-			}
-			stripped := tag.RowsAffected()
-			var versions int64
-			if len(resIDs) > 0 {
-				tag, err = tx.Exec(ctx, `
-					DELETE FROM route_resource_versions v
-					USING unnest($1::text[], $2::text[]) AS r(source, resource)
-					WHERE v.source = r.source AND v.resource = r.resource
-					  AND NOT EXISTS (SELECT 1 FROM events e
-					                  WHERE e.source = r.source AND e.ordering_resource = r.resource AND e.purged_at IS NULL)`,
-					resSources, resIDs)
-				if err != nil {
-					return fmt.Errorf("purging resource versions: %w", err)
-				}
-				versions = tag.RowsAffected()
+				return err
 			}
 			res.Deliveries += deleted
 			res.Abandoned += abandoned
-			res.Events += events
-			res.Stripped += stripped
+			res.Events += tag.RowsAffected()
 			res.Versions += versions
 			return nil
 		})
@@ -477,14 +475,16 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			break
 		}
 	}
-	var err error
+	if res.Keys, err = db.expireKeys(ctx, cfg.DedupeBefore, 10*cfg.Batch); err != nil {
+		return res, err
+	}
 	res.KeptUndelivered, err = db.purgeKept(ctx, cfg)
 	return res, err
 }
 
-// purgeSelectSQL selects the events a purge takes: old enough ($3), not
-// stripped yet unless old enough to delete ($4), with nothing to keep.
-const purgeSelectSQL = `e.received_at < $3 AND (e.purged_at IS NULL OR e.received_at < $4) AND ` + purgeableSQL
+// purgeSelectSQL selects the events a purge takes: old enough ($3), with
+// nothing to keep.
+const purgeSelectSQL = `e.received_at < $3 AND ` + purgeableSQL
 
 // purgeKept counts the events old enough to purge that are kept because
 // something of them is undelivered.
@@ -494,7 +494,7 @@ func (db *DB) purgeKept(ctx context.Context, cfg PurgeConfig) (int64, error) {
 	var n int64
 	err := db.pool.QueryRow(ctx, `
 		SELECT count(*) FROM events e
-		WHERE e.received_at < $3 AND e.purged_at IS NULL AND NOT (`+purgeableSQL+`)`,
+		WHERE e.received_at < $3 AND NOT (`+purgeableSQL+`)`,
 		cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan,
 	).Scan(&n)
 	if err != nil {
@@ -505,9 +505,9 @@ func (db *DB) purgeKept(ctx context.Context, cfg PurgeConfig) (int64, error) {
 
 // PurgeCount counts what Purge would do with cfg now, changing nothing:
 // the same selection, counted instead of deleted (a purge's dry run).
-// Batches is how many transactions the purge would take. Only a change
-// between the two (a new delivery, an event aging past the cut-off) makes
-// the purge's counts differ.
+// Batches is how many transactions the purge would take if no day could be
+// dropped whole. Only a change between the two (a new delivery, an event
+// aging past the cut-off) makes the purge's counts differ.
 func (db *DB) PurgeCount(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1000
@@ -515,24 +515,21 @@ func (db *DB) PurgeCount(ctx context.Context, cfg PurgeConfig) (PurgeResult, err
 	var res PurgeResult
 	bctx, cancel := db.boundOps(ctx)
 	defer cancel()
-	var selected int64
 	err := db.pool.QueryRow(bctx, `
-		WITH c AS (SELECT e.id, e.received_at FROM events e WHERE `+purgeSelectSQL+`)
+		WITH c AS (SELECT e.id FROM events e WHERE `+purgeSelectSQL+`)
 		SELECT
 			(SELECT count(*) FROM c),
-			(SELECT count(*) FROM c WHERE c.received_at < $4),
 			(SELECT count(*) FROM deliveries d JOIN c ON c.id = d.event_id),
-			(SELECT count(*) FROM deliveries d JOIN c ON c.id = d.event_id WHERE d.state IN ('pending', 'retrying'))`,
-		cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan, cfg.deleteBefore(),
-	).Scan(&selected, &res.Events, &res.Deliveries, &res.Abandoned)
+			(SELECT count(*) FROM deliveries d JOIN c ON c.id = d.event_id WHERE d.state IN ('pending', 'retrying')),
+			(SELECT count(*) FROM event_keys k WHERE k.event_id < $4
+			   AND (k.event_id IN (SELECT id FROM c) OR NOT EXISTS (SELECT 1 FROM events e WHERE e.id = k.event_id)))`,
+		cfg.ServedRoutes, cfg.IncludeDead, cfg.OlderThan, uuid7Floor(cfg.DedupeBefore),
+	).Scan(&res.Events, &res.Deliveries, &res.Abandoned, &res.Keys)
 	if err != nil {
 		return res, fmt.Errorf("counting what to purge: %w", err)
 	}
-	// Every selected event is deleted or, younger than the dedupe cut-off
-	// (and so not stripped yet), stripped.
-	res.Stripped = selected - res.Events
 	// A batch that takes fewer than Batch events is the last.
-	res.Batches = int(selected/int64(cfg.Batch)) + 1
+	res.Batches = int(res.Events/int64(cfg.Batch)) + 1
 	res.KeptUndelivered, err = db.purgeKept(ctx, cfg)
 	return res, err
 }

@@ -9,17 +9,22 @@ import (
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
-func TestPurgeKeepsDedupeKeysForTheWindow(t *testing.T) {
+// Issue 21: retention drops a day whole when nothing of it is undelivered,
+// purges the rest of an old day row by row keeping what is undelivered, and
+// keeps each purged event's dedupe key until the window has passed.
+func TestPurgeDropsWholeDaysKeepsUndeliveredAndKeys(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
 	ctx := context.Background()
 	now := time.Now()
+	_, err := db.EnsurePartitionsFor(ctx, now.AddDate(0, 0, -41), now)
+	require.NoError(t, err)
 	insert := func(key string, age time.Duration, final bool) {
-		ev := newEvent("acme", key)
-		ev.ReceivedAt = now.Add(-age)
+		ev := newEventAt("acme", key, now.Add(-age))
 		id, _, err := db.EventInsert(ctx, ev, []string{"billing"})
 		require.NoError(t, err)
 		if final {
@@ -28,29 +33,65 @@ func TestPurgeKeepsDedupeKeysForTheWindow(t *testing.T) {
 			})))
 		}
 	}
-	// The outbox would have been drained long ago.
 	for i := range 5 {
 		insert(fmt.Sprint("old_", i), 40*24*time.Hour, true) // past the dedupe window
 		insert(fmt.Sprint("mid_", i), 20*24*time.Hour, true) // past the purge age, inside the window
 		insert(fmt.Sprint("new_", i), time.Hour, true)       // young
 	}
-	insert("stuck", 40*24*time.Hour, false) // still pending: never purged
-	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id IN (SELECT id FROM events WHERE idempotency_key <> 'stuck')`)
+	insert("stuck", 40*24*time.Hour, false) // still pending: never purged, nor its day dropped
+	// The outbox would have been drained long ago.
+	_, err = db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id IN (SELECT id FROM events WHERE idempotency_key <> 'stuck')`)
 	require.NoError(t, err)
+	partitions := func() (n int) {
+		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass`).Scan(&n))
+		return n
+	}
+	partitionExists := func(name string) (ok bool) {
+		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok))
+		return ok
+	}
+	// partitionsAfter counts the partitions not wholly before t (the
+	// legacy default partition among them).
+	partitionsAfter := func(t0 time.Time) (n int) {
+		rows, err := db.Pool().Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass`)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		for _, name := range names {
+			day, err := time.Parse("events_p20060102", name)
+			if err != nil || day.AddDate(0, 0, 1).After(t0) {
+				n++
+			}
+		}
+		return n
+	}
+	before := partitions()
 
-	res, err := db.Purge(ctx, store.PurgeConfig{OlderThan: now.Add(-7 * 24 * time.Hour), DedupeBefore: now.Add(-30 * 24 * time.Hour), Batch: 2, ServedRoutes: []string{"billing"}})
+	cfg := store.PurgeConfig{OlderThan: now.Add(-7 * 24 * time.Hour), DedupeBefore: now.Add(-30 * 24 * time.Hour), Batch: 2, ServedRoutes: []string{"billing"}}
+	res, err := db.Purge(ctx, cfg)
 	require.NoError(t, err)
 	t.Logf("%+v", res)
 	require.EqualValues(t, 10, res.Deliveries, "old and mid deliveries (and their attempts)")
-	require.EqualValues(t, 5, res.Events, "old events")
-	require.EqualValues(t, 5, res.Stripped, "mid events keep only their key")
-	require.Equal(t, 6, res.Batches, "10 events in batches of 2, then an empty one")
+	require.EqualValues(t, 10, res.Events, "old and mid events")
+	// Every day before the purge age is dropped whole (the empty ones made
+	// for the test too) but the old day, which holds the stuck event.
+	oldDay := "events_p" + now.Add(-40*24*time.Hour).UTC().Format("20060102")
+	midDay := "events_p" + now.Add(-20*24*time.Hour).UTC().Format("20060102")
+	require.EqualValues(t, before-partitionsAfter(cfg.OlderThan)-1, res.Days, "every whole day before the purge age but the old one")
+	require.True(t, partitionExists(oldDay), "the old day holds the stuck event")
+	require.False(t, partitionExists(midDay), "the mid day, dropped whole")
+	require.EqualValues(t, 5, res.Keys, "the old events' keys, past the window")
+	require.Equal(t, 3, res.Batches, "the old day's 5 events in batches of 2")
+	require.EqualValues(t, 1, res.KeptUndelivered)
+	require.EqualValues(t, int64(before)-res.Days, partitions())
 
-	var attempts, events int
+	var attempts, events, keys int
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM delivery_attempts`).Scan(&attempts))
 	require.Equal(t, 5, attempts, "only the young events' attempts remain")
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&events))
-	require.Equal(t, 11, events, "mid + new + stuck")
+	require.Equal(t, 6, events, "new + stuck")
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM event_keys`).Scan(&keys))
+	require.Equal(t, 11, keys, "mid + new + stuck")
 
 	// A late resend inside the window is still a duplicate; one older than
 	// the window is a new event.
@@ -64,9 +105,58 @@ func TestPurgeKeepsDedupeKeysForTheWindow(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, dup, "an event still in flight is never purged")
 
-	again, err := db.Purge(ctx, store.PurgeConfig{OlderThan: now.Add(-7 * 24 * time.Hour), DedupeBefore: now.Add(-30 * 24 * time.Hour), Batch: 2, ServedRoutes: []string{"billing"}})
+	again, err := db.Purge(ctx, cfg)
 	require.NoError(t, err)
-	require.Zero(t, again.Deliveries+again.Events+again.Stripped, "purge is idempotent")
+	require.Zero(t, again.Deliveries+again.Events+again.Keys+again.Days, "purge is idempotent")
+}
+
+// Issue 21: the same key on both sides of a day boundary is one event:
+// event_keys is not partitioned, so the second is a duplicate of the first
+// whichever partition each would go to.
+func TestIdempotencyAcrossADayBoundary(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	midnight := time.Now().UTC().Truncate(24 * time.Hour)
+	_, err := db.EnsurePartitionsFor(ctx, midnight.AddDate(0, 0, -1), midnight)
+	require.NoError(t, err)
+	before := newEventAt("acme", "evt_boundary", midnight.Add(-time.Millisecond))
+	first, dup, err := db.EventInsert(ctx, before, []string{"billing"})
+	require.NoError(t, err)
+	require.False(t, dup)
+	after := newEventAt("acme", "evt_boundary", midnight)
+	second, dup, err := db.EventInsert(ctx, after, []string{"billing"})
+	require.NoError(t, err)
+	require.True(t, dup, "the same key the next day")
+	require.Equal(t, first, second, "answered with the first event's id")
+
+	// And in one batch, the two sides at once, a body-deduplicating source
+	// too: one event each.
+	a, b := newEventAt("shop", "k1", midnight.Add(-time.Millisecond)), newEventAt("shop", "k2", midnight)
+	a.BodySHA256, b.BodySHA256 = []byte("same body hash"), []byte("same body hash")
+	c, d := newEventAt("acme", "evt_pair", midnight.Add(-time.Millisecond)), newEventAt("acme", "evt_pair", midnight)
+	results, err := db.EventInsertBatch(ctx, []store.EventInsertItem{{Event: a}, {Event: b}, {Event: c}, {Event: d}})
+	require.NoError(t, err)
+	require.False(t, results[0].Duplicate)
+	require.True(t, results[1].Duplicate, "the same body across the boundary")
+	require.Equal(t, results[0].ID, results[1].ID)
+	require.False(t, results[2].Duplicate)
+	require.True(t, results[3].Duplicate, "the same key across the boundary, in one batch")
+	require.Equal(t, results[2].ID, results[3].ID)
+
+	var where []string
+	rows, err := db.Pool().Query(ctx, `SELECT tableoid::regclass::text FROM events ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var p string
+		require.NoError(t, rows.Scan(&p))
+		where = append(where, p)
+	}
+	require.NoError(t, rows.Err())
+	day := func(t time.Time) string { return "events_p" + t.Format("20060102") }
+	yesterday := day(midnight.AddDate(0, 0, -1))
+	require.Equal(t, []string{yesterday, yesterday, yesterday}, where,
+		"each stored event in the partition of its day; the duplicates stored nothing")
 }
 
 // A replay re-checks each pair's state in its own transaction: a pair that

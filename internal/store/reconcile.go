@@ -40,7 +40,7 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH c AS (
-				SELECT d.id, now() - d.due_at AS overdue FROM deliveries d
+				SELECT d.id, d.event_id, now() - d.due_at AS overdue FROM deliveries d
 				WHERE d.route = $1 AND d.state IN ('pending', 'retrying')
 				  AND d.due_at < now() - $2::interval
 				  -- A lease expired less than a margin ago may be held still:
@@ -59,7 +59,7 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 				FOR UPDATE OF d SKIP LOCKED
 			), u AS (
 				UPDATE deliveries d SET gen = d.gen + 1, due_at = now(), reconciled = d.reconciled + 1, updated_at = now()
-				FROM c WHERE d.id = c.id
+				FROM c WHERE d.event_id = c.event_id AND d.id = c.id
 				RETURNING d.id, d.event_id, d.route, d.gen, d.series, c.overdue
 			), n AS (
 				-- The resend carries the series' next attempt number, so the

@@ -68,14 +68,14 @@ func (db *DB) DeliveryRetryNow(ctx context.Context, sel RetrySelection, after in
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH c AS (
-				SELECT d.id, d.due_at FROM deliveries d
+				SELECT d.id, d.event_id, d.due_at FROM deliveries d
 				WHERE `+retrySelectSQL+retryNotInFlightSQL+` AND d.id > $3
 				ORDER BY d.id
 				LIMIT $4
 				FOR UPDATE OF d SKIP LOCKED
 			), u AS (
 				UPDATE deliveries d SET gen = d.gen + 1, due_at = now(), updated_at = now()
-				FROM c WHERE d.id = c.id
+				FROM c WHERE d.event_id = c.event_id AND d.id = c.id
 				RETURNING d.id, d.event_id, d.route, d.gen, d.series, c.due_at AS was_due
 			), n AS (
 				SELECT u.*, (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a

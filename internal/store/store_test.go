@@ -27,6 +27,18 @@ func newEvent(source, key string) *webhook.Event {
 	}
 }
 
+// newEventAt is newEvent received at t: its UUIDv7 id carries t, as a
+// receiver's does, so it is stored in t's day partition.
+func newEventAt(source, key string, t time.Time) *webhook.Event {
+	ev := newEvent(source, key)
+	ms := uint64(t.UnixMilli())
+	for i := range 6 {
+		ev.ID[i] = byte(ms >> (40 - 8*i))
+	}
+	ev.ReceivedAt = t
+	return ev
+}
+
 func TestEventInsertConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)

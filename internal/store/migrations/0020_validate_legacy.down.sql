@@ -1,0 +1,3 @@
+SET lock_timeout = '10s';
+
+-- Nothing to undo: validating a constraint changes no data.
