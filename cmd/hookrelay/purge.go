@@ -59,18 +59,22 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 			}
 			return c.withOps(cmd, func(cfg *config.Config, svc *ops.Service) error {
 				req := ops.PurgeRequest{OlderThan: age, Batch: batch, IncludeDead: includeDead, DryRun: true}
-				plan, err := svc.Purge(cmd.Context(), req)
-				if err != nil {
-					return err
-				}
 				kept := config.FormatDuration(cfg.Retention.DedupeWindow)
-				if dryRun {
-					return printPurge(c.out, "would purge", plan, olderThan, kept, includeDead)
-				}
-				if plan.Deliveries == 0 && plan.Events == 0 && plan.Keys == 0 {
-					return printPurge(c.out, "purged", plan, olderThan, kept, includeDead)
-				}
-				if !yes {
+				// The count is for the question (and the dry run): with
+				// --yes nobody reads it, and counting a day of millions of
+				// events takes longer than dropping it.
+				var plan ops.PurgeResult
+				if dryRun || !yes {
+					var err error
+					if plan, err = svc.Purge(cmd.Context(), req); err != nil {
+						return err
+					}
+					if dryRun {
+						return printPurge(c.out, "would purge", plan, olderThan, kept, includeDead)
+					}
+					if plan.Deliveries == 0 && plan.Events == 0 && plan.Keys == 0 {
+						return printPurge(c.out, "purged", plan, olderThan, kept, includeDead)
+					}
 					if err := c.confirmPurge(cmd, plan, olderThan); err != nil {
 						return err
 					}

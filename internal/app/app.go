@@ -114,7 +114,8 @@ func hostname() string {
 // error naming database.url otherwise) and refuses a schema that is
 // behind.
 func openDB(ctx context.Context, cfg *config.Config, maxConns int32, name string) (*store.DB, error) {
-	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: maxConns, ApplicationName: name, QueryTimeout: cfg.Database.QueryTimeout})
+	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: maxConns, ApplicationName: name, QueryTimeout: cfg.Database.QueryTimeout,
+		GenericPlans: true})
 	if err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // partitionsEvery is how often a process makes the coming days' partitions
-// (store.EnsurePartitions keeps a week ahead, so a missed hour or a day of
+// (store.EnsurePartitions keeps two days ahead, so a missed hour or a day of
 // failures costs nothing).
 const partitionsEvery = time.Hour
 

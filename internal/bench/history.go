@@ -148,7 +148,7 @@ func (r *runner) purgeHistory(ctx context.Context) error {
 		return fmt.Errorf("history: table sizes: %w", err)
 	}
 	// The first midnight after the oldest event, to the second below.
-	midnight := time.Now().Add(-historySpan).UTC().Truncate(24 * time.Hour).AddDate(0, 0, 1)
+	midnight := time.Now().Add(-historySpan).UTC().Truncate(24*time.Hour).AddDate(0, 0, 1)
 	age := fmt.Sprintf("%ds", int(time.Since(midnight).Seconds()))
 	r.logf("history: hookrelay purge --older-than %s (the oldest day of the history)", age)
 	start := time.Now()

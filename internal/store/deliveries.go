@@ -379,7 +379,7 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at)
 			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, $9 + 1, $13, $14
 			FROM u JOIN events e ON e.id = u.event_id
-			WHERE u.moved
+			WHERE u.moved AND e.id = $16
 		)
 		SELECT gen, current, true FROM u UNION ALL SELECT gen, current, true FROM done
 		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`,

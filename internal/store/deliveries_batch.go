@@ -139,6 +139,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 			       i.event_id, i.route, i.owner, i.attempt, i.copy_gen, i.ttl_ms,
 			       d.lease_owner IS NOT NULL AND d.lease_owner <> i.owner AS over
 			FROM input i JOIN deliveries d ON d.event_id = i.event_id AND d.route = i.route
+			WHERE d.event_id = ANY($1::uuid[]) -- as recordBatch's old: probes, not scans
 			ORDER BY d.id
 			FOR UPDATE OF d
 		), u AS (
@@ -152,7 +153,8 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 				last_error    = CASE WHEN p.over THEN $7 ELSE d.last_error END,
 				updated_at    = now()
 			FROM prev p
-			WHERE d.event_id = p.event_id AND d.id = p.id AND p.state NOT IN ('delivered', 'stale') AND p.gen = p.copy_gen
+			WHERE d.event_id = ANY($1::uuid[]) AND d.event_id = p.event_id AND d.id = p.id
+			  AND p.state NOT IN ('delivered', 'stale') AND p.gen = p.copy_gen
 			  AND (p.lease_until IS NULL OR p.lease_until <= now() OR p.lease_owner = p.owner)
 			RETURNING d.id, d.event_id, d.state, d.gen, d.series, p.over, p.lease_at, p.lease_until, p.lease_attempt, d.attempts
 		), expired AS (
@@ -325,8 +327,13 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			-- each one's generation before the change. u joins it so that
 			-- it runs first: a row this statement updated already is one
 			-- FOR UPDATE no longer returns.
+			-- The pairs are found by scan conditions on arrays, not by a
+			-- join: a join to a partitioned table may be planned as a
+			-- scan of every partition (the planner does not count the
+			-- partitions a join would skip); ids are unique per day
+			-- (0021), so these are index probes whatever the statistics.
 			SELECT d.id, d.gen, d.series FROM deliveries d
-			WHERE (d.event_id, d.id) IN (SELECT event_id, id FROM input)
+			WHERE d.event_id = ANY($15::uuid[]) AND d.id = ANY($1::bigint[])
 			ORDER BY d.id
 			FOR UPDATE
 		), u AS (
@@ -345,7 +352,8 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
 				updated_at       = now()
 			FROM input i JOIN old o ON o.id = i.id
-			WHERE d.event_id = i.event_id AND d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL
+			WHERE d.event_id = ANY($15::uuid[]) AND d.id = ANY($1::bigint[])
+			  AND d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL
 			      AND d.attempts = i.claim_attempts AND NOT EXISTS (
 			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = i.event_id AND a.delivery_id = i.id AND a.claim = i.owner)))
 			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AS current,
@@ -353,17 +361,19 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		), done AS (
 			-- As recordAttempt: a claim whose attempt is recorded already
 			-- (an earlier try's answer was lost) is answered as then.
-			SELECT DISTINCT ON (i.ord) i.ord, a.gen_after, a.copy_current
-			FROM input i JOIN delivery_attempts a
-			     ON a.event_id = i.event_id AND a.delivery_id = i.id AND a.claim = i.owner AND a.outcome <> 'lost_lease'
+			-- Per item (LATERAL with LIMIT: one partition, one index probe).
+			SELECT i.ord, a.gen_after, a.copy_current
+			FROM input i CROSS JOIN LATERAL (
+				SELECT a.gen_after, a.copy_current FROM delivery_attempts a
+				WHERE a.event_id = i.event_id AND a.delivery_id = i.id AND a.claim = i.owner AND a.outcome <> 'lost_lease'
+				ORDER BY a.id LIMIT 1) a
 			WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = i.ord)
-			ORDER BY i.ord, a.id
 		), r AS (
 			-- As recordAttempt: each retry copy commits with its record.
 			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at)
 			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, i.number + 1, i.retry_ms, i.series_start
 			FROM u JOIN input i ON i.ord = u.ord JOIN events e ON e.id = u.event_id
-			WHERE u.moved
+			WHERE u.moved AND e.id = ANY($15::uuid[])
 			ORDER BY u.ord
 		), ins AS (
 			-- Not for a pair that is gone (purged): answered ErrNotFound.

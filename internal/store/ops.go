@@ -443,7 +443,7 @@ func (db *DB) Purge(ctx context.Context, cfg PurgeConfig) (PurgeResult, error) {
 			var deleted, abandoned int64
 			err = tx.QueryRow(ctx, `
 				WITH gone AS (DELETE FROM deliveries WHERE event_id = ANY($1) RETURNING id, state),
-				attempts AS (DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM gone))
+				attempts AS (DELETE FROM delivery_attempts WHERE delivery_id = ANY(ARRAY(SELECT id FROM gone)))
 				SELECT count(*), count(*) FILTER (WHERE state IN ('pending', 'retrying')) FROM gone`, ids,
 			).Scan(&deleted, &abandoned)
 			if err != nil {

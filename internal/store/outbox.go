@@ -56,7 +56,11 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0), COALESCE(o.attempt, 1),
 		       COALESCE(o.retry_ms, 0), o.first_attempt_at, e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
 		FROM outbox o
-		JOIN events e ON e.id = o.event_id
+		-- Per row (LATERAL, OFFSET 0 keeps it apart): each event is one
+		-- probe of its day's primary key, never a join planned as a scan
+		-- of every day's events.
+		CROSS JOIN LATERAL (SELECT e.id, e.source, e.event_type, e.content_type, e.body, e.received_at
+		                    FROM events e WHERE e.id = o.event_id OFFSET 0) e
 		WHERE o.next_try_at <= now()
 		ORDER BY o.id
 		LIMIT $1

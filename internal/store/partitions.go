@@ -20,8 +20,10 @@ import (
 // three partitions together instead of deleting their rows one by one.
 
 // PartitionsAhead is how many days ahead of today EnsurePartitions makes
-// partitions: a week of slack for a process that does not run it.
-const PartitionsAhead = 7
+// partitions: every process makes them hourly, so two days leave a day of
+// slack. Not more: every statement on a partitioned table costs Postgres
+// a little per partition (planning, locks), empty ones included.
+const PartitionsAhead = 2
 
 // partitionLockTimeout bounds how long creating or dropping a partition
 // waits for the tables' locks: both lock the parent table for a moment,

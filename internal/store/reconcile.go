@@ -59,7 +59,7 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 				FOR UPDATE OF d SKIP LOCKED
 			), u AS (
 				UPDATE deliveries d SET gen = d.gen + 1, due_at = now(), reconciled = d.reconciled + 1, updated_at = now()
-				FROM c WHERE d.event_id = c.event_id AND d.id = c.id
+				FROM c WHERE d.id = c.id AND d.id = ANY(ARRAY(SELECT id FROM c)) -- probes (see recordBatch)
 				RETURNING d.id, d.event_id, d.route, d.gen, d.series, c.overdue
 			), n AS (
 				-- The resend carries the series' next attempt number, so the
@@ -70,7 +70,7 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 			), o AS (
 				INSERT INTO outbox (event_id, routing_key, route, gen, attempt)
 				SELECT n.event_id, e.source || '.' || e.event_type, n.route, n.gen, n.attempt
-				FROM n JOIN events e ON e.id = n.event_id
+				FROM n CROSS JOIN LATERAL (SELECT e.source, e.event_type FROM events e WHERE e.id = n.event_id OFFSET 0) e
 			)
 			SELECT event_id, route, gen, EXTRACT(EPOCH FROM overdue)::float8 FROM u`,
 			route, margin, limit)

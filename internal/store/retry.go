@@ -75,7 +75,7 @@ func (db *DB) DeliveryRetryNow(ctx context.Context, sel RetrySelection, after in
 				FOR UPDATE OF d SKIP LOCKED
 			), u AS (
 				UPDATE deliveries d SET gen = d.gen + 1, due_at = now(), updated_at = now()
-				FROM c WHERE d.event_id = c.event_id AND d.id = c.id
+				FROM c WHERE d.id = c.id AND d.id = ANY(ARRAY(SELECT id FROM c)) -- probes (see recordBatch)
 				RETURNING d.id, d.event_id, d.route, d.gen, d.series, c.due_at AS was_due
 			), n AS (
 				SELECT u.*, (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a
@@ -84,7 +84,7 @@ func (db *DB) DeliveryRetryNow(ctx context.Context, sel RetrySelection, after in
 			), o AS (
 				INSERT INTO outbox (event_id, routing_key, route, gen, attempt)
 				SELECT n.event_id, e.source || '.' || e.event_type, n.route, n.gen, n.attempt
-				FROM n JOIN events e ON e.id = n.event_id
+				FROM n CROSS JOIN LATERAL (SELECT e.source, e.event_type FROM events e WHERE e.id = n.event_id OFFSET 0) e
 			)
 			SELECT id, event_id, route, gen, series, attempt, was_due FROM n ORDER BY id`,
 			event, route, after, limit)

@@ -215,3 +215,26 @@ func TestRedact(t *testing.T) {
 	require.NotContains(t, got, "hunter2")
 	require.Contains(t, got, "user:xxxxx@db:5432")
 }
+
+// The relay's processes plan each statement once (issue 21: replanning
+// every execution on partitioned tables cost more than the execution);
+// a plan_cache_mode in the URL wins.
+func TestGenericPlansUnlessTheURLSaysOtherwise(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	ctx := context.Background()
+	mode := func(url string) string {
+		db, err := store.Open(ctx, store.Config{URL: url, MaxConns: 1, GenericPlans: true})
+		require.NoError(t, err)
+		defer db.Close()
+		var m string
+		require.NoError(t, db.Pool().QueryRow(ctx, `SHOW plan_cache_mode`).Scan(&m))
+		return m
+	}
+	require.Equal(t, "force_generic_plan", mode(dbURL))
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	require.Equal(t, "auto", mode(dbURL+sep+"plan_cache_mode=auto"))
+}

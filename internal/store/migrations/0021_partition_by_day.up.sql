@@ -134,7 +134,7 @@ CREATE TRIGGER deliveries_resource_delivered
 -- tables for the UTC days first..last that lack them, skipping days below
 -- the cutover (the legacy tables hold those), and answers how many tables
 -- it created. Every receiver and dispatcher calls it at start and hourly
--- for yesterday to a week ahead (store.EnsurePartitions); a transaction
+-- for yesterday to two days ahead (store.EnsurePartitions); a transaction
 -- lock makes concurrent calls take turns. Creating a partition locks its
 -- table for a moment.
 CREATE FUNCTION hookrelay_ensure_partitions(first date, last date) RETURNS integer
@@ -157,6 +157,16 @@ BEGIN
             name := t || '_p' || to_char(d, 'YYYYMMDD');
             IF to_regclass(name) IS NULL THEN
                 EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', name, t, lo, hi);
+                IF t = 'deliveries' THEN
+                    -- A day's own unique index on id, as the legacy table's
+                    -- primary key: a statement that finds pairs by id
+                    -- (id = ANY(...)) is planned as index probes even on
+                    -- a partition without statistics (autovacuum off, or
+                    -- not yet analyzed), never as a scan of the day. It
+                    -- cannot be the parent's: an index there would have
+                    -- to be built on the legacy table.
+                    EXECUTE format('CREATE UNIQUE INDEX %I ON %I (id)', name || '_id_key', name);
+                END IF;
                 created := created + 1;
             END IF;
         END LOOP;
@@ -165,4 +175,4 @@ BEGIN
 END
 $$;
 
-SELECT hookrelay_ensure_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 7);
+SELECT hookrelay_ensure_partitions((now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + 2);
