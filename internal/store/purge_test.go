@@ -242,3 +242,32 @@ func TestPurgeForgetsVersionsOfGoneResources(t *testing.T) {
 	_, err = db.ResourceVersionReset(ctx, "billing", "acme", "sub_A")
 	require.ErrorIs(t, err, store.ErrNotFound, "nothing left to reset")
 }
+
+// Issue 21: an insert whose day has no partition (the processes that make
+// them were all stopped for days) makes them and goes in; one whose day
+// is still without a partition (a receiver's clock days ahead) fails as
+// Postgres being unavailable (503, the sender resends), never as a row
+// Postgres refused (400, the sender gives up).
+func TestInsertMakesAMissingDayAndRefusesNone(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	today := time.Now().UTC().Format("20060102")
+	_, err := db.Pool().Exec(ctx, `DROP TABLE delivery_attempts_p`+today+`, deliveries_p`+today+`, events_p`+today)
+	require.NoError(t, err)
+
+	id, dup, err := db.EventInsert(ctx, newEvent("acme", "evt_today"), []string{"billing"})
+	require.NoError(t, err, "the day's partitions made on the spot")
+	require.False(t, dup)
+	var where string
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT tableoid::regclass::text FROM events WHERE id = $1`, id).Scan(&where))
+	require.Equal(t, "events_p"+today, where)
+
+	ahead := newEventAt("acme", "evt_clock_ahead", time.Now().AddDate(0, 0, 10))
+	_, _, err = db.EventInsert(ctx, ahead, []string{"billing"})
+	require.ErrorIs(t, err, store.ErrNoPartition)
+	require.NotErrorIs(t, err, store.ErrRowRefused, "not the sender's fault")
+	var keys int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM event_keys WHERE idempotency_key = 'evt_clock_ahead'`).Scan(&keys))
+	require.Zero(t, keys, "nothing of it stored: its resend is not a duplicate")
+}
