@@ -261,7 +261,7 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 	if errors.Is(err, ErrNoPartition) {
 		// Partitions are made ahead (EnsurePartitions, hourly); a day
 		// missing means they were not. Make them now and try once more;
-		// an id still without a day (a clock more than a week off) fails.
+		// an id still without a day (a clock days off) fails.
 		if perr := db.EnsurePartitions(ctx, time.Now()); perr != nil {
 			return nil, errors.Join(err, perr)
 		}

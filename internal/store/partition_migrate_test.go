@@ -3,14 +3,11 @@ package store_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
-	"github.com/hookrelay/hookrelay/internal/store/storetest"
-	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,23 +23,8 @@ import (
 // a silent duplicate).
 func TestMigrationPartitionsADatabaseWithData(t *testing.T) {
 	t.Parallel()
-	admin := testenv.AdminDatabaseURL()
-	testenv.Require(t, "postgres", func() error {
-		conn, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return err
-		}
-		return conn.Close(context.Background())
-	})
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	name := "hookrelay_test_migrate_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
-	dbURL := storetest.WithDatabase(admin, name)
+	dbURL := emptyDatabase(t)
 	require.NoError(t, store.MigrateTo(dbURL, 18))
 
 	old, err := pgx.Connect(ctx, dbURL)

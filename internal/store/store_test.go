@@ -148,8 +148,12 @@ func TestRequireSchema(t *testing.T) {
 	require.ErrorIs(t, db.RequireSchema(ctx), store.ErrSchemaBehind)
 }
 
-func TestMigrateConcurrently(t *testing.T) {
-	t.Parallel()
+// emptyDatabase creates a database without any migration for t, dropped
+// when t ends, and returns its URL. The drop connects afresh: a
+// connection of the test's own is closed by then (it used to be, and the
+// drop failed unseen, leaving the databases behind).
+func emptyDatabase(t *testing.T) string {
+	t.Helper()
 	admin := testenv.AdminDatabaseURL()
 	testenv.Require(t, "postgres", func() error {
 		conn, err := pgx.Connect(context.Background(), admin)
@@ -158,16 +162,31 @@ func TestMigrateConcurrently(t *testing.T) {
 		}
 		return conn.Close(context.Background())
 	})
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
+	exec := func(sql string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
 	name := "hookrelay_test_migrate_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	require.NoError(t, exec("CREATE DATABASE "+name))
+	t.Cleanup(func() {
+		if err := exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"); err != nil {
+			t.Errorf("dropping %s: %v", name, err)
+		}
+	})
+	return storetest.WithDatabase(admin, name)
+}
 
-	dbURL := storetest.WithDatabase(admin, name)
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := emptyDatabase(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {

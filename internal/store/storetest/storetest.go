@@ -50,11 +50,6 @@ func NewDatabase(t testing.TB) string {
 	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tpl)); err != nil {
 		t.Fatalf("creating test database: %v", err)
 	}
-	// The template may be from another day: its day partitions end a week
-	// after that day.
-	if err := store.EnsurePartitionsAt(ctx, WithDatabase(admin, name), time.Now()); err != nil {
-		t.Fatalf("creating day partitions in %s: %v", name, err)
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -68,6 +63,11 @@ func NewDatabase(t testing.TB) string {
 			t.Errorf("dropping %s: %v", name, err)
 		}
 	})
+	// The template may be from another day: its day partitions end two
+	// days after that day.
+	if err := store.EnsurePartitionsAt(ctx, WithDatabase(admin, name), time.Now()); err != nil {
+		t.Fatalf("creating day partitions in %s: %v", name, err)
+	}
 	return WithDatabase(admin, name)
 }
 
