@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the local services hookrelay needs are installed, running and set up:
-#   - PostgreSQL, reachable with HOOKRELAY_DATABASE_URL, and its database created;
+#   - PostgreSQL, reachable with HOOKRELAY_DATABASE_MIGRATE_URL, and its database created;
 #   - RabbitMQ, with the management, shovel and shovel_management plugins enabled.
 #
 # Used by scripts/run.sh, scripts/test.sh and CI (.ci/run). Idempotent: a second run
@@ -23,8 +23,11 @@
 #                                 web console in it)
 #
 # Environment:
-#   HOOKRELAY_DATABASE_URL  postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=...]
-#                           (default postgres://postgres:postgres@127.0.0.1:5432/hookrelay?sslmode=disable)
+#   HOOKRELAY_DATABASE_MIGRATE_URL  postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=...]:
+#                           the role that owns the tables (config.yaml's database.migrate_url;
+#                           default postgres://postgres:postgres@127.0.0.1:5432/hookrelay?sslmode=disable);
+#                           HOOKRELAY_DATABASE_URL when only that is set. hookrelay migrate
+#                           creates the processes' role (database.url) itself.
 #   HOOKRELAY_AMQP_URL      amqp://USER:PASS@HOST[:PORT]/ (default amqp://guest:guest@127.0.0.1:5672/)
 #   SERVICES_WAIT_SECONDS   how long to wait for each service to come up (default 90)
 #
@@ -36,7 +39,12 @@ set -euo pipefail
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 export PATH
 
-DB_URL="${HOOKRELAY_DATABASE_URL:-postgres://postgres:postgres@127.0.0.1:5432/hookrelay?sslmode=disable}"
+# The variable the URL came from, for messages.
+DB_URL_VAR=HOOKRELAY_DATABASE_MIGRATE_URL
+if [[ -z "${HOOKRELAY_DATABASE_MIGRATE_URL:-}" && -n "${HOOKRELAY_DATABASE_URL:-}" ]]; then
+	DB_URL_VAR=HOOKRELAY_DATABASE_URL
+fi
+DB_URL="${HOOKRELAY_DATABASE_MIGRATE_URL:-${HOOKRELAY_DATABASE_URL:-postgres://postgres:postgres@127.0.0.1:5432/hookrelay?sslmode=disable}}"
 AMQP_URL="${HOOKRELAY_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 WAIT_SECONDS="${SERVICES_WAIT_SECONDS:-90}"
 RABBIT_MGMT_URL="http://127.0.0.1:15672/api/overview"
@@ -164,12 +172,12 @@ is_local_host() {
 	esac
 }
 
-parse_url "$DB_URL" || die "HOOKRELAY_DATABASE_URL is not a URL (expected postgres://user:password@host:port/db)"
+parse_url "$DB_URL" || die "$DB_URL_VAR is not a URL (expected postgres://user:password@host:port/db)"
 case "$U_SCHEME" in
 postgres | postgresql) ;;
-*) die "HOOKRELAY_DATABASE_URL must start with postgres:// or postgresql:// (got '${U_SCHEME}://')" ;;
+*) die "$DB_URL_VAR must start with postgres:// or postgresql:// (got '${U_SCHEME}://')" ;;
 esac
-[[ "$U_HOST" != *,* ]] || die "HOOKRELAY_DATABASE_URL: several hosts are not supported by this script"
+[[ "$U_HOST" != *,* ]] || die "$DB_URL_VAR: several hosts are not supported by this script"
 DB_USER="${U_USER:-postgres}"
 DB_PASS="$U_PASS"
 DB_HOST="${U_HOST:-127.0.0.1}"
@@ -178,7 +186,7 @@ DB_NAME="${U_PATH%%/*}"
 DB_NAME="${DB_NAME:-$DB_USER}"
 DB_SSLMODE="$(query_param "$U_QUERY" sslmode)"
 DB_SSLMODE="${DB_SSLMODE:-prefer}"
-[[ "$DB_PORT" =~ ^[0-9]+$ ]] || die "HOOKRELAY_DATABASE_URL: bad port '$DB_PORT'"
+[[ "$DB_PORT" =~ ^[0-9]+$ ]] || die "$DB_URL_VAR: bad port '$DB_PORT'"
 PG_LOCAL=0
 if is_local_host "$DB_HOST"; then PG_LOCAL=1; fi
 
@@ -341,10 +349,10 @@ admin_check() {
 if ! admin_check; then
 	if [[ $PG_LOCAL -eq 1 ]] && grep -qiE 'password|authentication failed' <<<"$admin_err"; then
 		if [[ -z "$DB_PASS" ]]; then
-			die "cannot log in to PostgreSQL as '$DB_USER' and HOOKRELAY_DATABASE_URL has no password: ${admin_err}"
+			die "cannot log in to PostgreSQL as '$DB_USER' and $DB_URL_VAR has no password: ${admin_err}"
 		fi
 		log "password login as '$DB_USER' failed: ${admin_err}"
-		change "set the password of PostgreSQL role '$DB_USER' to HOOKRELAY_DATABASE_URL's, creating the role if missing (ALTER ROLE through the local socket, as the postgres OS user)"
+		change "set the password of PostgreSQL role '$DB_USER' to $DB_URL_VAR's, creating the role if missing (ALTER ROLE through the local socket, as the postgres OS user)"
 		# SQL string literal of the password: double the single quotes (standard_conforming_strings
 		# is set on, so backslashes are literal). Fed on stdin, so it is in no process' argv;
 		# VERBOSITY terse keeps any error message from quoting the statement.

@@ -32,17 +32,21 @@ created. Every change made with it is in the audit log under token:NAME.`,
 }
 
 func (c *cli) tokensCreateCmd() *cobra.Command {
-	var role, expires string
+	var role, expires, team string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "create NAME --role viewer|operator|admin [--expires 90d]",
+		Use:   "create NAME --role viewer|operator|admin [--team TEAM] [--expires 90d]",
 		Short: "Create a token and print it, once",
 		Long: `Create the token NAME with a role and print it on stdout, once: Postgres
-keeps only its hash, so a lost token is revoked and made anew.`,
-		Example: `  hookrelay tokens create ci-bot --role operator --expires 90d`,
-		Args:    cobra.ExactArgs(1),
+keeps only its hash, so a lost token is revoked and made anew. A token acts
+for a team: the platform team's (the default) see every team; another
+team's see only that team's routes, their deliveries and events, and its
+own tokens and audit rows.`,
+		Example: `  hookrelay tokens create ci-bot --role operator --expires 90d
+  hookrelay tokens create payments-oncall --role operator --team payments`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := ops.TokenRequest{Name: args[0], Role: role}
+			req := ops.TokenRequest{Name: args[0], Role: role, Team: team}
 			if expires != "" {
 				d, err := config.ParseDuration(expires)
 				if err != nil || d <= 0 {
@@ -65,7 +69,7 @@ keeps only its hash, so a lost token is revoked and made anew.`,
 				if t.ExpiresAt != nil {
 					exp = t.ExpiresAt.Format(time.RFC3339)
 				}
-				fmt.Fprintf(c.errOut, "token %s created with role %s, expires %s; it is shown this once:\n", t.Name, t.Role, exp)
+				fmt.Fprintf(c.errOut, "token %s created for team %s with role %s, expires %s; it is shown this once:\n", t.Name, t.Team, t.Role, exp)
 				_, err = fmt.Fprintln(c.out, t.Secret)
 				return err
 			})
@@ -73,7 +77,8 @@ keeps only its hash, so a lost token is revoked and made anew.`,
 	}
 	cmd.Flags().StringVar(&role, "role", "", "viewer, operator or admin (required)")
 	cmd.Flags().StringVar(&expires, "expires", "", "end the token this long after now (90d, 12h); default never")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"name", "role", "created_at", "expires_at", "secret"}`)
+	cmd.Flags().StringVar(&team, "team", "", "the team the token acts for (hookrelay teams list); default the platform team, which sees every team")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"name", "role", "team", "created_at", "expires_at", "secret"}`)
 	_ = cmd.MarkFlagRequired("role") // declared just above
 	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions(ops.Roles, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -98,13 +103,13 @@ func (c *cli) tokensListCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"total", "items": [{"name", "role", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at"}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"total", "items": [{"name", "role", "team", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at"}]}`)
 	return cmd
 }
 
 func printTokens(w io.Writer, list []ops.Token) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROLE\tCREATED\tBY\tLAST USED\tEXPIRES\tSTATE")
+	fmt.Fprintln(tw, "NAME\tROLE\tTEAM\tCREATED\tBY\tLAST USED\tEXPIRES\tSTATE")
 	at := func(t *time.Time, none string) string {
 		if t == nil {
 			return none
@@ -120,7 +125,7 @@ func printTokens(w io.Writer, list []ops.Token) error {
 		case t.ExpiresAt != nil && !t.ExpiresAt.After(now):
 			state = "expired"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, t.CreatedAt.UTC().Format(time.RFC3339), t.CreatedBy,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, t.Team, t.CreatedAt.UTC().Format(time.RFC3339), t.CreatedBy,
 			at(t.LastUsedAt, "never"), at(t.ExpiresAt, "never"), state)
 	}
 	if err := tw.Flush(); err != nil {

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -228,19 +229,29 @@ func (s *shell) writeConfig(path, content string) string {
 
 // repoConfig is the repository's config.yaml with the database, the
 // RabbitMQ prefix and the listeners replaced: what a new operator has,
-// with the senders' and routes' secrets given as ${VAR}.
+// with the senders' and routes' secrets given as ${VAR}. The processes and
+// the CLI log in as a role that owns nothing (database.url), as the file
+// says; migrate as dbURL's owner (database.migrate_url).
 func repoConfig(t *testing.T, dbURL, prefix string) string {
+	t.Helper()
+	return repoConfigAs(t, dbURL, storetest.AppURL(t, dbURL), prefix)
+}
+
+// repoConfigAs is repoConfig with database.url appURL, for a database that
+// is not migrated (storetest.AppURL grants a migrated one's tables).
+func repoConfigAs(t *testing.T, dbURL, appURL, prefix string) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "config.yaml"))
 	require.NoError(t, err)
 	s := string(raw)
 	for old, repl := range map[string]string{
-		`"postgres://postgres:postgres@127.0.0.1:5432/hookrelay?sslmode=disable"`: fmt.Sprintf("%q", dbURL),
-		`"amqp://guest:guest@127.0.0.1:5672/"`:                                    fmt.Sprintf("%q", testenv.AMQPURL()),
-		"prefix: hookrelay":                                                       "prefix: " + prefix,
-		`"127.0.0.1:8080"`:                                                        fmt.Sprintf("%q", freeAddr(t)),
-		`"127.0.0.1:8081"`:                                                        fmt.Sprintf("%q", freeAddr(t)),
-		`"127.0.0.1:8083"`:                                                        fmt.Sprintf("%q", freeAddr(t)),
+		`"postgres://postgres:postgres@127.0.0.1:5432/hookrelay?sslmode=disable"`:           fmt.Sprintf("%q", dbURL),
+		`"postgres://hookrelay_app:hookrelay_app@127.0.0.1:5432/hookrelay?sslmode=disable"`: fmt.Sprintf("%q", appURL),
+		`"amqp://guest:guest@127.0.0.1:5672/"`:                                              fmt.Sprintf("%q", testenv.AMQPURL()),
+		"prefix: hookrelay":                                                                 "prefix: " + prefix,
+		`"127.0.0.1:8080"`:                                                                  fmt.Sprintf("%q", freeAddr(t)),
+		`"127.0.0.1:8081"`:                                                                  fmt.Sprintf("%q", freeAddr(t)),
+		`"127.0.0.1:8083"`:                                                                  fmt.Sprintf("%q", freeAddr(t)),
 	} {
 		require.Contains(t, s, old, "config.yaml changed: update repoConfig")
 		s = strings.ReplaceAll(s, old, repl)

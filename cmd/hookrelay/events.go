@@ -29,7 +29,8 @@ func (c *cli) withOps(cmd *cobra.Command, fn func(cfg *config.Config, svc *ops.S
 		return err
 	}
 	defer closeOps()
-	cmd.SetContext(ops.WithActor(cmd.Context(), cliActor()))
+	// The CLI logs in to Postgres itself: it acts for the platform.
+	cmd.SetContext(ops.WithTeam(ops.WithActor(cmd.Context(), cliActor()), ops.PlatformTeam))
 	return fn(cfg, svc)
 }
 

@@ -63,7 +63,7 @@ func TestHelpTouchesNothing(t *testing.T) {
 	dbURL := emptyDatabase(t)
 	amqptest.Dial(t)
 	prefix := amqptest.Prefix(t)
-	path := s.writeConfig("config.yaml", repoConfig(t, dbURL, prefix))
+	path := s.writeConfig("config.yaml", repoConfigAs(t, dbURL, storetest.AppURLOf(dbURL), prefix))
 	deleteTopologyOf(t, path)
 	untouched := func(what string) {
 		t.Helper()

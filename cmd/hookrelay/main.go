@@ -105,7 +105,7 @@ how many there are. Nothing is printed as done before it is done, and
 		cmd.GroupID = "events"
 		root.AddCommand(cmd)
 	}
-	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), c.secretCmd(), c.tokensCmd(), benchCmd(), benchChildCmd()} {
+	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), c.secretCmd(), c.tokensCmd(), c.teamsCmd(), benchCmd(), benchChildCmd()} {
 		cmd.GroupID = "setup"
 		root.AddCommand(cmd)
 	}

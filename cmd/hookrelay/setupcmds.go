@@ -24,10 +24,15 @@ func (c *cli) migrateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the embedded database migrations",
-		Long: `Apply every embedded migration the database at database.url lacks. Safe to run
-from several places at once (an advisory lock serialises them) and to run
-again. The receiver and the dispatcher refuse a database whose schema is
-behind, naming this command.`,
+		Long: `Apply every embedded migration the database lacks, as database.migrate_url's
+role (the owner of the tables; database.url's when unset). With
+database.migrate_url set, also create database.url's role when missing (with
+the URL's password) and grant it the rows of every table: the receiver, the
+dispatcher and this CLI log in as that role, which owns nothing, so Postgres'
+row-level security keeps each team to its own rows. Safe to run from several
+places at once (an advisory lock serialises them) and to run again. The
+receiver and the dispatcher refuse a database whose schema is behind, naming
+this command.`,
 		Example: `  hookrelay migrate --config /etc/hookrelay/config.yaml`,
 		Args:    setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -35,11 +40,21 @@ behind, naming this command.`,
 			if err != nil {
 				return err
 			}
-			v, err := setup.Migrate(cmd.Context(), cfg)
+			v, role, err := setup.Migrate(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(c.out, "database schema at version %d\n", v)
+			if _, err := fmt.Fprintf(c.out, "database schema at version %d\n", v); err != nil {
+				return err
+			}
+			switch {
+			case role == nil:
+				_, err = fmt.Fprintln(c.out, "database.migrate_url is not set: database.url's role owns the tables, so row-level security does not keep teams apart")
+			case role.Created:
+				_, err = fmt.Fprintf(c.out, "created role %s (database.url), granted the rows of %d tables; it owns none\n", role.Name, role.Tables)
+			default:
+				_, err = fmt.Fprintf(c.out, "role %s (database.url) granted the rows of %d tables; it owns none\n", role.Name, role.Tables)
+			}
 			return err
 		},
 	}

@@ -66,8 +66,8 @@ func TestStartupUnreachableBrokerSaysSoEveryFewSeconds(t *testing.T) {
 	listen := freeAddr(t)
 	s.env["HOOKRELAY_DISPATCHER_LISTEN"] = listen
 	d := s.start("dispatcher")
-	line := d.waitLine(t, `"level":"warn"`, 30*time.Second)
-	require.Contains(t, line, "rabbitmq does not answer")
+	line := d.waitLine(t, "rabbitmq does not answer", 30*time.Second)
+	require.Contains(t, line, `"level":"warn"`)
 	require.Contains(t, line, "amqp.url/urls")
 	resp, err := http.Get("http://" + listen + "/healthz")
 	require.NoError(t, err)

@@ -39,11 +39,11 @@ func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	secret, ok := bearer(ctx.Header("Authorization"))
-	actor, role := "", ""
+	actor, role, team := "", "", ""
 	switch {
 	case !ok || secret == "":
 	case a.configToken != nil && subtle.ConstantTimeCompare(ops.HashToken(secret), a.configToken) == 1:
-		actor, role = ops.ConfigTokenActor, ops.RoleAdmin
+		actor, role, team = ops.ConfigTokenActor, ops.RoleAdmin, ops.PlatformTeam
 	default:
 		t, err := a.svc.TokenAuthenticate(ctx.Context(), secret)
 		switch {
@@ -54,7 +54,7 @@ func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 				&Error{Code: "storage_unavailable"})
 			return
 		default:
-			actor, role = "token:"+t.Name, t.Role
+			actor, role, team = "token:"+t.Name, t.Role, t.Team
 		}
 	}
 	if actor == "" {
@@ -68,7 +68,10 @@ func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 			&Error{Code: "forbidden", RequiredRole: need})
 		return
 	}
-	next(huma.WithContext(ctx, ops.WithActor(ctx.Context(), actor)))
+	// Every call of the request sees the rows of the token's team only
+	// (row-level security on the admin pool): another team's route, event
+	// or token is not found.
+	next(huma.WithContext(ctx, ops.WithTeam(ops.WithActor(ctx.Context(), actor), team)))
 }
 
 // bearer reads the token of an Authorization header (the scheme is not

@@ -95,7 +95,7 @@ func (a *server) routes() {
 			Body RetryRouteBody
 		}) (*jobAnswer, error) {
 			req := ops.RetryRequest{Route: in.Route, State: "retrying", DryRun: in.Body.DryRun}
-			if err := a.svc.CheckRoute(in.Route); err != nil {
+			if err := a.svc.CheckRoute(ctx, in.Route); err != nil {
 				return nil, a.fail(ctx, "retry", err)
 			}
 			return a.start(ctx, "retry", in.IdempotencyKey, map[string]any{"route": in.Route, "dry_run": in.Body.DryRun}, func(ctx context.Context, progress func(any)) (any, error) {
@@ -179,7 +179,7 @@ func (a *server) events() {
 			Body RetryEventBody
 		}) (*jobAnswer, error) {
 			req := ops.RetryRequest{EventID: in.ID, Route: in.Body.Route, DryRun: in.Body.DryRun}
-			if err := a.svc.CheckRoute(in.Body.Route); err != nil {
+			if err := a.svc.CheckRoute(ctx, in.Body.Route); err != nil {
 				return nil, a.fail(ctx, "retry", err)
 			}
 			if _, err := a.svc.EventShow(ctx, in.ID); err != nil { // an unknown event is a 404, not a failed job
@@ -198,7 +198,7 @@ func (a *server) events() {
 			if err != nil {
 				return nil, a.fail(ctx, "replay", err)
 			}
-			if err := a.svc.CheckRoute(req.Filter.Route); err != nil {
+			if err := a.svc.CheckRoute(ctx, req.Filter.Route); err != nil {
 				return nil, a.fail(ctx, "replay", err)
 			}
 			if req.EventID != uuid.Nil {
@@ -303,7 +303,7 @@ func (a *server) deadLetters() {
 			IdempotencyInput
 			Body RequeueBody
 		}) (*jobAnswer, error) {
-			if err := a.svc.CheckRoute(in.Route); err != nil {
+			if err := a.svc.CheckRoute(ctx, in.Route); err != nil {
 				return nil, a.fail(ctx, "requeue", err)
 			}
 			return a.start(ctx, "requeue", in.IdempotencyKey, map[string]any{"route": in.Route, "limit": in.Body.Limit},
@@ -423,6 +423,7 @@ type TokenBody struct {
 	Name      string `json:"name" minLength:"1" maxLength:"63" doc:"The token's name: a-z 0-9 . _ -"`
 	Role      string `json:"role" enum:"viewer,operator,admin"`
 	ExpiresIn string `json:"expires_in,omitempty" doc:"End the token this long after now (90d); never when absent."`
+	Team      string `json:"team,omitempty" maxLength:"63" doc:"The team the token acts for; the caller's own when absent. Only the platform team's tokens name another team."`
 }
 
 // TokenInput names a token.
@@ -448,6 +449,10 @@ func (a *server) admin() {
 			IdempotencyInput
 			Body PurgeBody
 		}) (*jobAnswer, error) {
+			// Refused before the job starts: a team's token purges nothing.
+			if err := ops.PurgeAllowed(ctx); err != nil {
+				return nil, a.fail(ctx, "purge", err)
+			}
 			d, err := config.ParseDuration(in.Body.OlderThan)
 			if err != nil || d <= 0 {
 				return nil, a.fail(ctx, "purge", ops.Invalid("older_than: want a positive duration with a unit (30d, 720h)"))
@@ -472,7 +477,7 @@ func (a *server) admin() {
 	create := op(http.MethodPost, "/tokens", "create-token", ops.RoleAdmin, "Create a named token; its secret is in this answer only", http.StatusConflict)
 	create.DefaultStatus = http.StatusCreated
 	huma.Register(a.api, create, func(ctx context.Context, in *struct{ Body TokenBody }) (*body[*ops.NewToken], error) {
-		req := ops.TokenRequest{Name: in.Body.Name, Role: in.Body.Role}
+		req := ops.TokenRequest{Name: in.Body.Name, Role: in.Body.Role, Team: in.Body.Team}
 		if in.Body.ExpiresIn != "" {
 			d, err := config.ParseDuration(in.Body.ExpiresIn)
 			if err != nil || d <= 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ingest"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -111,9 +112,10 @@ func hostname() string {
 }
 
 // openDB opens the pool for a process, checks that Postgres answers (an
-// error naming database.url otherwise) and refuses a schema that is
-// behind.
-func openDB(ctx context.Context, cfg *config.Config, maxConns int32, name string) (*store.DB, error) {
+// error naming database.url otherwise), refuses a schema that is behind
+// and a role that row-level security does not hold once teams exist, and
+// declares the config's routes and sources with their teams.
+func openDB(ctx context.Context, cfg *config.Config, maxConns int32, name string, logger zerolog.Logger) (*store.DB, error) {
 	db, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: maxConns, ApplicationName: name, QueryTimeout: cfg.Database.QueryTimeout,
 		GenericPlans: true})
 	if err != nil {
@@ -127,6 +129,18 @@ func openDB(ctx context.Context, cfg *config.Config, maxConns int32, name string
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
 	if err := db.RequireSchema(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	warning, err := db.RequireIsolation(ctx)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if warning != "" {
+		logger.Warn().Msg(warning)
+	}
+	if err := setup.Declare(ctx, cfg, db); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	}()
 	early.Set("postgres", "connecting")
 	early.Set("rabbitmq", "connecting")
-	db, err := openDB(ctx, cfg, cfg.DispatcherMaxConns(), "hookrelay-dispatcher")
+	db, err := openDB(ctx, cfg, cfg.DispatcherMaxConns(), "hookrelay-dispatcher", logger)
 	if err != nil {
 		if ctx.Err() != nil {
 			logger.Info().Msg("dispatcher stopped while connecting to postgres")

@@ -53,7 +53,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 	h.start(app.ReceiverOptions{AdminListener: adminLn})
 	h.startDispatcher(app.DispatcherOptions{})
 	svc := testOps(t, h, amqptest.Dialer(t))
-	ctx := ops.WithActor(context.Background(), "test")
+	ctx := ops.WithTeam(ops.WithActor(context.Background(), "test"), ops.PlatformTeam)
 
 	waitState := func(id, route string, want webhook.DeliveryState) {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -36,7 +36,7 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
 	svc := testOps(t, h, amqptest.Dialer(t))
-	ctx := ops.WithActor(context.Background(), "test")
+	ctx := ops.WithTeam(ops.WithActor(context.Background(), "test"), ops.PlatformTeam)
 
 	kept := uuid.MustParse(h.postSigned("evt_dead_kept", "invoice.paid").ID)
 	gone := uuid.MustParse(h.postSigned("evt_dead_gone", "invoice.paid").ID)

@@ -112,7 +112,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	}
 	sv.set("postgres", "connecting")
 	sv.set("rabbitmq", "connecting")
-	db, err := openDB(ctx, cfg, cfg.Database.MaxConns, "hookrelay-receiver")
+	db, err := openDB(ctx, cfg, cfg.Database.MaxConns, "hookrelay-receiver", logger)
 	if err != nil {
 		if ctx.Err() != nil {
 			logger.Info().Msg("receiver stopped while connecting to postgres")
@@ -219,7 +219,16 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 	}
 	if aln != nil {
-		svc, closeOps := setup.Ops(cfg, db, dialer, "hookrelay-receiver-ops")
+		// The API's own pool: each call sees the rows of the team its
+		// token acts for (row-level security), where the engine's pool
+		// sees every team's.
+		apiDB, err := store.Open(ctx, store.Config{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, ApplicationName: "hookrelay-receiver-api",
+			QueryTimeout: cfg.Database.QueryTimeout, TeamFromContext: true})
+		if err != nil {
+			return fmt.Errorf("database.url: %w", err)
+		}
+		defer apiDB.Close()
+		svc, closeOps := setup.Ops(cfg, apiDB, dialer, "hookrelay-receiver-ops")
 		defer closeOps()
 		// Jobs end with the receiver, each stored as stopped, before the
 		// pool closes (defers run last in, first out).

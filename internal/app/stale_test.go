@@ -43,7 +43,7 @@ func TestStaleSubscriptionUpdateIsDroppedAfterCancel(t *testing.T) {
 	first := h.dispatcherBase
 	h.startDispatcher(app.DispatcherOptions{})
 	second := h.dispatcherBase
-	ctx := ops.WithActor(context.Background(), "test")
+	ctx := ops.WithTeam(ops.WithActor(context.Background(), "test"), ops.PlatformTeam)
 
 	post := func(id, eventType, sub string, created int) string {
 		t.Helper()
@@ -161,7 +161,7 @@ func TestFarFutureVersionDoesNotSilenceItsResource(t *testing.T) {
 	amqptestCleanup(t, h)
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
-	ctx := ops.WithActor(context.Background(), "test")
+	ctx := ops.WithTeam(ops.WithActor(context.Background(), "test"), ops.PlatformTeam)
 	post := func(id, updatedAt string) string {
 		t.Helper()
 		body := []byte(fmt.Sprintf(`{"id":%q,"type":"orders.updated","admin_graphql_api_id":"gid://shopify/Order/1","updated_at":%q}`, id, updatedAt))

@@ -33,6 +33,13 @@ type Config struct {
 type Database struct {
 	// URL is a postgres:// connection URL. Required.
 	URL string `mapstructure:"url" validate:"required,postgres_url"`
+	// MigrateURL is what hookrelay migrate connects with: the role that
+	// owns the tables. With it set, migrate also creates (when missing)
+	// and grants URL's role, which must own nothing: row-level security
+	// keeps teams apart only for a role that does not own the tables.
+	// Empty: migrate connects with URL (one role for everything; no team
+	// but the platform team can then be created).
+	MigrateURL string `mapstructure:"migrate_url" validate:"omitempty,postgres_url"`
 	// MaxConns is the Postgres pool size of each receiver and of the
 	// hookrelay CLI. Default 10. The dispatcher sizes its own pool with
 	// dispatcher.max_conns.
@@ -315,6 +322,11 @@ type Log struct {
 // Source is one webhook sender, reached at POST /webhooks/{name}.
 type Source struct {
 	Name string `mapstructure:"name" validate:"required,ident"`
+	// Team owns the source; default the platform team.
+	Team string `mapstructure:"team" validate:"omitempty,ident"`
+	// Subscribers are the teams that may bind their routes to the
+	// source's events; "*" admits every team.
+	Subscribers []string `mapstructure:"subscribers" validate:"dive,ident|eq=*"`
 	// Preset fills verify.scheme (and its header), idempotency and
 	// event_type for a known provider; whatever the source sets itself
 	// wins. See Presets.
@@ -426,6 +438,10 @@ type EventType struct {
 // Route is one destination, fed by the events its bindings match.
 type Route struct {
 	Name string `mapstructure:"name" validate:"required,ident"`
+	// Team owns the route: its tokens see the route, its deliveries and
+	// the events it received. Default the platform team. The team must
+	// exist (hookrelay teams create).
+	Team string `mapstructure:"team" validate:"omitempty,ident"`
 	// URL receives the POSTs.
 	URL string `mapstructure:"url" validate:"required,http_url"`
 	// Bindings are topic patterns over "<source>.<event_type>".

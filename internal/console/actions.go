@@ -36,7 +36,7 @@ func (c *console) startJob(w http.ResponseWriter, r *http.Request, kind string, 
 // chosen (event fields), or all of them (none chosen, all=1).
 func (c *console) requeue(w http.ResponseWriter, r *http.Request, _ user) {
 	route := r.PathValue("route")
-	if err := c.svc.CheckRoute(route); err != nil || route == "" {
+	if err := c.svc.CheckRoute(r.Context(), route); err != nil || route == "" {
 		c.failed(w, r, "requeue", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, route))
 		return
 	}
@@ -136,7 +136,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, _ user) {
 		err = ops.Invalid("give a filter: a replay of everything is refused")
 	}
 	if err == nil {
-		err = c.svc.CheckRoute(f.Route)
+		err = c.svc.CheckRoute(r.Context(), f.Route)
 	}
 	if err != nil {
 		c.failed(w, r, "replay", err)

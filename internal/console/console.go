@@ -139,6 +139,9 @@ func securityHeaders(next http.Handler) http.Handler {
 // user is who signed in: the actor the audit log names, and its role.
 type user struct {
 	Actor, Role string
+	// Team the user acts for: every page and action sees its rows only
+	// (the platform team sees every team's).
+	Team string
 }
 
 // Can says whether the user's role allows what need does (templates hide
@@ -163,7 +166,7 @@ func (c *console) current(r *http.Request) (user, bool, error) {
 		if c.configToken == nil {
 			return user{}, false, nil
 		}
-		return user{Actor: ops.ConfigTokenActor, Role: ops.RoleAdmin}, true, nil
+		return user{Actor: ops.ConfigTokenActor, Role: ops.RoleAdmin, Team: ops.PlatformTeam}, true, nil
 	}
 	hash, err := hex.DecodeString(hexHash)
 	if err != nil {
@@ -176,7 +179,7 @@ func (c *console) current(r *http.Request) (user, bool, error) {
 	case err != nil:
 		return user{}, false, err
 	}
-	return user{Actor: "token:" + t.Name, Role: t.Role}, true, nil
+	return user{Actor: "token:" + t.Name, Role: t.Role, Team: t.Team}, true, nil
 }
 
 // authed serves next to a signed-in user whose role is at least need:
@@ -200,7 +203,7 @@ func (c *console) authed(need string, next func(w http.ResponseWriter, r *http.R
 			http.Error(w, "this needs role "+need+"; you signed in as "+u.Role, http.StatusForbidden)
 			return
 		}
-		next(w, r.WithContext(ops.WithActor(r.Context(), u.Actor)), u)
+		next(w, r.WithContext(ops.WithTeam(ops.WithActor(r.Context(), u.Actor), u.Team)), u)
 	})
 }
 

@@ -266,7 +266,7 @@ func (c *console) replayEvent(w http.ResponseWriter, r *http.Request, _ user) {
 		return
 	}
 	route := r.PostFormValue("route")
-	if err := c.svc.CheckRoute(route); err != nil {
+	if err := c.svc.CheckRoute(r.Context(), route); err != nil {
 		c.failed(w, r, "replay", err)
 		return
 	}
@@ -312,7 +312,7 @@ func (c *console) pause(paused bool) func(w http.ResponseWriter, r *http.Request
 // and holds, its backlog and last hour, and the resource versions.
 func (c *console) routePage(w http.ResponseWriter, r *http.Request, u user) {
 	name := r.PathValue("route")
-	if err := c.svc.CheckRoute(name); err != nil || name == "" {
+	if err := c.svc.CheckRoute(r.Context(), name); err != nil || name == "" {
 		c.failed(w, r, "reading a route", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, name))
 		return
 	}

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -62,6 +63,54 @@ func RoleAllows(role, need string) bool {
 }
 
 type actorKey struct{}
+
+// Teams. The platform team runs the relay and sees every team; a product
+// team sees its own routes, their deliveries and the events they received,
+// its sources, tokens, jobs and audit rows, and nothing of another team:
+// Postgres' row-level security holds it to that (store.WithTeam), and what
+// is not in Postgres (a route's queues) is reached only through a route
+// the team sees.
+const PlatformTeam = store.PlatformTeam
+
+// WithTeam returns ctx acting for team: every call of ctx sees that
+// team's rows only, or every team's for the platform team.
+func WithTeam(ctx context.Context, team string) context.Context {
+	if team == PlatformTeam {
+		team = store.TeamAll
+	}
+	return store.WithTeam(ctx, team)
+}
+
+// TeamOf is the team ctx acts for ("" for the platform, or when none was
+// named).
+func TeamOf(ctx context.Context) string {
+	if t := store.TeamOf(ctx); t != store.TeamAll {
+		return t
+	}
+	return ""
+}
+
+// Platform reports whether ctx acts for the platform team.
+func Platform(ctx context.Context) bool { return store.TeamOf(ctx) == store.TeamAll }
+
+// OwnTeam is the team a row made by ctx belongs to.
+func OwnTeam(ctx context.Context) string {
+	if t := TeamOf(ctx); t != "" {
+		return t
+	}
+	return PlatformTeam
+}
+
+// ErrForbidden refuses an action of the platform's to a team's token.
+var ErrForbidden = errors.New("forbidden")
+
+// requirePlatform refuses what only the platform team does (purge, teams).
+func requirePlatform(ctx context.Context, what string) error {
+	if !Platform(ctx) {
+		return fmt.Errorf("%w: only the platform team's tokens %s", ErrForbidden, what)
+	}
+	return nil
+}
 
 // WithActor returns ctx naming who acts: "token:NAME", "cli:USER",
 // "config:admin.token". Every change is audited under that name.
@@ -132,7 +181,7 @@ func isNil(v any) bool {
 // anything.
 func refused(err error) bool {
 	return errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrUnknownRoute) || errors.Is(err, ErrNotFound) ||
-		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrExists)
+		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrExists) || errors.Is(err, ErrForbidden)
 }
 
 // AuditList lists audit rows, newest first.
@@ -149,6 +198,10 @@ type TokenRequest struct {
 	Role string
 	// ExpiresIn ends the token that long after its creation; 0 never.
 	ExpiresIn time.Duration
+	// Team the token acts for; "" is the caller's own team (the platform
+	// team for the CLI and the platform's tokens). Only the platform names
+	// another team.
+	Team string
 }
 
 // NewToken is a created token with its secret, shown this once.
@@ -185,6 +238,16 @@ func (s *Service) TokenCreate(ctx context.Context, req TokenRequest) (*NewToken,
 	if req.ExpiresIn > 0 {
 		args["expires_in"] = req.ExpiresIn.String()
 	}
+	if req.Team != "" {
+		if !Platform(ctx) {
+			if req.Team != TeamOf(ctx) {
+				return nil, fmt.Errorf("%w: a team's token makes tokens for its own team only", ErrForbidden)
+			}
+		} else if !store.ValidTeamName(req.Team) {
+			return nil, fmt.Errorf("%w: %q is not a team name", ErrInvalidRequest, req.Team)
+		}
+		args["team"] = req.Team
+	}
 	e, err := entry(ctx, "token.create", req.Name, args)
 	if err != nil {
 		return nil, err
@@ -194,7 +257,7 @@ func (s *Service) TokenCreate(ctx context.Context, req TokenRequest) (*NewToken,
 		return nil, fmt.Errorf("making a token secret: %w", err)
 	}
 	secret := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
-	t := store.Token{Name: req.Name, Role: req.Role, CreatedBy: e.Actor, CreatedAt: s.now()}
+	t := store.Token{Name: req.Name, Role: req.Role, Team: cmp.Or(req.Team, OwnTeam(ctx)), CreatedBy: e.Actor, CreatedAt: s.now()}
 	if req.ExpiresIn > 0 {
 		exp := s.now().Add(req.ExpiresIn).UTC().Truncate(time.Second)
 		t.ExpiresAt = &exp
@@ -221,21 +284,22 @@ func (s *Service) TokenList(ctx context.Context) ([]store.Token, error) {
 }
 
 // TokenByHash returns the live token whose secret hashes to hash, or
-// ErrNotFound (a console session keeps the hash, never the secret).
+// ErrNotFound (a console session keeps the hash, never the secret). The
+// lookup is across every team: nobody is known yet.
 func (s *Service) TokenByHash(ctx context.Context, hash []byte) (*store.Token, error) {
-	return s.Store.TokenAuthenticate(ctx, hash)
+	return s.Store.TokenAuthenticate(store.WithTeam(ctx, store.TeamAll), hash)
 }
 
 // TokenAuthenticate returns the live token whose secret is secret, or
 // ErrNotFound.
 func (s *Service) TokenAuthenticate(ctx context.Context, secret string) (*store.Token, error) {
-	return s.Store.TokenAuthenticate(ctx, HashToken(secret))
+	return s.TokenByHash(ctx, HashToken(secret))
 }
 
 // AuditActions are the actions the audit log holds.
 var AuditActions = []string{
 	"route.pause", "route.resume", "retry", "replay", "dead.requeue", "dead.drop", "purge",
-	"version.reset", "token.create", "token.revoke",
+	"version.reset", "token.create", "token.revoke", "team.create",
 }
 
 // AuditFilterFlags is an audit filter as typed (CLI flags, query

@@ -89,7 +89,11 @@ func (s *Service) Activity(ctx context.Context) (*Activity, error) {
 		out.Routes[name] = r
 		return r
 	}
-	for _, name := range s.Routes {
+	visible, err := s.visibleRoutes(ctx, s.Routes)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range visible {
 		route(name)
 	}
 	sources := map[string]*SourceActivity{}

@@ -41,7 +41,7 @@ type DeadListRequest struct {
 // a replay, say) is stale and can be dropped. With req.State it reads on
 // past letters of other states, up to the queue's count at the start.
 func (s *Service) DeadList(ctx context.Context, req DeadListRequest) (*DeadLetterList, error) {
-	if err := s.requireRoute(req.Route); err != nil {
+	if err := s.requireRoute(ctx, req.Route); err != nil {
 		return nil, err
 	}
 	if req.State != "" && !slices.Contains(DeadLetterStates, req.State) {
@@ -115,7 +115,7 @@ type DeadDropResult struct {
 // pair's series (a replay that sends it again starts from the outbox, not
 // from the letter), so a letter dropped here is never needed.
 func (s *Service) DeadDropDelivered(ctx context.Context, route string, dryRun bool) (*DeadDropResult, error) {
-	if err := s.requireRoute(route); err != nil {
+	if err := s.requireRoute(ctx, route); err != nil {
 		return nil, err
 	}
 	if dryRun {
@@ -156,7 +156,7 @@ func (s *Service) deadDrop(ctx context.Context, route string, dryRun bool) (*Dea
 // original is acked, so a crash can duplicate a message, never lose one.
 // progress, when set, is called after each message (moved, of total).
 func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
-	if err := s.requireRoute(route); err != nil {
+	if err := s.requireRoute(ctx, route); err != nil {
 		return 0, err
 	}
 	return audited(ctx, s, "dead.requeue", route, map[string]any{"limit": limit},
@@ -172,7 +172,7 @@ const MaxRequeueEvents = 1000
 // reading the queue once; the rest stay. progress gets the count moved and
 // the count read.
 func (s *Service) DeadRequeueEvents(ctx context.Context, route string, events []uuid.UUID, progress func(moved, read int)) (int, error) {
-	if err := s.requireRoute(route); err != nil {
+	if err := s.requireRoute(ctx, route); err != nil {
 		return 0, err
 	}
 	if len(events) == 0 || len(events) > MaxRequeueEvents {

@@ -49,8 +49,10 @@ type fakeStore struct {
 	// audits are the audit rows written.
 	audits []store.AuditEntry
 
-	// The tokens and jobs are not faked: a test that reaches them panics.
+	// The tokens, jobs and teams are not faked: a test that reaches them
+	// panics.
 	ops.AccessStore
+	ops.TeamStore
 }
 
 func (s *fakeStore) AuditInsert(_ context.Context, e *store.AuditEntry) error {
@@ -421,7 +423,9 @@ func (s *fakeStore) PairStates(_ context.Context, pairs []store.ReplayPair) (map
 }
 
 // actorCtx names the actor every change needs.
-func actorCtx() context.Context { return ops.WithActor(context.Background(), "test") }
+func actorCtx() context.Context {
+	return ops.WithTeam(ops.WithActor(context.Background(), "test"), ops.PlatformTeam)
+}
 
 func (s *fakeStore) EventsByKey(_ context.Context, key string, limit int) ([]store.EventSummary, error) {
 	return nil, s.err

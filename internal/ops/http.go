@@ -125,7 +125,7 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			httpserver.WriteError(w, http.StatusUnauthorized, "missing or invalid bearer token")
 			return
 		}
-		mux.ServeHTTP(w, r.WithContext(WithActor(r.Context(), ConfigTokenActor)))
+		mux.ServeHTTP(w, r.WithContext(WithTeam(WithActor(r.Context(), ConfigTokenActor), PlatformTeam)))
 	})
 }
 

@@ -109,7 +109,7 @@ func (s *Service) StartJob(ctx context.Context, kind, idempotencyKey string, req
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.run(WithActor(r.ctx, actor), s.Store, job.ID, kind, run)
+		r.run(store.WithTeam(WithActor(r.ctx, actor), store.TeamOf(ctx)), s.Store, job.ID, kind, run)
 	}()
 	return job, true, nil
 }

@@ -49,6 +49,7 @@ type Store interface {
 	VersionStore
 	RouteStore
 	AccessStore
+	TeamStore
 }
 
 // DeadLetters reads and moves the messages of the routes' dead-letter
@@ -105,23 +106,39 @@ func (s *Service) now() time.Time {
 // ErrUnknownRoute is returned for a route that is not configured.
 var ErrUnknownRoute = errors.New("unknown route")
 
-// CheckRoute returns ErrUnknownRoute for a route that is not configured;
-// "" (no route) passes.
-func (s *Service) CheckRoute(route string) error { return s.checkRoute(route) }
+// CheckRoute returns ErrUnknownRoute for a route that is not configured
+// or that ctx's team does not see (the same answer: a team learns nothing
+// of another's routes); "" (no route) passes.
+func (s *Service) CheckRoute(ctx context.Context, route string) error {
+	return s.checkRoute(ctx, route)
+}
 
-func (s *Service) checkRoute(route string) error {
-	if route == "" || s.served(route) {
+func (s *Service) checkRoute(ctx context.Context, route string) error {
+	if route == "" {
 		return nil
 	}
-	return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
+	if !s.served(route) {
+		return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
+	}
+	if Platform(ctx) {
+		return nil
+	}
+	seen, err := s.Store.RoutesVisible(ctx)
+	if err != nil {
+		return err
+	}
+	if !seen[route] {
+		return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
+	}
+	return nil
 }
 
 // requireRoute is checkRoute for operations that need one route.
-func (s *Service) requireRoute(route string) error {
+func (s *Service) requireRoute(ctx context.Context, route string) error {
 	if route == "" {
 		return errors.New("a route is required (--route)")
 	}
-	return s.checkRoute(route)
+	return s.checkRoute(ctx, route)
 }
 
 // served reports whether route is in the config.
@@ -208,6 +225,10 @@ func (s *Service) EventsByKey(ctx context.Context, key string) (*EventList, erro
 	return &EventList{Total: int64(len(items)), Shown: len(items), Items: items}, nil
 }
 
+// PurgeAllowed refuses a purge to anyone but the platform team: it drops
+// every team's days.
+func PurgeAllowed(ctx context.Context) error { return requirePlatform(ctx, "purge") }
+
 // PurgeRequest says what to purge.
 type PurgeRequest struct {
 	// OlderThan is the age past which events are purged.
@@ -230,6 +251,9 @@ type PurgeRequest struct {
 // in the config are abandoned: no dispatcher will ever deliver them. A
 // dry run counts the same selection and changes nothing.
 func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResult, error) {
+	if err := PurgeAllowed(ctx); err != nil {
+		return store.PurgeResult{}, err
+	}
 	if req.OlderThan <= 0 {
 		return store.PurgeResult{}, errors.New("--older-than must be positive")
 	}

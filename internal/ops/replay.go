@@ -171,7 +171,7 @@ func filterArgs(f store.EventFilter) map[string]any {
 }
 
 func (s *Service) replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
-	if err := s.checkRoute(req.Filter.Route); err != nil {
+	if err := s.checkRoute(ctx, req.Filter.Route); err != nil {
 		return nil, err
 	}
 	after, err := store.ParseReplayCursor(req.After)
@@ -179,6 +179,9 @@ func (s *Service) replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		return nil, fmt.Errorf("%w: after: %w", ErrInvalidRequest, err)
 	}
 	r := &replayer{s: s, req: req, res: &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}}}
+	if r.routes, err = s.visibleRoutes(ctx, s.Routes); err != nil {
+		return nil, err
+	}
 	r.maxBatch = cmpOr(req.MaxBatch, DefaultReplayBatch)
 	r.batch = min(replayFirstBatch, r.maxBatch)
 	r.listLimit = cmpOr(req.ListLimit, DefaultListLimit)
@@ -282,8 +285,12 @@ func cmpOr[T int | time.Duration](v, def T) T {
 
 // replayer is one running replay.
 type replayer struct {
-	s         *Service
-	req       ReplayRequest
+	s   *Service
+	req ReplayRequest
+	// routes are the configured routes the caller's team sees: a shared
+	// event is replayed to the team's routes only, and another team's
+	// routes are not named even as skipped.
+	routes    []string
 	res       *ReplayResult
 	maxBatch  int
 	batch     int
@@ -315,7 +322,7 @@ func (r *replayer) add(page []store.ReplayCandidate) {
 			}
 		}
 		for _, route := range r.s.RoutesFunc(webhook.RoutingKey(c.Source, c.EventType)) {
-			if f.Route != "" && route != f.Route {
+			if (f.Route != "" && route != f.Route) || !slices.Contains(r.routes, route) {
 				continue
 			}
 			state := c.States[route]

@@ -125,7 +125,7 @@ func (s *Service) retry(ctx context.Context, req RetryRequest) (*RetryResult, er
 	} else if req.State != "" && req.State != string(webhook.StateRetrying) {
 		return nil, fmt.Errorf("%w: only retrying pairs have a next attempt to bring forward", ErrInvalidRequest)
 	}
-	if err := s.checkRoute(req.Route); err != nil {
+	if err := s.checkRoute(ctx, req.Route); err != nil {
 		return nil, err
 	}
 	r := &retrier{s: s, st: s.Store, req: req, res: &RetryResult{DryRun: req.DryRun, Retried: []RetryItem{}, Skipped: []RetryItem{}}}

@@ -72,7 +72,18 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 		out.BrokerError = "no broker to ask"
 	}
 	configured := map[string]bool{}
+	names := make([]string, 0, len(s.RouteConfigs))
 	for _, r := range s.RouteConfigs {
+		names = append(names, r.Name)
+	}
+	visible, err := s.visibleRoutes(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range s.RouteConfigs {
+		if !slices.Contains(visible, r.Name) {
+			continue
+		}
 		configured[r.Name] = true
 		st, n := byRoute[r.Name], counts[r.Name]
 		rs := RouteSummary{
@@ -177,8 +188,8 @@ const MaxPauseReason = 500
 // reason, for a pause, says why (shown with the route; at most
 // MaxPauseReason characters).
 func (s *Service) RoutePause(ctx context.Context, route string, paused bool, reason string) (*RoutePauseResult, error) {
-	if route == "" || !s.served(route) {
-		return nil, fmt.Errorf("%w: route %q is not in the config (routes: %v)", ErrUnknownRoute, route, s.Routes)
+	if err := s.requireRoute(ctx, route); err != nil {
+		return nil, err
 	}
 	action := "route.resume"
 	if paused {

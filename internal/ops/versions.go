@@ -26,8 +26,8 @@ type VersionRequest struct {
 	Route, Source, Resource string
 }
 
-func (s *Service) checkVersion(req VersionRequest) error {
-	if err := s.requireRoute(req.Route); err != nil {
+func (s *Service) checkVersion(ctx context.Context, req VersionRequest) error {
+	if err := s.requireRoute(ctx, req.Route); err != nil {
 		return err
 	}
 	if req.Source == "" || req.Resource == "" {
@@ -56,7 +56,7 @@ func versionOf(v *store.ResourceVersion) *Version {
 // on its route, or store.ErrNotFound when none is kept (none delivered, or
 // reset, or purged with the resource's last event).
 func (s *Service) ResourceVersion(ctx context.Context, req VersionRequest) (*Version, error) {
-	if err := s.checkVersion(req); err != nil {
+	if err := s.checkVersion(ctx, req); err != nil {
 		return nil, err
 	}
 	v, err := s.Store.ResourceVersionGet(ctx, req.Route, req.Source, req.Resource)
@@ -72,7 +72,7 @@ func (s *Service) ResourceVersion(ctx context.Context, req VersionRequest) (*Ver
 // resource), and returns what it forgot; store.ErrNotFound when nothing
 // was kept.
 func (s *Service) ResourceVersionReset(ctx context.Context, req VersionRequest) (*Version, error) {
-	if err := s.checkVersion(req); err != nil {
+	if err := s.checkVersion(ctx, req); err != nil {
 		return nil, err
 	}
 	e, err := entry(ctx, "version.reset", req.Route, map[string]any{"source": req.Source, "resource": req.Resource})

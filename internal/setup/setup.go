@@ -6,6 +6,7 @@
 package setup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -148,6 +149,11 @@ func OpenOps(ctx context.Context, cfg *config.Config, connectionName string) (*o
 		db.Close()
 		return nil, nil, err
 	}
+	// The CLI sees every team: it refuses only where the processes do.
+	if _, err := db.RequireIsolation(ctx); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
 	dialer, err := Dialer(cfg, nil, zerolog.Nop())
 	if err != nil {
 		db.Close()
@@ -157,8 +163,36 @@ func OpenOps(ctx context.Context, cfg *config.Config, connectionName string) (*o
 	return svc, func() { closeBroker(); db.Close() }, nil
 }
 
-// Migrate applies cfg's database migrations and returns the version it is
-// at.
-func Migrate(ctx context.Context, cfg *config.Config) (uint, error) {
-	return store.Migrate(ctx, cfg.Database.URL)
+// Migrate applies cfg's database migrations as database.migrate_url's
+// role (database.url's when unset) and returns the version it is at. With
+// database.migrate_url set, it then creates or checks database.url's role
+// (store.EnsureAppRole) and reports it in role.
+func Migrate(ctx context.Context, cfg *config.Config) (version uint, role *store.AppRole, err error) {
+	owner := cmp.Or(cfg.Database.MigrateURL, cfg.Database.URL)
+	if version, err = store.Migrate(ctx, owner); err != nil {
+		return version, nil, err
+	}
+	if cfg.Database.MigrateURL == "" {
+		return version, nil, nil
+	}
+	r, err := store.EnsureAppRole(ctx, owner, cfg.Database.URL)
+	if err != nil {
+		return version, nil, err
+	}
+	return version, &r, nil
+}
+
+// Declare writes cfg's routes and sources with their teams (the platform
+// team when they name none), as every receiver and dispatcher does at
+// start.
+func Declare(ctx context.Context, cfg *config.Config, db *store.DB) error {
+	routes := make([]store.Owned, 0, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		routes = append(routes, store.Owned{Name: r.Name, Team: cmp.Or(r.Team, store.PlatformTeam)})
+	}
+	sources := make([]store.Owned, 0, len(cfg.Sources))
+	for _, s := range cfg.Sources {
+		sources = append(sources, store.Owned{Name: s.Name, Team: cmp.Or(s.Team, store.PlatformTeam), Subscribers: s.Subscribers})
+	}
+	return db.Declare(ctx, routes, sources)
 }

@@ -28,8 +28,11 @@ var ErrExists = errors.New("already exists")
 
 // Token is a named API token as stored: never its secret.
 type Token struct {
-	Name       string     `json:"name"`
-	Role       string     `json:"role"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Team is the team the token acts for; the platform team's tokens see
+	// every team.
+	Team       string     `json:"team"`
 	CreatedAt  time.Time  `json:"created_at"`
 	CreatedBy  string     `json:"created_by"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
@@ -183,8 +186,9 @@ func (db *DB) AuditList(ctx context.Context, f AuditFilter) ([]AuditEntry, int64
 func (db *DB) TokenCreate(ctx context.Context, t Token, secretHash []byte, e *AuditEntry) error {
 	return db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
 		_, err := tx.Exec(ctx, `
-			INSERT INTO api_tokens (name, role, secret_hash, created_by, expires_at) VALUES ($1, $2, $3, $4, $5)`,
-			t.Name, t.Role, secretHash, t.CreatedBy, t.ExpiresAt)
+			INSERT INTO api_tokens (name, role, secret_hash, created_by, expires_at, team)
+			VALUES ($1, $2, $3, $4, $5, COALESCE(NULLIF($6, ''), hookrelay_own_team()))`,
+			t.Name, t.Role, secretHash, t.CreatedBy, t.ExpiresAt, t.Team)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 			return nil, fmt.Errorf("token %q: %w", t.Name, ErrExists)
@@ -220,13 +224,13 @@ func (db *DB) TokenList(ctx context.Context) ([]Token, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	rows, err := db.pool.Query(ctx, `
-		SELECT name, role, created_at, created_by, expires_at, last_used_at, revoked_at FROM api_tokens ORDER BY name`)
+		SELECT name, role, team, created_at, created_by, expires_at, last_used_at, revoked_at FROM api_tokens ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("listing tokens: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Token, error) {
 		var t Token
-		err := row.Scan(&t.Name, &t.Role, &t.CreatedAt, &t.CreatedBy, &t.ExpiresAt, &t.LastUsedAt, &t.RevokedAt)
+		err := row.Scan(&t.Name, &t.Role, &t.Team, &t.CreatedAt, &t.CreatedBy, &t.ExpiresAt, &t.LastUsedAt, &t.RevokedAt)
 		return t, err
 	})
 	if err != nil {
@@ -244,11 +248,11 @@ func (db *DB) TokenAuthenticate(ctx context.Context, secretHash []byte) (*Token,
 	var t Token
 	var stale bool
 	err := db.pool.QueryRow(ctx, `
-		SELECT name, role, created_at, created_by, expires_at, last_used_at,
+		SELECT name, role, team, created_at, created_by, expires_at, last_used_at,
 		       last_used_at IS NULL OR last_used_at < now() - interval '1 minute'
 		FROM api_tokens
 		WHERE secret_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`,
-		secretHash).Scan(&t.Name, &t.Role, &t.CreatedAt, &t.CreatedBy, &t.ExpiresAt, &t.LastUsedAt, &stale)
+		secretHash).Scan(&t.Name, &t.Role, &t.Team, &t.CreatedAt, &t.CreatedBy, &t.ExpiresAt, &t.LastUsedAt, &stale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -138,17 +138,20 @@ func uuid7Floor(t time.Time) uuid.UUID {
 // partitions are locked first, so no claim, replay or record is between
 // the check and the drop; the lock waits partitionLockTimeout at most.
 func (db *DB) dropDay(ctx context.Context, p dayPartition, cfg PurgeConfig, res *PurgeResult) (bool, error) {
-	events, deliveries, attempts := "events"+p.suffix, "deliveries"+p.suffix, "delivery_attempts"+p.suffix
+	// The partitions are reached through their parents, by the day's range
+	// of ids (pruned to the day's partition): the processes' role is granted
+	// the parents only, so their policies hold. Only the drop itself needs
+	// the owner, in hookrelay_drop_day.
 	lo, hi := uuid7Floor(p.day), uuid7Floor(p.day.AddDate(0, 0, 1))
 	// Counted before the lock, not under it: a day's count takes a while,
 	// and only rows that cannot change are counted (a purgeable day has no
 	// open pair; its events are not written again).
 	var nEvents, nDeliveries, nAbandoned int64
 	err := db.pool.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM `+pgx.Identifier{events}.Sanitize()+`),
-		       (SELECT count(*) FROM `+pgx.Identifier{deliveries}.Sanitize()+`),
-		       (SELECT count(*) FROM `+pgx.Identifier{deliveries}.Sanitize()+` WHERE state IN ('pending', 'retrying'))`,
-	).Scan(&nEvents, &nDeliveries, &nAbandoned)
+		SELECT (SELECT count(*) FROM events WHERE id >= $1 AND id < $2),
+		       (SELECT count(*) FROM deliveries WHERE event_id >= $1 AND event_id < $2),
+		       (SELECT count(*) FROM deliveries WHERE event_id >= $1 AND event_id < $2 AND state IN ('pending', 'retrying'))`,
+		lo, hi).Scan(&nEvents, &nDeliveries, &nAbandoned)
 	if err != nil {
 		return false, fmt.Errorf("counting day %s: %w", p.day.Format(time.DateOnly), err)
 	}
@@ -166,20 +169,20 @@ func (db *DB) dropDay(ctx context.Context, p dayPartition, cfg PurgeConfig, res 
 		var keep bool
 		err := tx.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id >= $3 AND o.event_id < $4)
-			    OR EXISTS (SELECT 1 FROM `+pgx.Identifier{deliveries}.Sanitize()+` d
-			               WHERE (d.state IN ('pending', 'retrying') AND ($1::text[] IS NULL OR d.route = ANY($1::text[])))
-			                  OR (d.state = 'dead' AND NOT $2::boolean))`,
+			    OR EXISTS (SELECT 1 FROM deliveries d
+			               WHERE d.event_id >= $3 AND d.event_id < $4
+			                 AND ((d.state IN ('pending', 'retrying') AND ($1::text[] IS NULL OR d.route = ANY($1::text[])))
+			                  OR (d.state = 'dead' AND NOT $2::boolean)))`,
 			cfg.ServedRoutes, cfg.IncludeDead, lo, hi).Scan(&keep)
 		if err != nil || keep {
 			return err
 		}
-		resSources, resIDs, err := resourcesOf(ctx, tx, `SELECT DISTINCT source, ordering_resource FROM `+
-			pgx.Identifier{events}.Sanitize()+` WHERE ordering_resource IS NOT NULL AND purged_at IS NULL`)
+		resSources, resIDs, err := resourcesOf(ctx, tx, `SELECT DISTINCT source, ordering_resource FROM events
+			WHERE id >= $1 AND id < $2 AND ordering_resource IS NOT NULL AND purged_at IS NULL`, lo, hi)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE `+pgx.Identifier{attempts}.Sanitize()+`, `+
-			pgx.Identifier{deliveries}.Sanitize()+`, `+pgx.Identifier{events}.Sanitize()); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT hookrelay_drop_day($1::date)`, p.day.Format(time.DateOnly)); err != nil {
 			return fmt.Errorf("dropping: %w", err)
 		}
 		versions, err := forgetVersions(ctx, tx, resSources, resIDs)

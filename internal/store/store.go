@@ -49,6 +49,10 @@ type Config struct {
 	// statement (plan_cache_mode force_generic_plan) unless the URL sets
 	// plan_cache_mode. See genericPlansNote.
 	GenericPlans bool
+	// TeamFromContext makes each call see the rows of the team its context
+	// names (WithTeam), none when it names none; without it the pool sees
+	// every team's (TeamAll): the receiver, the dispatcher and the CLI.
+	TeamFromContext bool
 }
 
 // genericPlansNote: the receiver's and the dispatcher's statements run
@@ -81,6 +85,11 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	if cfg.ApplicationName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
+	}
+	if cfg.TeamFromContext {
+		setTeamPerCall(pc)
+	} else {
+		pc.ConnConfig.RuntimeParams["hookrelay.team"] = TeamAll
 	}
 	// A connection attempt must not hang a request: the receiver answers 503
 	// quickly when Postgres is unreachable so the sender retries.

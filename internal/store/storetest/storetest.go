@@ -160,3 +160,31 @@ func randomHex(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// AppRole is the role the tests' processes log in as where row-level
+// security matters: it owns nothing (store.EnsureAppRole).
+const AppRole = "hookrelay_test_app"
+
+// AppURL makes AppRole the application role of the database at dbURL
+// (created once per cluster, granted per database, as hookrelay migrate
+// does with database.migrate_url set) and returns dbURL logging in as it.
+func AppURL(t testing.TB, dbURL string) string {
+	t.Helper()
+	appURL := AppURLOf(dbURL)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := store.EnsureAppRole(ctx, dbURL, appURL); err != nil {
+		t.Fatalf("making the application role: %v", err)
+	}
+	return appURL
+}
+
+// AppURLOf is dbURL logging in as AppRole, granting nothing.
+func AppURLOf(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		panic(err)
+	}
+	u.User = url.UserPassword(AppRole, AppRole)
+	return u.String()
+}

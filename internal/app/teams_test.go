@@ -1,0 +1,345 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// teamsHarness is a relay whose processes log in as a role that owns
+// nothing, with two look-alike teams: a-billing (team-a) and b-billing
+// (team-b) both take the platform source acme's invoices, and b-billing
+// also takes bsrc, a source of team-b's. B's destination fails, so B has
+// retrying deliveries, attempts and dead letters; A's accepts.
+type teamsHarness struct {
+	*harness
+	api    *apiClient
+	tokens map[string]string // team -> admin token
+}
+
+func newTeamsHarness(t *testing.T) *teamsHarness {
+	h := newHarness(t)
+	h.cfg.Database.URL = storetest.AppURL(t, h.dbURL)
+	for _, team := range []string{"team-a", "team-b"} {
+		_, err := h.db.Pool().Exec(t.Context(), `INSERT INTO teams (name, created_by) VALUES ($1, 'test')`, team)
+		require.NoError(t, err)
+	}
+	dest := newDestination(t, func(w http.ResponseWriter, r *http.Request, body []byte, route string, prior int) int {
+		if route == "b-billing" {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	bsrc := h.cfg.Sources[0]
+	bsrc.Name, bsrc.Team = "bsrc", "team-b"
+	h.cfg.Sources = append(h.cfg.Sources, bsrc)
+	a := testRoute("a-billing", dest.url("a-billing"), "acme.invoice.*")
+	a.Team = "team-a"
+	b := testRoute("b-billing", dest.url("b-billing"), "acme.invoice.*", "bsrc.#")
+	b.Team, b.MaxAttempts = "team-b", 2
+	h.cfg.Routes = []config.Route{a, b}
+	h.cfg.Admin.Token = adminToken
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.start(app.ReceiverOptions{AdminListener: adminLn})
+	h.startDispatcher(app.DispatcherOptions{})
+	th := &teamsHarness{harness: h, api: newAPIClient(t, "http://"+adminLn.Addr().String()), tokens: map[string]string{}}
+	for _, team := range []string{"team-a", "team-b"} {
+		a := th.api.call("create-token", http.MethodPost, "/api/v1/tokens", adminToken,
+			map[string]any{"name": team[len(team)-1:] + "-admin", "role": "admin", "team": team})
+		require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+		var tok ops.NewToken
+		a.decode(t, &tok)
+		require.Equal(t, team, tok.Team)
+		th.tokens[team] = tok.Secret
+	}
+	return th
+}
+
+// postTo posts a signed event to source.
+func (h *teamsHarness) postTo(source, id, eventType string) string {
+	h.t.Helper()
+	body := []byte(fmt.Sprintf(`{"id":%q,"type":%q,"amount":42}`, id, eventType))
+	r, err := h.tryPost(source, body, http.Header{"X-Acme-Signature": {sign(acmeSecret, body)}})
+	require.NoError(h.t, err)
+	require.Equal(h.t, http.StatusOK, r.status, "%+v", r)
+	return r.ID
+}
+
+// pathParam finds an operation's path parameters.
+var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
+
+// documentQueries reads the required query parameters of each operation
+// of the document.
+func documentQueries(t *testing.T) map[string][]string {
+	t.Helper()
+	raw, err := os.ReadFile(apiDocument)
+	require.NoError(t, err)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+			Parameters  []struct {
+				Name     string `json:"name"`
+				In       string `json:"in"`
+				Required bool   `json:"required"`
+			} `json:"parameters"`
+		} `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	out := map[string][]string{}
+	for _, item := range doc.Paths {
+		for _, o := range item {
+			for _, p := range o.Parameters {
+				if p.In == "query" && p.Required {
+					out[o.OperationID] = append(out[o.OperationID], p.Name)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// documentBodies reads which operations of the document take a request
+// body.
+func documentBodies(t *testing.T) map[string]bool {
+	t.Helper()
+	raw, err := os.ReadFile(apiDocument)
+	require.NoError(t, err)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string          `json:"operationId"`
+			RequestBody json.RawMessage `json:"requestBody"`
+		} `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	out := map[string]bool{}
+	for _, item := range doc.Paths {
+		for _, o := range item {
+			out[o.OperationID] = len(o.RequestBody) > 0
+		}
+	}
+	return out
+}
+
+// Issue 22, the adversarial test: every operation of the OpenAPI document,
+// enumerated from it, called with team A's admin token on team B's
+// identifiers answers 404 (not 403: that would say B's exists), no
+// listing of A holds a row of B, and B's rows are as they were. An
+// operation with path parameters needs nothing here to be covered; one
+// without (a listing, or an action whose target is in its body) fails the
+// test until it has a row below.
+func TestTeamsCannotReachEachOther(t *testing.T) {
+	t.Parallel()
+	h := newTeamsHarness(t)
+	c, tokA, tokB := h.api, h.tokens["team-a"], h.tokens["team-b"]
+
+	shared := h.postTo("acme", "evt_shared", "invoice.paid") // a-billing delivers it, b-billing fails it
+	onlyB := h.postTo("bsrc", "evt_b_only", "invoice.paid")  // b-billing's alone
+	// B's two pairs end dead (2 attempts each), A's shared pair delivered.
+	require.Eventually(t, func() bool {
+		var dead, delivered int
+		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT
+			count(*) FILTER (WHERE route = 'b-billing' AND state = 'dead'),
+			count(*) FILTER (WHERE route = 'a-billing' AND state = 'delivered') FROM deliveries`).Scan(&dead, &delivered))
+		return dead == 2 && delivered == 1
+	}, 30*time.Second, 50*time.Millisecond, "B's pairs dead, A's delivered")
+	// B's own audit rows and job.
+	require.Equal(t, http.StatusOK, c.call("pause-route", http.MethodPost, "/api/v1/routes/b-billing/pause", tokB, map[string]any{"reason": "b's own"}).Status)
+	require.Equal(t, http.StatusOK, c.call("resume-route", http.MethodPost, "/api/v1/routes/b-billing/resume", tokB, nil).Status)
+	a := c.call("replay", http.MethodPost, "/api/v1/replay", tokB, map[string]any{"filter": map[string]any{"route": "b-billing"}, "dry_run": true})
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	var bJob ops.Job
+	a.decode(t, &bJob)
+	c.waitJob(tokB, bJob.ID.String(), 30*time.Second)
+
+	// What must never reach A: B's route, source, events, job, token, team.
+	markers := []string{"b-billing", "bsrc", onlyB, bJob.ID.String(), "b-admin", "team-b"}
+	noneOfB := func(what string, body []byte) {
+		t.Helper()
+		for _, m := range markers {
+			assert.NotContains(t, string(body), m, "%s shows B's %s to A", what, m)
+		}
+	}
+	before := h.bState()
+
+	// B's identifiers by parameter name ({id} is an event or a job), and
+	// identifiers of nothing at all: A's answer on B's must be the answer
+	// on nothing, word for word, or it tells A that B's exist.
+	nothing := map[string]string{"{route}": "no-such-route", "{name}": "no-such-token", "{id}": "0190c8d2-0000-7000-8000-000000000000"}
+	bOf := func(path, param string) string {
+		switch param {
+		case "{route}":
+			return "b-billing"
+		case "{name}":
+			return "b-admin"
+		case "{id}":
+			if strings.HasPrefix(path, "/api/v1/jobs/") {
+				return bJob.ID.String()
+			}
+			return onlyB
+		}
+		t.Fatalf("path parameter %s of %s: say which of B's identifiers it takes", param, path)
+		return ""
+	}
+	ids := func(path string, of map[string]string) string {
+		return pathParam.ReplaceAllStringFunc(path, func(p string) string {
+			if of != nil {
+				return of[p]
+			}
+			return bOf(path, p)
+		})
+	}
+	// sameAsNothing calls op on B's things and on nothing: the answers
+	// must be one, but for the names the caller gave (swap: nothing's
+	// name to B's).
+	sameAsNothing := func(op docOperation, pathB, pathNone string, bodyB, bodyNone any, want int, swap map[string]string) {
+		t.Helper()
+		a := c.call(op.ID, op.Method, pathB, tokA, bodyB)
+		assert.Equal(t, want, a.Status, "%s %s as team A: %s", op.Method, pathB, a.Body)
+		n := c.call(op.ID, op.Method, pathNone, tokA, bodyNone)
+		echo := string(n.Body)
+		for from, to := range swap {
+			echo = strings.ReplaceAll(echo, from, to)
+		}
+		assert.Equal(t, n.Status, a.Status, "%s: B's answers as nothing does", op.ID)
+		assert.Equal(t, echo, string(a.Body), "%s: A's answer on B's names is its answer on nothing", op.ID)
+	}
+	// The operations without path parameters: a listing (called, and with
+	// B's names as its filter where it takes them), or an action naming
+	// B's things in its body; each with its twin on nothing.
+	type attempt struct {
+		query, queryNone string
+		body, bodyNone   any
+		swap             map[string]string
+		status           int
+	}
+	routeSwap := map[string]string{"no-such-route": "b-billing"}
+	unparameterised := map[string][]attempt{
+		"list-routes":  {{status: http.StatusOK}},
+		"get-activity": {{status: http.StatusOK}},
+		"list-events": {{status: http.StatusOK},
+			{query: "?route=b-billing", queryNone: "?route=no-such-route", swap: routeSwap, status: http.StatusOK},
+			{query: "?source=bsrc", queryNone: "?source=no-such-source", swap: map[string]string{"no-such-source": "bsrc"}, status: http.StatusOK}},
+		"list-jobs":   {{status: http.StatusOK}},
+		"list-tokens": {{status: http.StatusOK}},
+		"list-audit": {{status: http.StatusOK},
+			{query: "?target=b-billing", queryNone: "?target=no-such-route", swap: routeSwap, status: http.StatusOK}},
+		"replay": {
+			{body: map[string]any{"event_id": onlyB}, bodyNone: map[string]any{"event_id": nothing["{id}"]},
+				swap: map[string]string{nothing["{id}"]: onlyB}, status: http.StatusNotFound},
+			{body: map[string]any{"filter": map[string]any{"route": "b-billing"}}, bodyNone: map[string]any{"filter": map[string]any{"route": "no-such-route"}},
+				swap: routeSwap, status: http.StatusNotFound},
+		},
+		// A team's token names no other team, and purges nothing: the
+		// platform's alone (a 403 whatever the team or the age).
+		"create-token": {{body: map[string]any{"name": "sneaky", "role": "admin", "team": "team-b"},
+			bodyNone: map[string]any{"name": "sneaky", "role": "admin", "team": "no-such-team"}, swap: map[string]string{"no-such-team": "team-b"}, status: http.StatusForbidden}},
+		"purge": {{body: map[string]any{"older_than": "1s", "confirm": true}, status: http.StatusForbidden},
+			{body: map[string]any{"older_than": "1s", "dry_run": true}, status: http.StatusForbidden}},
+	}
+	bodies, queries := documentBodies(t), documentQueries(t)
+	docOps := documentOperations(t)
+	require.GreaterOrEqual(t, len(docOps), 21)
+	for _, op := range docOps {
+		if pathParam.MatchString(op.Path) {
+			var body any
+			if bodies[op.ID] {
+				body = map[string]any{}
+			}
+			query := ""
+			for i, q := range queries[op.ID] { // the required ones: B's source, a resource
+				query += map[bool]string{true: "?", false: "&"}[i == 0] + q + "=" + map[string]string{"source": "bsrc"}[q] + "r1"
+			}
+			swap := map[string]string{}
+			for _, p := range pathParam.FindAllString(op.Path, -1) {
+				swap[nothing[p]] = bOf(op.Path, p)
+			}
+			sameAsNothing(op, ids(op.Path, nil)+query, ids(op.Path, nothing)+query, body, body, http.StatusNotFound, swap)
+			continue
+		}
+		cases, ok := unparameterised[op.ID]
+		require.True(t, ok, "operation %s (%s %s) takes no path parameter: add how team A tries B's rows with it", op.ID, op.Method, op.Path)
+		for _, k := range cases {
+			if k.query != "" || k.bodyNone != nil {
+				sameAsNothing(op, op.Path+k.query, op.Path+k.queryNone, k.body, k.bodyNone, k.status, k.swap)
+				continue
+			}
+			a := c.call(op.ID, op.Method, op.Path, tokA, k.body)
+			assert.Equal(t, k.status, a.Status, "%s %s as team A: %s", op.Method, op.Path, a.Body)
+			noneOfB(op.ID, a.Body)
+		}
+	}
+	require.Equal(t, before, h.bState(), "B's rows and dead letters are as they were")
+
+	// A sees its own: its route, the shared event with its own delivery
+	// only, its token.
+	a = c.call("get-event", http.MethodGet, "/api/v1/events/"+shared, tokA, nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	noneOfB("the shared event", a.Body)
+	var ev ops.EventDetail
+	a.decode(t, &ev)
+	require.Len(t, ev.Deliveries, 1)
+	require.Equal(t, "a-billing", ev.Deliveries[0].Route)
+	a = c.call("list-routes", http.MethodGet, "/api/v1/routes", tokA, nil)
+	var routes ops.RouteList
+	a.decode(t, &routes)
+	require.Len(t, routes.Routes, 1)
+	require.Equal(t, "a-billing", routes.Routes[0].Route)
+	require.Equal(t, http.StatusOK, c.call("pause-route", http.MethodPost, "/api/v1/routes/a-billing/pause", tokA, nil).Status)
+	// The platform sees both.
+	a = c.call("get-event", http.MethodGet, "/api/v1/events/"+shared, adminToken, nil)
+	a.decode(t, &ev)
+	require.Len(t, ev.Deliveries, 2)
+	a = c.call("list-routes", http.MethodGet, "/api/v1/routes", adminToken, nil)
+	a.decode(t, &routes)
+	require.Len(t, routes.Routes, 2)
+}
+
+// bState is what A must not change of B's: its pairs, its route's state,
+// its token, its dead letters.
+func (h *teamsHarness) bState() string {
+	h.t.Helper()
+	ctx := context.Background()
+	var rows string
+	require.NoError(h.t, h.db.Pool().QueryRow(ctx, `SELECT
+		(SELECT string_agg(event_id || ':' || state || ':' || attempts, ',' ORDER BY event_id) FROM deliveries WHERE route = 'b-billing') || ' ' ||
+		(SELECT count(*) FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.route = 'b-billing') || ' ' ||
+		(SELECT coalesce(paused::text, 'none') FROM route_state WHERE route = 'b-billing') || ' ' ||
+		(SELECT coalesce(revoked_at::text, 'live') FROM api_tokens WHERE name = 'b-admin')`).Scan(&rows))
+	q, err := h.ch.QueueDeclarePassive(h.names.DeadQueue("b-billing"), true, false, false, false, nil)
+	require.NoError(h.t, err)
+	return fmt.Sprintf("%s dead-letters:%d", rows, q.Messages)
+}
+
+// The receiver and the dispatcher, logged in as a role that row-level
+// security does not hold (the tests' superuser), refuse to start once a
+// team besides the platform exists, naming what to change.
+func TestProcessesRefuseAnOwnerRoleOnceTeamsExist(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	_, err := h.db.Pool().Exec(t.Context(), `INSERT INTO teams (name) VALUES ('payments')`)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	err = app.RunReceiver(ctx, h.cfg, app.ReceiverOptions{Listener: ln})
+	require.ErrorContains(t, err, "row-level security does not hold")
+	require.ErrorContains(t, err, "database.migrate_url")
+	err = app.RunDispatcher(ctx, h.cfg, app.DispatcherOptions{})
+	require.ErrorContains(t, err, "row-level security does not hold")
+}
