@@ -42,6 +42,8 @@ func TestInvalidFlagsAreRejected(t *testing.T) {
 		{"soak sampled too rarely", []string{"--soak", "1m", "--soak-every", "45s"}, "--soak-every"},
 		{"history with rounds", []string{"--history", "1000", "--rounds", "3"}, "leave --rounds out"},
 		{"history with a soak", []string{"--history", "1000", "--soak", "10m"}, "separate runs"},
+		{"rls in odd rounds", []string{"--rls", "--rounds", "3"}, "even --rounds"},
+		{"rls with history", []string{"--rls", "--history", "1000"}, "a run of its own"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

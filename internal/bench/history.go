@@ -25,17 +25,9 @@ type History struct {
 	VacuumS float64 `json:"vacuum_s"`
 	// Compare holds, per phase, round 2 (with the history) against round
 	// 1 (empty).
-	Compare []HistoryCompare `json:"compare"`
+	Compare []RoundCompare `json:"compare"`
 	// Purge is the purge of the history's oldest day.
 	Purge *HistoryPurge `json:"purge,omitempty"`
-}
-
-// HistoryCompare is one phase with the history against it without.
-type HistoryCompare struct {
-	Phase  string  `json:"phase"`
-	Rate   Compare `json:"rate"`
-	P99    Compare `json:"p99_ms"`
-	OwnCPU Compare `json:"own_cpu_ms_per_event"`
 }
 
 // HistoryPurge is the timed purge.
@@ -173,30 +165,8 @@ func (r *runner) purgeHistory(ctx context.Context) error {
 
 // compareHistory fills the comparison of round 2 with round 1.
 func (r *runner) compareHistory() {
-	h := r.res.History
-	if h == nil {
-		return
-	}
-	rounds := map[int]map[string]*Phase{}
-	for _, p := range r.res.Phases {
-		if rounds[p.Round] == nil {
-			rounds[p.Round] = map[string]*Phase{}
-		}
-		rounds[p.Round][p.Key] = p
-	}
-	for _, p := range r.res.Phases {
-		if p.Round != 2 || p.System != "hookrelay" {
-			continue
-		}
-		e := rounds[1][p.Key]
-		if e == nil {
-			continue
-		}
-		c := HistoryCompare{Phase: p.Key, Rate: compare(p.Rate, e.Rate), OwnCPU: compare(p.OwnCPUPerEventMS, e.OwnCPUPerEventMS)} // Hookrelay: with the history, Bare: empty
-		if p.Latency != nil && e.Latency != nil {
-			c.P99 = compare(p.Latency.P99, e.Latency.P99)
-		}
-		h.Compare = append(h.Compare, c)
+	if h := r.res.History; h != nil {
+		h.Compare = compareRounds(r.res.Phases, func(round int) (int, bool) { return 1, round == 2 }) // Hookrelay: with the history, Bare: empty
 	}
 }
 

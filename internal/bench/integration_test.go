@@ -165,6 +165,39 @@ func TestQuickRunAgainstRealServices(t *testing.T) {
 
 // Issue 21, item 4: a short soak samples the processes and the servers
 // every interval and judges each series, with the same checks as a phase.
+// --rls: the second round's receiver and dispatcher log in as a role
+// that owns nothing, deliver everything (the checks pass), and the table
+// compares it with the first.
+func TestRLSRoundsAgainstRealServices(t *testing.T) {
+	bin := buildRelay(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := Main(ctx, []string{
+		"--json", "--rls", "--phases", "delivery", "--backlog", "300", "--concurrency", "8",
+		"--receiver-bin", filepath.Join(bin, "receiver"), "--dispatcher-bin", filepath.Join(bin, "dispatcher"),
+		"--database-url", testenv.AdminDatabaseURL(), "--amqp-url", testenv.AMQPURL(), "--management-url", testenv.ManagementURL(),
+	}, &stdout, &stderr)
+	require.NoError(t, err, "bench failed; its progress:\n%s", stderr.String())
+	var res Results
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), "--json prints one JSON document: %s", stdout.String())
+	require.Empty(t, res.Failures)
+	require.Len(t, res.Phases, 2)
+	for _, p := range res.Phases {
+		require.True(t, p.Checked)
+		require.Zero(t, p.Lost)
+		require.EqualValues(t, 300, p.Count)
+	}
+	require.NotNil(t, res.RLS)
+	require.Equal(t, rlsRole, res.RLS.Role)
+	require.Len(t, res.RLS.Compare, 1)
+	c := res.RLS.Compare[0]
+	require.Equal(t, 2, c.Round)
+	require.Equal(t, "delivery", c.Phase)
+	require.Positive(t, c.Rate.Ratio)
+	require.Contains(t, stderr.String(), "round 2: the receiver and the dispatcher log in as "+rlsRole)
+}
+
 func TestSoakAgainstRealServices(t *testing.T) {
 	bin := buildRelay(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -147,6 +147,11 @@ func (r *runner) printTable(w io.Writer) error {
 			return err
 		}
 	}
+	if res.RLS != nil {
+		if err := printRLS(w, res.RLS); err != nil {
+			return err
+		}
+	}
 	for round := 1; round <= rounds; round++ {
 		if err := printProcs(w, res, round, rounds); err != nil {
 			return err

@@ -36,6 +36,8 @@ type Results struct {
 	Soak *Soak `json:"soak,omitempty"`
 	// History is what --history measured; nil without it.
 	History *History `json:"history,omitempty"`
+	// RLS is --rls's comparison.
+	RLS *RLS `json:"rls,omitempty"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`

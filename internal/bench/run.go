@@ -43,6 +43,9 @@ type runner struct {
 	adminURL            string
 	relayName, bareName string
 	relayURL, bareURL   string
+	// runningURL is the URL the receiver and the dispatcher log in with:
+	// relayURL, or appURL in the even rounds of --rls.
+	runningURL, appURL  string
 	created             []string
 	relay               *pgx.Conn // the relay's database, for counts
 	mg                  *mgmt
@@ -129,6 +132,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 				return err
 			}
 		}
+		if o.rls {
+			if err := r.switchRole(ctx, r.round); err != nil {
+				return err
+			}
+		}
 		for _, s := range steps {
 			if !o.phases[s.phase] {
 				continue
@@ -147,6 +155,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		}
 		r.compareHistory()
 	}
+	r.compareRLS()
 	if err := r.profileTops(ctx); err != nil {
 		return err
 	}
@@ -387,18 +396,22 @@ func freeAddr() (string, error) {
 // with the real loader before anything starts, so a config the binaries
 // would refuse stops the run here with the loader's message.
 func (r *runner) writeConfig() error {
-	var err error
-	if r.receiverAddr, err = freeAddr(); err != nil {
-		return err
+	// The addresses stay what they were on a rewrite (--rls): the senders
+	// keep theirs.
+	for _, addr := range []*string{&r.receiverAddr, &r.dispatcherAddr, &r.metricsAddr} {
+		if *addr != "" {
+			continue
+		}
+		var err error
+		if *addr, err = freeAddr(); err != nil {
+			return err
+		}
 	}
-	if r.dispatcherAddr, err = freeAddr(); err != nil {
-		return err
-	}
-	if r.metricsAddr, err = freeAddr(); err != nil {
-		return err
+	if r.runningURL == "" {
+		r.runningURL = r.relayURL
 	}
 	cfg := map[string]any{
-		"database": map[string]any{"url": r.relayURL, "max_conns": r.o.dbConns},
+		"database": map[string]any{"url": r.runningURL, "max_conns": r.o.dbConns},
 		"amqp": map[string]any{
 			"url": r.o.amqpURL, "prefix": r.prefix, "management_url": r.o.managementURL,
 		},
@@ -505,6 +518,19 @@ func (r *runner) startDispatcher(ctx context.Context) (*process, error) {
 
 // dispatcherDown stops the dispatcher (SIGTERM: in-flight deliveries
 // finish and are acked) unless it is stopped.
+// receiverDown stops the receiver.
+func (r *runner) receiverDown() error {
+	r.mu.Lock()
+	p := r.current[procReceiver]
+	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	err := p.stop(45 * time.Second)
+	r.setCurrent(procReceiver, nil)
+	return err
+}
+
 func (r *runner) dispatcherDown() error {
 	r.mu.Lock()
 	p := r.current[procDispatcher]
