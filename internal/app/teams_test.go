@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/console"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/stretchr/testify/assert"
@@ -78,6 +82,54 @@ func (h *teamsHarness) postTo(source, id, eventType string) string {
 	require.NoError(h.t, err)
 	require.Equal(h.t, http.StatusOK, r.status, "%+v", r)
 	return r.ID
+}
+
+// seed gives both teams look-alike rows: the platform's event shared
+// (a-billing delivers it, b-billing fails it), one of B's source alone,
+// both of B's pairs dead, B's own audit rows (a pause and a resume) and
+// B's job. It returns the two events' ids and the job's.
+func (h *teamsHarness) seed() (shared, onlyB, bJob string) {
+	t, c, tokB := h.t, h.api, h.tokens["team-b"]
+	t.Helper()
+	shared = h.postTo("acme", "evt_shared", "invoice.paid") // a-billing delivers it, b-billing fails it
+	onlyB = h.postTo("bsrc", "evt_b_only", "invoice.paid")  // b-billing's alone
+	// B's two pairs end dead (2 attempts each), A's shared pair delivered.
+	require.Eventually(t, func() bool {
+		var dead, delivered int
+		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT
+			count(*) FILTER (WHERE route = 'b-billing' AND state = 'dead'),
+			count(*) FILTER (WHERE route = 'a-billing' AND state = 'delivered') FROM deliveries`).Scan(&dead, &delivered))
+		return dead == 2 && delivered == 1
+	}, 30*time.Second, 50*time.Millisecond, "B's pairs dead, A's delivered")
+	// B's own audit rows and job.
+	require.Equal(t, http.StatusOK, c.call("pause-route", http.MethodPost, "/api/v1/routes/b-billing/pause", tokB, map[string]any{"reason": "b's own"}).Status)
+	require.Equal(t, http.StatusOK, c.call("resume-route", http.MethodPost, "/api/v1/routes/b-billing/resume", tokB, nil).Status)
+	a := c.call("replay", http.MethodPost, "/api/v1/replay", tokB, map[string]any{"filter": map[string]any{"route": "b-billing"}, "dry_run": true})
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	var job ops.Job
+	a.decode(t, &job)
+	c.waitJob(tokB, job.ID.String(), 30*time.Second)
+	bJob = job.ID.String()
+	// B acts on its own: a replay of its event writes its pair and an
+	// outbox row under B's policies, and the pair is tried again (and
+	// fails again: dead, with two more attempts and a third dead letter).
+	a = c.call("replay", http.MethodPost, "/api/v1/replay", tokB, map[string]any{"event_id": onlyB})
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	a.decode(t, &job)
+	done, _ := c.waitJob(tokB, job.ID.String(), 30*time.Second)
+	require.Equal(t, "succeeded", done.State, "%s", done.Error)
+	var res ops.ReplayResult
+	require.NoError(t, json.Unmarshal(done.Result, &res))
+	require.Equal(t, 1, res.ReplayedCount, "%s", done.Result)
+	require.Eventually(t, func() bool {
+		var attempts int
+		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT count(*) FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
+			WHERE d.route = 'b-billing' AND d.state = 'dead'`).Scan(&attempts))
+		q, err := h.ch.QueueDeclarePassive(h.names.DeadQueue("b-billing"), true, false, false, false, nil)
+		require.NoError(t, err)
+		return attempts == 6 && q.Messages == 3
+	}, 30*time.Second, 50*time.Millisecond, "B's replayed pair dead again")
+	return shared, onlyB, bJob
 }
 
 // pathParam finds an operation's path parameters.
@@ -145,29 +197,11 @@ func documentBodies(t *testing.T) map[string]bool {
 func TestTeamsCannotReachEachOther(t *testing.T) {
 	t.Parallel()
 	h := newTeamsHarness(t)
-	c, tokA, tokB := h.api, h.tokens["team-a"], h.tokens["team-b"]
+	c, tokA := h.api, h.tokens["team-a"]
 
-	shared := h.postTo("acme", "evt_shared", "invoice.paid") // a-billing delivers it, b-billing fails it
-	onlyB := h.postTo("bsrc", "evt_b_only", "invoice.paid")  // b-billing's alone
-	// B's two pairs end dead (2 attempts each), A's shared pair delivered.
-	require.Eventually(t, func() bool {
-		var dead, delivered int
-		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT
-			count(*) FILTER (WHERE route = 'b-billing' AND state = 'dead'),
-			count(*) FILTER (WHERE route = 'a-billing' AND state = 'delivered') FROM deliveries`).Scan(&dead, &delivered))
-		return dead == 2 && delivered == 1
-	}, 30*time.Second, 50*time.Millisecond, "B's pairs dead, A's delivered")
-	// B's own audit rows and job.
-	require.Equal(t, http.StatusOK, c.call("pause-route", http.MethodPost, "/api/v1/routes/b-billing/pause", tokB, map[string]any{"reason": "b's own"}).Status)
-	require.Equal(t, http.StatusOK, c.call("resume-route", http.MethodPost, "/api/v1/routes/b-billing/resume", tokB, nil).Status)
-	a := c.call("replay", http.MethodPost, "/api/v1/replay", tokB, map[string]any{"filter": map[string]any{"route": "b-billing"}, "dry_run": true})
-	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
-	var bJob ops.Job
-	a.decode(t, &bJob)
-	c.waitJob(tokB, bJob.ID.String(), 30*time.Second)
-
+	shared, onlyB, bJob := h.seed()
 	// What must never reach A: B's route, source, events, job, token, team.
-	markers := []string{"b-billing", "bsrc", onlyB, bJob.ID.String(), "b-admin", "team-b"}
+	markers := []string{"b-billing", "bsrc", onlyB, bJob, "b-admin", "team-b"}
 	noneOfB := func(what string, body []byte) {
 		t.Helper()
 		for _, m := range markers {
@@ -188,7 +222,7 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 			return "b-admin"
 		case "{id}":
 			if strings.HasPrefix(path, "/api/v1/jobs/") {
-				return bJob.ID.String()
+				return bJob
 			}
 			return onlyB
 		}
@@ -287,7 +321,7 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 
 	// A sees its own: its route, the shared event with its own delivery
 	// only, its token.
-	a = c.call("get-event", http.MethodGet, "/api/v1/events/"+shared, tokA, nil)
+	a := c.call("get-event", http.MethodGet, "/api/v1/events/"+shared, tokA, nil)
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	noneOfB("the shared event", a.Body)
 	var ev ops.EventDetail
@@ -342,4 +376,99 @@ func TestProcessesRefuseAnOwnerRoleOnceTeamsExist(t *testing.T) {
 	require.ErrorContains(t, err, "database.migrate_url")
 	err = app.RunDispatcher(ctx, h.cfg, app.DispatcherOptions{})
 	require.ErrorContains(t, err, "row-level security does not hold")
+}
+
+// Issue 22, the console's half: signed in as team A in a real browser,
+// every page and action of the console (console.Pages, so a new one is
+// covered) on B's identifiers answers as on identifiers of nothing, 404;
+// A's pages list nothing of B's; B's rows are as they were.
+func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
+	t.Parallel()
+	h := newTeamsHarness(t)
+	shared, onlyB, bJob := h.seed()
+	ctx := browser(t)
+	base := h.api.base
+	signIn(t, ctx, base, h.tokens["team-a"])
+	waitText(t, ctx, "header form.who", "a-admin")
+	before := h.bState()
+	markers := []string{"b-billing", "bsrc", onlyB, bJob, "b-admin", "team-b"}
+
+	// The listings, as the browser shows them.
+	for _, page := range []string{"/", "/events", "/audit", "/replay", "/events/" + shared} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+page)))
+		body, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+		require.NoError(t, err)
+		for _, m := range markers {
+			assert.NotContains(t, body, m, "%s shows B's %s to A", page, m)
+		}
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/events/"+shared)))
+	require.Contains(t, text(t, ctx, "main"), "a-billing", "A sees its own delivery of the shared event")
+	screenshot(t, ctx, "console-team-a-shared-event")
+
+	// Every page and action on B's identifiers, and on nothing's, with
+	// the browser's session: one answer, 404.
+	client := sessionClient(t, ctx, base)
+	bOf := map[string]string{"{route}": "b-billing", "{id}": onlyB}
+	nothing := map[string]string{"{route}": "no-such-route", "{id}": "0190c8d2-0000-7000-8000-000000000000"}
+	fill := func(pattern string, of map[string]string) (method, path string, form url.Values) {
+		method, path, _ = strings.Cut(pattern, " ")
+		path = strings.TrimSuffix(path, "{$}")
+		path = pathParam.ReplaceAllStringFunc(path, func(p string) string {
+			if p == "{id}" && strings.HasPrefix(path, "/jobs/") {
+				if of["{route}"] == "b-billing" {
+					return bJob
+				}
+			}
+			v, ok := of[p]
+			require.True(t, ok, "page %s: say which of B's identifiers %s takes", pattern, p)
+			return v
+		})
+		// What a form of the page would send, naming B's things.
+		form = url.Values{"route": {of["{route}"]}, "event_id": {of["{id}"]}, "reason": {"a's"}, "confirm": {"yes"}}
+		return method, path, form
+	}
+	do := func(method, path string, form url.Values) (int, string) {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	tried := 0
+	for _, p := range console.Pages {
+		if !pathParam.MatchString(p.Pattern) && !strings.HasPrefix(p.Pattern, "POST ") {
+			continue // a listing: above
+		}
+		method, pathB, formB := fill(p.Pattern, bOf)
+		_, pathNone, formNone := fill(p.Pattern, nothing)
+		status, body := do(method, pathB, formB)
+		statusNone, bodyNone := do(method, pathNone, formNone)
+		assert.Equal(t, http.StatusNotFound, status, "%s as team A on B's: %s", pathB, body)
+		assert.Equal(t, statusNone, status, "%s: B's answers as nothing does", p.Pattern)
+		for from, to := range map[string]string{nothing["{route}"]: "b-billing", nothing["{id}"]: onlyB} {
+			bodyNone = strings.ReplaceAll(bodyNone, from, to)
+		}
+		if strings.HasPrefix(pathB, "/jobs/") {
+			bodyNone = strings.ReplaceAll(bodyNone, onlyB, bJob)
+		}
+		assert.Equal(t, bodyNone, body, "%s: A's answer on B's names is its answer on nothing", p.Pattern)
+		tried++
+	}
+	require.GreaterOrEqual(t, tried, 12)
+	// A listing filtered by B's names: as filtered by nothing's.
+	for _, q := range []string{"route=%s", "source=%s", "find=%s"} {
+		for b, none := range map[string]string{"b-billing": "no-such-route", "bsrc": "no-such-source", onlyB: nothing["{id}"]} {
+			status, body := do(http.MethodGet, "/events?"+fmt.Sprintf(q, url.QueryEscape(b)), nil)
+			statusNone, bodyNone := do(http.MethodGet, "/events?"+fmt.Sprintf(q, url.QueryEscape(none)), nil)
+			assert.Equal(t, statusNone, status, "/events?%s", fmt.Sprintf(q, b))
+			assert.Equal(t, strings.ReplaceAll(bodyNone, none, b), body, "/events?%s: A's answer on B's names is its answer on nothing", fmt.Sprintf(q, b))
+		}
+	}
+	require.Equal(t, before, h.bState(), "B's rows and dead letters are as they were")
 }

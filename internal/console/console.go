@@ -14,6 +14,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -100,28 +101,60 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	mux.HandleFunc("GET /signin", c.signInPage)
 	mux.HandleFunc("POST /signin", c.signIn)
 	mux.HandleFunc("POST /signout", c.signOut)
-	mux.Handle("GET /{$}", c.authed(ops.RoleViewer, c.overview))
-	mux.Handle("GET /events", c.authed(ops.RoleViewer, c.events))
-	mux.Handle("GET /events/{id}", c.authed(ops.RoleViewer, c.event))
-	mux.Handle("POST /events/{id}/retry", c.authed(ops.RoleOperator, c.retry))
-	mux.Handle("POST /events/{id}/replay", c.authed(ops.RoleOperator, c.replayEvent))
-	mux.Handle("POST /routes/{route}/pause", c.authed(ops.RoleOperator, c.pause(true)))
-	mux.Handle("POST /routes/{route}/resume", c.authed(ops.RoleOperator, c.pause(false)))
-	mux.Handle("GET /routes/{route}", c.authed(ops.RoleViewer, c.routePage))
-	mux.Handle("POST /routes/{route}/versions/reset", c.authed(ops.RoleOperator, c.versionReset))
-	mux.Handle("GET /routes/{route}/dead-letters", c.authed(ops.RoleViewer, c.deadLetters))
-	mux.Handle("POST /routes/{route}/dead-letters/requeue", c.authed(ops.RoleOperator, c.requeue))
-	mux.Handle("POST /routes/{route}/dead-letters/drop-delivered", c.authed(ops.RoleOperator, c.dropDelivered))
-	mux.Handle("GET /replay", c.authed(ops.RoleViewer, c.replayPage))
-	mux.Handle("POST /replay", c.authed(ops.RoleOperator, c.replay))
-	mux.Handle("GET /jobs/{id}", c.authed(ops.RoleViewer, c.job))
-	mux.Handle("GET /audit", c.authed(ops.RoleViewer, c.audit))
+	handlers := map[string]func(http.ResponseWriter, *http.Request, user){
+		"GET /{$}": c.overview, "GET /events": c.events, "GET /events/{id}": c.event,
+		"POST /events/{id}/retry": c.retry, "POST /events/{id}/replay": c.replayEvent,
+		"POST /routes/{route}/pause": c.pause(true), "POST /routes/{route}/resume": c.pause(false),
+		"GET /routes/{route}": c.routePage, "POST /routes/{route}/versions/reset": c.versionReset,
+		"GET /routes/{route}/dead-letters": c.deadLetters, "POST /routes/{route}/dead-letters/requeue": c.requeue,
+		"POST /routes/{route}/dead-letters/drop-delivered": c.dropDelivered,
+		"GET /replay": c.replayPage, "POST /replay": c.replay, "GET /jobs/{id}": c.job, "GET /audit": c.audit,
+	}
+	for _, p := range Pages {
+		h, ok := handlers[p.Pattern]
+		if !ok {
+			return nil, fmt.Errorf("console: page %s has no handler", p.Pattern)
+		}
+		mux.Handle(p.Pattern, c.authed(p.Role, h))
+	}
+	if len(handlers) != len(Pages) {
+		return nil, fmt.Errorf("console: %d handlers for %d pages", len(handlers), len(Pages))
+	}
 
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "cross-site request refused", http.StatusForbidden)
 	}))
 	return securityHeaders(c.sessions.LoadAndSave(cop.Handler(mux))), nil
+}
+
+// Page is a page or an action of the console behind a sign-in: its
+// pattern (method and path, as http.ServeMux takes it) and the role it
+// needs.
+type Page struct {
+	Pattern, Role string
+}
+
+// Pages lists every page and action behind a sign-in: the handler
+// serves exactly these, and the tests that try each one (roles, teams)
+// read them here, so a new page is covered without editing them.
+var Pages = []Page{
+	{"GET /{$}", ops.RoleViewer},
+	{"GET /events", ops.RoleViewer},
+	{"GET /events/{id}", ops.RoleViewer},
+	{"POST /events/{id}/retry", ops.RoleOperator},
+	{"POST /events/{id}/replay", ops.RoleOperator},
+	{"POST /routes/{route}/pause", ops.RoleOperator},
+	{"POST /routes/{route}/resume", ops.RoleOperator},
+	{"GET /routes/{route}", ops.RoleViewer},
+	{"POST /routes/{route}/versions/reset", ops.RoleOperator},
+	{"GET /routes/{route}/dead-letters", ops.RoleViewer},
+	{"POST /routes/{route}/dead-letters/requeue", ops.RoleOperator},
+	{"POST /routes/{route}/dead-letters/drop-delivered", ops.RoleOperator},
+	{"GET /replay", ops.RoleViewer},
+	{"POST /replay", ops.RoleOperator},
+	{"GET /jobs/{id}", ops.RoleViewer},
+	{"GET /audit", ops.RoleViewer},
 }
 
 // securityHeaders sets the console's headers on every answer.
