@@ -36,6 +36,10 @@ const apiDocument = "../../api/openapi.json"
 // docOperation is an operation of the document.
 type docOperation struct {
 	ID, Method, Path, Role string
+	// HasBody: it takes a request body; Queries are its required query
+	// parameters.
+	HasBody bool
+	Queries []string
 }
 
 // documentOperations reads every operation of the committed document.
@@ -45,15 +49,27 @@ func documentOperations(t *testing.T) []docOperation {
 	require.NoError(t, err)
 	var doc struct {
 		Paths map[string]map[string]struct {
-			OperationID string `json:"operationId"`
-			Role        string `json:"x-required-role"`
+			OperationID string          `json:"operationId"`
+			Role        string          `json:"x-required-role"`
+			RequestBody json.RawMessage `json:"requestBody"`
+			Parameters  []struct {
+				Name     string `json:"name"`
+				In       string `json:"in"`
+				Required bool   `json:"required"`
+			} `json:"parameters"`
 		} `json:"paths"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &doc))
 	var out []docOperation
 	for path, item := range doc.Paths {
 		for method, o := range item {
-			out = append(out, docOperation{ID: o.OperationID, Method: strings.ToUpper(method), Path: path, Role: o.Role})
+			op := docOperation{ID: o.OperationID, Method: strings.ToUpper(method), Path: path, Role: o.Role, HasBody: len(o.RequestBody) > 0}
+			for _, p := range o.Parameters {
+				if p.In == "query" && p.Required {
+					op.Queries = append(op.Queries, p.Name)
+				}
+			}
+			out = append(out, op)
 		}
 	}
 	slices.SortFunc(out, func(a, b docOperation) int { return strings.Compare(a.ID, b.ID) })

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -135,58 +134,6 @@ func (h *teamsHarness) seed() (shared, onlyB, bJob string) {
 // pathParam finds an operation's path parameters.
 var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
 
-// documentQueries reads the required query parameters of each operation
-// of the document.
-func documentQueries(t *testing.T) map[string][]string {
-	t.Helper()
-	raw, err := os.ReadFile(apiDocument)
-	require.NoError(t, err)
-	var doc struct {
-		Paths map[string]map[string]struct {
-			OperationID string `json:"operationId"`
-			Parameters  []struct {
-				Name     string `json:"name"`
-				In       string `json:"in"`
-				Required bool   `json:"required"`
-			} `json:"parameters"`
-		} `json:"paths"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &doc))
-	out := map[string][]string{}
-	for _, item := range doc.Paths {
-		for _, o := range item {
-			for _, p := range o.Parameters {
-				if p.In == "query" && p.Required {
-					out[o.OperationID] = append(out[o.OperationID], p.Name)
-				}
-			}
-		}
-	}
-	return out
-}
-
-// documentBodies reads which operations of the document take a request
-// body.
-func documentBodies(t *testing.T) map[string]bool {
-	t.Helper()
-	raw, err := os.ReadFile(apiDocument)
-	require.NoError(t, err)
-	var doc struct {
-		Paths map[string]map[string]struct {
-			OperationID string          `json:"operationId"`
-			RequestBody json.RawMessage `json:"requestBody"`
-		} `json:"paths"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &doc))
-	out := map[string]bool{}
-	for _, item := range doc.Paths {
-		for _, o := range item {
-			out[o.OperationID] = len(o.RequestBody) > 0
-		}
-	}
-	return out
-}
-
 // Issue 22, the adversarial test: every operation of the OpenAPI document,
 // enumerated from it, called with team A's admin token on team B's
 // identifiers answers 404 (not 403: that would say B's exists), no
@@ -285,17 +232,16 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 		"purge": {{body: map[string]any{"older_than": "1s", "confirm": true}, status: http.StatusForbidden},
 			{body: map[string]any{"older_than": "1s", "dry_run": true}, status: http.StatusForbidden}},
 	}
-	bodies, queries := documentBodies(t), documentQueries(t)
 	docOps := documentOperations(t)
 	require.GreaterOrEqual(t, len(docOps), 21)
 	for _, op := range docOps {
 		if pathParam.MatchString(op.Path) {
 			var body any
-			if bodies[op.ID] {
+			if op.HasBody {
 				body = map[string]any{}
 			}
 			query := ""
-			for i, q := range queries[op.ID] { // the required ones: B's source, a resource
+			for i, q := range op.Queries { // the required ones: B's source, a resource
 				query += map[bool]string{true: "?", false: "&"}[i == 0] + q + "=" + map[string]string{"source": "bsrc"}[q] + "r1"
 			}
 			swap := map[string]string{}
@@ -389,7 +335,7 @@ func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
 	ctx := browser(t)
 	base := h.api.base
 	signIn(t, ctx, base, h.tokens["team-a"])
-	waitText(t, ctx, "header form.who", "a-admin")
+	waitText(t, ctx, "header form.who", "token:a-admin (admin, team team-a)")
 	before := h.bState()
 	markers := []string{"b-billing", "bsrc", onlyB, bJob, "b-admin", "team-b"}
 

@@ -519,27 +519,20 @@ func (r *runner) startDispatcher(ctx context.Context) (*process, error) {
 // dispatcherDown stops the dispatcher (SIGTERM: in-flight deliveries
 // finish and are acked) unless it is stopped.
 // receiverDown stops the receiver.
-func (r *runner) receiverDown() error {
-	r.mu.Lock()
-	p := r.current[procReceiver]
-	r.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	err := p.stop(45 * time.Second)
-	r.setCurrent(procReceiver, nil)
-	return err
-}
+func (r *runner) receiverDown() error { return r.stopChild(procReceiver) }
 
-func (r *runner) dispatcherDown() error {
+func (r *runner) dispatcherDown() error { return r.stopChild(procDispatcher) }
+
+// stopChild stops the child name when it runs.
+func (r *runner) stopChild(name string) error {
 	r.mu.Lock()
-	p := r.current[procDispatcher]
+	p := r.current[name]
 	r.mu.Unlock()
 	if p == nil {
 		return nil
 	}
 	err := p.stop(45 * time.Second)
-	r.setCurrent(procDispatcher, nil)
+	r.setCurrent(name, nil)
 	return err
 }
 
