@@ -355,24 +355,23 @@ func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
 	// Every page and action on B's identifiers, and on nothing's, with
 	// the browser's session: one answer, 404.
 	client := sessionClient(t, ctx, base)
-	bOf := map[string]string{"{route}": "b-billing", "{id}": onlyB}
+	// B's identifiers by parameter ({id} is a job under /jobs/, else an
+	// event), and nothing's.
+	bOf := func(path string) map[string]string {
+		if strings.HasPrefix(path, "/jobs/") {
+			return map[string]string{"{id}": bJob}
+		}
+		return map[string]string{"{route}": "b-billing", "{id}": onlyB}
+	}
 	nothing := map[string]string{"{route}": "no-such-route", "{id}": "0190c8d2-0000-7000-8000-000000000000"}
-	fill := func(pattern string, of map[string]string) (method, path string, form url.Values) {
-		method, path, _ = strings.Cut(pattern, " ")
-		path = strings.TrimSuffix(path, "{$}")
+	fill := func(path string, of map[string]string) (string, url.Values) {
 		path = pathParam.ReplaceAllStringFunc(path, func(p string) string {
-			if p == "{id}" && strings.HasPrefix(path, "/jobs/") {
-				if of["{route}"] == "b-billing" {
-					return bJob
-				}
-			}
 			v, ok := of[p]
-			require.True(t, ok, "page %s: say which of B's identifiers %s takes", pattern, p)
+			require.True(t, ok, "page %s: say which of B's identifiers %s takes", path, p)
 			return v
 		})
-		// What a form of the page would send, naming B's things.
-		form = url.Values{"route": {of["{route}"]}, "event_id": {of["{id}"]}, "reason": {"a's"}, "confirm": {"yes"}}
-		return method, path, form
+		// What a form of the page would send, naming the same things.
+		return path, url.Values{"route": {of["{route}"]}, "event_id": {of["{id}"]}, "reason": {"a's"}, "confirm": {"yes"}}
 	}
 	do := func(method, path string, form url.Values) (int, string) {
 		req, err := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
@@ -388,20 +387,19 @@ func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
 	}
 	tried := 0
 	for _, p := range console.Pages {
-		if !pathParam.MatchString(p.Pattern) && !strings.HasPrefix(p.Pattern, "POST ") {
+		method, path, _ := strings.Cut(p.Pattern, " ")
+		if !pathParam.MatchString(path) && method != http.MethodPost {
 			continue // a listing: above
 		}
-		method, pathB, formB := fill(p.Pattern, bOf)
-		_, pathNone, formNone := fill(p.Pattern, nothing)
+		of := bOf(path)
+		pathB, formB := fill(path, of)
+		pathNone, formNone := fill(path, nothing)
 		status, body := do(method, pathB, formB)
 		statusNone, bodyNone := do(method, pathNone, formNone)
 		assert.Equal(t, http.StatusNotFound, status, "%s as team A on B's: %s", pathB, body)
 		assert.Equal(t, statusNone, status, "%s: B's answers as nothing does", p.Pattern)
-		for from, to := range map[string]string{nothing["{route}"]: "b-billing", nothing["{id}"]: onlyB} {
-			bodyNone = strings.ReplaceAll(bodyNone, from, to)
-		}
-		if strings.HasPrefix(pathB, "/jobs/") {
-			bodyNone = strings.ReplaceAll(bodyNone, onlyB, bJob)
+		for param, b := range of {
+			bodyNone = strings.ReplaceAll(bodyNone, nothing[param], b)
 		}
 		assert.Equal(t, bodyNone, body, "%s: A's answer on B's names is its answer on nothing", p.Pattern)
 		tried++

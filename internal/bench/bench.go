@@ -189,20 +189,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	explicitRounds := false
+	fs.Visit(func(f *flag.Flag) { explicitRounds = explicitRounds || f.Name == "rounds" })
 	if o.history > 0 {
-		explicit := false
-		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rounds" })
-		if explicit {
+		if explicitRounds {
 			return o, errors.New("--history runs two rounds of its own (empty, then with the history): leave --rounds out")
 		}
 		o.rounds = 2
 	}
-	if o.rls {
-		explicit := false
-		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rounds" })
-		if !explicit {
-			o.rounds = 2
-		}
+	if o.rls && !explicitRounds {
+		o.rounds = 2
 	}
 	if o.quick {
 		set := map[string]bool{}

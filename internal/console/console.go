@@ -14,7 +14,6 @@ import (
 	"embed"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -101,24 +100,8 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	mux.HandleFunc("GET /signin", c.signInPage)
 	mux.HandleFunc("POST /signin", c.signIn)
 	mux.HandleFunc("POST /signout", c.signOut)
-	handlers := map[string]func(http.ResponseWriter, *http.Request, user){
-		"GET /{$}": c.overview, "GET /events": c.events, "GET /events/{id}": c.event,
-		"POST /events/{id}/retry": c.retry, "POST /events/{id}/replay": c.replayEvent,
-		"POST /routes/{route}/pause": c.pause(true), "POST /routes/{route}/resume": c.pause(false),
-		"GET /routes/{route}": c.routePage, "POST /routes/{route}/versions/reset": c.versionReset,
-		"GET /routes/{route}/dead-letters": c.deadLetters, "POST /routes/{route}/dead-letters/requeue": c.requeue,
-		"POST /routes/{route}/dead-letters/drop-delivered": c.dropDelivered,
-		"GET /replay": c.replayPage, "POST /replay": c.replay, "GET /jobs/{id}": c.job, "GET /audit": c.audit,
-	}
 	for _, p := range Pages {
-		h, ok := handlers[p.Pattern]
-		if !ok {
-			return nil, fmt.Errorf("console: page %s has no handler", p.Pattern)
-		}
-		mux.Handle(p.Pattern, c.authed(p.Role, h))
-	}
-	if len(handlers) != len(Pages) {
-		return nil, fmt.Errorf("console: %d handlers for %d pages", len(handlers), len(Pages))
+		mux.Handle(p.Pattern, c.authed(p.Role, func(w http.ResponseWriter, r *http.Request, u user) { p.serve(c, w, r, u) }))
 	}
 
 	cop := http.NewCrossOriginProtection()
@@ -129,32 +112,33 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 }
 
 // Page is a page or an action of the console behind a sign-in: its
-// pattern (method and path, as http.ServeMux takes it) and the role it
-// needs.
+// pattern (method and path, as http.ServeMux takes it), the role it needs
+// and what serves it.
 type Page struct {
 	Pattern, Role string
+	serve         func(c *console, w http.ResponseWriter, r *http.Request, u user)
 }
 
-// Pages lists every page and action behind a sign-in: the handler
-// serves exactly these, and the tests that try each one (roles, teams)
-// read them here, so a new page is covered without editing them.
+// Pages lists every page and action behind a sign-in: the handler serves
+// these, and the tests that try each one (teams) read them here, so a new
+// page is covered without editing them.
 var Pages = []Page{
-	{"GET /{$}", ops.RoleViewer},
-	{"GET /events", ops.RoleViewer},
-	{"GET /events/{id}", ops.RoleViewer},
-	{"POST /events/{id}/retry", ops.RoleOperator},
-	{"POST /events/{id}/replay", ops.RoleOperator},
-	{"POST /routes/{route}/pause", ops.RoleOperator},
-	{"POST /routes/{route}/resume", ops.RoleOperator},
-	{"GET /routes/{route}", ops.RoleViewer},
-	{"POST /routes/{route}/versions/reset", ops.RoleOperator},
-	{"GET /routes/{route}/dead-letters", ops.RoleViewer},
-	{"POST /routes/{route}/dead-letters/requeue", ops.RoleOperator},
-	{"POST /routes/{route}/dead-letters/drop-delivered", ops.RoleOperator},
-	{"GET /replay", ops.RoleViewer},
-	{"POST /replay", ops.RoleOperator},
-	{"GET /jobs/{id}", ops.RoleViewer},
-	{"GET /audit", ops.RoleViewer},
+	{"GET /{$}", ops.RoleViewer, (*console).overview},
+	{"GET /events", ops.RoleViewer, (*console).events},
+	{"GET /events/{id}", ops.RoleViewer, (*console).event},
+	{"POST /events/{id}/retry", ops.RoleOperator, (*console).retry},
+	{"POST /events/{id}/replay", ops.RoleOperator, (*console).replayEvent},
+	{"POST /routes/{route}/pause", ops.RoleOperator, func(c *console, w http.ResponseWriter, r *http.Request, u user) { c.pause(true)(w, r, u) }},
+	{"POST /routes/{route}/resume", ops.RoleOperator, func(c *console, w http.ResponseWriter, r *http.Request, u user) { c.pause(false)(w, r, u) }},
+	{"GET /routes/{route}", ops.RoleViewer, (*console).routePage},
+	{"POST /routes/{route}/versions/reset", ops.RoleOperator, (*console).versionReset},
+	{"GET /routes/{route}/dead-letters", ops.RoleViewer, (*console).deadLetters},
+	{"POST /routes/{route}/dead-letters/requeue", ops.RoleOperator, (*console).requeue},
+	{"POST /routes/{route}/dead-letters/drop-delivered", ops.RoleOperator, (*console).dropDelivered},
+	{"GET /replay", ops.RoleViewer, (*console).replayPage},
+	{"POST /replay", ops.RoleOperator, (*console).replay},
+	{"GET /jobs/{id}", ops.RoleViewer, (*console).job},
+	{"GET /audit", ops.RoleViewer, (*console).audit},
 }
 
 // securityHeaders sets the console's headers on every answer.

@@ -117,20 +117,13 @@ func (s *Service) checkRoute(ctx context.Context, route string) error {
 	if route == "" {
 		return nil
 	}
-	if !s.served(route) {
-		return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
+	if s.served(route) {
+		visible, err := s.visibleRoutes(ctx, []string{route})
+		if err != nil || len(visible) == 1 {
+			return err
+		}
 	}
-	if Platform(ctx) {
-		return nil
-	}
-	seen, err := s.Store.RoutesVisible(ctx)
-	if err != nil {
-		return err
-	}
-	if !seen[route] {
-		return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
-	}
-	return nil
+	return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
 }
 
 // requireRoute is checkRoute for operations that need one route.

@@ -187,7 +187,7 @@ func (db *DB) TokenCreate(ctx context.Context, t Token, secretHash []byte, e *Au
 	return db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
 		_, err := tx.Exec(ctx, `
 			INSERT INTO api_tokens (name, role, secret_hash, created_by, expires_at, team)
-			VALUES ($1, $2, $3, $4, $5, COALESCE(NULLIF($6, ''), hookrelay_own_team()))`,
+			VALUES ($1, $2, $3, $4, $5, $6)`,
 			t.Name, t.Role, secretHash, t.CreatedBy, t.ExpiresAt, t.Team)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {

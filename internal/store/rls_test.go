@@ -337,3 +337,20 @@ func TestRequireIsolationRefusesAnOwnerOnceTeamsExist(t *testing.T) {
 	_, err = db.RequireIsolation(ctx)
 	require.ErrorContains(t, err, "1 team(s) besides \"platform\"")
 }
+
+// EnsureAppRole refuses a role that row-level security would not hold:
+// here one that owns a table, and the owner's own.
+func TestEnsureAppRoleRefusesARoleThePoliciesDoNotHold(t *testing.T) {
+	ownerURL := storetest.NewDatabase(t)
+	appURL := storetest.AppURL(t, ownerURL)
+	ctx := context.Background()
+	owner, err := pgx.Connect(ctx, ownerURL)
+	require.NoError(t, err)
+	defer owner.Close(ctx)
+	_, err = owner.Exec(ctx, `CREATE TABLE stray (x int); ALTER TABLE stray OWNER TO `+storetest.AppRole)
+	require.NoError(t, err)
+	_, err = store.EnsureAppRole(ctx, ownerURL, appURL)
+	require.ErrorContains(t, err, "owns table stray")
+	_, err = store.EnsureAppRole(ctx, ownerURL, ownerURL)
+	require.ErrorContains(t, err, "the same role")
+}

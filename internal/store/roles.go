@@ -72,21 +72,12 @@ func EnsureAppRole(ctx context.Context, ownerURL, appURL string) (AppRole, error
 			out.Created = true
 		}
 	}
-	var super, bypass bool
-	var owned *string
-	if err := conn.QueryRow(ctx, `
-		SELECT r.rolsuper, r.rolbypassrls,
-		       (SELECT min(c.relname) FROM pg_class c WHERE c.relowner = r.oid AND c.relnamespace = current_schema()::regnamespace)
-		FROM pg_roles r WHERE r.rolname = $1`, out.Name).Scan(&super, &bypass, &owned); err != nil {
-		return out, fmt.Errorf("reading role %q: %w", out.Name, err)
+	bypass, err := roleBypass(ctx, conn, out.Name)
+	if err != nil {
+		return out, err
 	}
-	switch {
-	case super:
-		return out, fmt.Errorf("role %q of database.url is a superuser: row-level security never holds it", out.Name)
-	case bypass:
-		return out, fmt.Errorf("role %q of database.url has BYPASSRLS: row-level security never holds it", out.Name)
-	case owned != nil:
-		return out, fmt.Errorf("role %q of database.url owns %s: an owner is not held to its table's policies; give it to the migration role (ALTER ... OWNER TO)", out.Name, *owned)
+	if bypass != "" {
+		return out, fmt.Errorf("role %q of database.url: row-level security does not hold it (%s); it must be no superuser, without BYPASSRLS, and own no table (ALTER ... OWNER TO the migration role)", out.Name, bypass)
 	}
 
 	role := pgx.Identifier{out.Name}.Sanitize()

@@ -187,26 +187,34 @@ func (db *DB) Isolation(ctx context.Context) (Isolation, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	var iso Isolation
-	var super, bypass bool
-	var owned *string
-	err := db.pool.QueryRow(ctx, `
-		SELECT current_user, r.rolsuper, r.rolbypassrls,
-		       (SELECT min(c.relname) FROM pg_class c
-		        WHERE c.relowner = r.oid AND c.relkind IN ('r', 'p') AND c.relnamespace = current_schema()::regnamespace),
-		       (SELECT count(*) FROM teams WHERE name <> $1)
-		FROM pg_roles r WHERE r.rolname = current_user`, PlatformTeam).Scan(&iso.Role, &super, &bypass, &owned, &iso.Teams)
+	err := db.pool.QueryRow(ctx, `SELECT current_user, (SELECT count(*) FROM teams WHERE name <> $1)`, PlatformTeam).Scan(&iso.Role, &iso.Teams)
 	if err != nil {
 		return iso, fmt.Errorf("reading the database role: %w", err)
 	}
+	iso.Bypass, err = roleBypass(ctx, db.pool, iso.Role)
+	return iso, err
+}
+
+// roleBypass names why row-level security does not hold role ("superuser",
+// "bypassrls", "owns table events"), "" when it does.
+func roleBypass(ctx context.Context, q querier, role string) (string, error) {
+	var super, bypass bool
+	var owned *string
+	if err := q.QueryRow(ctx, `
+		SELECT r.rolsuper, r.rolbypassrls,
+		       (SELECT min(c.relname) FROM pg_class c WHERE c.relowner = r.oid AND c.relnamespace = current_schema()::regnamespace)
+		FROM pg_roles r WHERE r.rolname = $1`, role).Scan(&super, &bypass, &owned); err != nil {
+		return "", fmt.Errorf("reading role %q: %w", role, err)
+	}
 	switch {
 	case super:
-		iso.Bypass = "superuser"
+		return "superuser", nil
 	case bypass:
-		iso.Bypass = "bypassrls"
+		return "bypassrls", nil
 	case owned != nil:
-		iso.Bypass = "owns table " + *owned
+		return "owns table " + *owned, nil
 	}
-	return iso, nil
+	return "", nil
 }
 
 // RequireIsolation refuses a role that row-level security does not hold
