@@ -87,7 +87,7 @@ func TestListingsStateTheirTotals(t *testing.T) {
 
 	res = s.run("hookrelay", "routes")
 	require.Equal(t, 0, res.code, res)
-	require.Regexp(t, `billing\s+\S+\.route\.billing\s+demo\.invoice\.\* demo\.payment\.#\s+11\s+1\s+0`, res.stdout)
+	require.Regexp(t, `billing\s+platform\s+config\s+\S+\.route\.billing\s+demo\.invoice\.\* demo\.payment\.#\s+11\s+1\s+0`, res.stdout)
 	require.Equal(t, "1 route(s) configured, 0 more with deliveries in the database only", lastLine(res.stdout))
 }
 

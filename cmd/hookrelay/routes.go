@@ -14,14 +14,26 @@ import (
 
 // printRoutes prints the routes listing as a table, then why READY is
 // unknown if it is, then how many routes there are.
+// routeKind says where a route comes from: config.yaml, or made at run
+// time (its version), or deleted and finishing its backlog.
+func routeKind(r ops.RouteSummary) string {
+	switch {
+	case r.Declared:
+		return "config"
+	case r.Deleted:
+		return "deleted(" + r.Disposal + ")"
+	}
+	return fmt.Sprintf("run-time v%d", r.Version)
+}
+
 func printRoutes(w io.Writer, list *ops.RouteList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROUTE\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tCONSUMERS\tREADY\tOLDEST")
+	fmt.Fprintln(tw, "ROUTE\tTEAM\tKIND\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tCONSUMERS\tREADY\tOLDEST")
 	configured, others := 0, 0
 	for _, r := range list.Routes {
 		if r.Unserved {
 			others++
-			fmt.Fprintf(tw, "%s\t(not configured)\t-\t%d\t%d\t%d\n", r.Route, r.Pending, r.Retrying, r.Dead)
+			fmt.Fprintf(tw, "%s\t-\t-\t(not configured)\t-\t%d\t%d\t%d\n", r.Route, r.Pending, r.Retrying, r.Dead)
 			continue
 		}
 		configured++
@@ -35,8 +47,8 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 		if r.OldestUndeliveredSeconds != nil {
 			oldest = time.Duration(*r.OldestUndeliveredSeconds * float64(time.Second)).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Route, r.Queue, strings.Join(r.Bindings, " "), r.Pending, r.Retrying, r.Dead,
-			stateText(r), consumers, ready, oldest)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Route, r.Team, routeKind(r), r.Queue, strings.Join(r.Bindings, " "),
+			r.Pending, r.Retrying, r.Dead, stateText(r), consumers, ready, oldest)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

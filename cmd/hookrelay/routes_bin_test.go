@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -24,11 +25,11 @@ func TestRoutesPauseResumeAndListing(t *testing.T) {
 
 	res := s.run("hookrelay", "routes", "pause", "nosuch")
 	require.NotEqual(t, 0, res.code, res)
-	require.Contains(t, res.stderr, `route "nosuch" is not in the config`)
+	require.Contains(t, res.stderr, `route "nosuch" is neither in the config nor made at run time`)
 
 	res = s.run("hookrelay", "routes")
 	require.Equal(t, 0, res.code, res)
-	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+0\s+0\s+0\s+no-consumers\s+0\s+0\s+-\n`, res.stdout)
+	require.Regexp(t, `billing\s+platform\s+config\s+\S+\.route\.billing\s+.*\s+0\s+0\s+0\s+no-consumers\s+0\s+0\s+-\n`, res.stdout)
 
 	res = s.run("hookrelay", "routes", "pause", "billing", "--reason", "destination maintenance")
 	require.Equal(t, 0, res.code, res)
@@ -125,8 +126,8 @@ func TestRoutesJSON(t *testing.T) {
 	// The table tells the same.
 	res := s.run("hookrelay", "routes")
 	require.Equal(t, 0, res.code, res)
-	require.Regexp(t, `billing\s+\S+\.route\.billing\s+.*\s+1\s+0\s+0\s+paused\s+0\s+0\s+\d+s\n`, res.stdout)
-	require.Regexp(t, `legacy\s+\(not configured\)\s+-\s+1\s+0\s+0\n`, res.stdout)
+	require.Regexp(t, `billing\s+platform\s+config\s+\S+\.route\.billing\s+.*\s+1\s+0\s+0\s+paused\s+0\s+0\s+\d+s\n`, res.stdout)
+	require.Regexp(t, `legacy\s+-\s+-\s+\(not configured\)\s+-\s+1\s+0\s+0\n`, res.stdout)
 	require.Contains(t, res.stdout, "1 route(s) configured, 1 more with deliveries in the database only")
 
 	// No broker: ready is null, and says why.
@@ -140,4 +141,60 @@ func TestRoutesJSON(t *testing.T) {
 	require.Equal(t, 0, res.code, res)
 	require.Regexp(t, `billing\s+.*\s+paused\s+\?\s+\?\s+\d+s\n`, res.stdout)
 	require.Contains(t, res.stdout, "CONSUMERS and READY unknown (?): ")
+}
+
+// hookrelay routes create, update, rotate-secret and delete: a route made
+// at run time (its secret printed once, the key from the environment),
+// listed as such; a route of the config is read-only; a route with a
+// backlog is deleted only with --drain or --dead-letter.
+func TestRoutesMadeAtRunTimeFromTheCLI(t *testing.T) {
+	t.Parallel()
+	s, db, _ := opsShell(t) // no dispatcher runs: no queue is declared
+	res := s.run("hookrelay", "routes", "create", "ledger", "--url", "http://127.0.0.1:9/hooks", "--binding", "demo.invoice.*")
+	require.Equal(t, 1, res.code, res)
+	require.Contains(t, res.stderr, "secrets.key is not set")
+
+	s.env["HOOKRELAY_SECRETS_KEY"] = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	res = s.run("hookrelay", "routes", "create", "ledger", "--url", "http://127.0.0.1:9/hooks", "--binding", "demo.invoice.*", "--timeout", "5")
+	require.Equal(t, 2, res.code, res)
+	require.Contains(t, res.stderr, "timeout: ")
+	res = s.run("hookrelay", "routes", "create", "ledger", "--url", "http://127.0.0.1:9/hooks", "--binding", "demo.invoice.*")
+	require.Equal(t, 0, res.code, res)
+	require.Regexp(t, `route ledger created for team platform \(secret sha256:[0-9a-f]{16}\)`, res.stdout)
+	require.Regexp(t, `signing secret \(shown once\): whsec_\S+\n`, res.stdout)
+
+	res = s.run("hookrelay", "routes")
+	require.Equal(t, 0, res.code, res)
+	require.Regexp(t, `billing\s+platform\s+config\s`, res.stdout)
+	require.Regexp(t, `ledger\s+platform\s+run-time v1\s+\S+\.route\.ledger\s+demo\.invoice\.\*\s`, res.stdout)
+
+	res = s.run("hookrelay", "routes", "update", "ledger", "--binding", "demo.invoice.paid", "--concurrency", "3")
+	require.Equal(t, 0, res.code, res)
+	require.Contains(t, res.stdout, "route ledger updated to version 2 (bindings demo.invoice.paid)")
+	res = s.run("hookrelay", "routes", "update", "billing", "--concurrency", "3")
+	require.Equal(t, 1, res.code, res)
+	require.Contains(t, res.stderr, "declared in config.yaml")
+	res = s.run("hookrelay", "routes", "rotate-secret", "ledger", "--overlap", "1h")
+	require.Equal(t, 0, res.code, res)
+	require.Contains(t, res.stdout, "the previous secret still signs until")
+
+	// A backlog: one pair pending on ledger.
+	_, _, err := db.EventInsert(context.Background(), &webhook.Event{
+		ID: uuid.Must(uuid.NewV7()), Source: "demo", IdempotencyKey: "evt_ledger", EventType: "invoice.paid",
+		ContentType: "application/json", Body: []byte(`{}`), ReceivedAt: time.Now(),
+	}, []string{"ledger"})
+	require.NoError(t, err)
+	res = s.run("hookrelay", "routes", "delete", "ledger")
+	require.Equal(t, 1, res.code, res)
+	require.Contains(t, res.stderr, "the route has 1 undelivered deliveries")
+	require.Contains(t, res.stderr, "--dead-letter")
+	res = s.run("hookrelay", "routes", "delete", "ledger", "--drain", "--dead-letter")
+	require.Equal(t, 2, res.code, res)
+	res = s.run("hookrelay", "routes", "delete", "ledger", "--dead-letter")
+	require.Equal(t, 0, res.code, res)
+	require.Contains(t, res.stdout, "route ledger deleted; 1 undelivered: the dispatchers move them to its dead letters")
+	res = s.run("hookrelay", "routes")
+	require.Regexp(t, `ledger\s+platform\s+deleted\(dead_letter\)\s`, res.stdout)
+	res = s.run("hookrelay", "routes", "update", "ledger", "--concurrency", "1")
+	require.Equal(t, 1, res.code, res, "a deleted route changes no more")
 }

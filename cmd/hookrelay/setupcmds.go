@@ -155,7 +155,7 @@ func (c *cli) routesCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "routes",
-		Short: "List the routes, their state and what waits on each; pause and resume them",
+		Short: "List the routes, their state and what waits on each; make, change, pause and delete them",
 		Long: `List the configured routes with their queue, bindings and how many of their
 deliveries are pending, retrying and dead in Postgres, their state (active,
 paused, circuit open or half-open, held by a Retry-After), the messages
@@ -180,7 +180,8 @@ dispatcher delivers it).`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", ...}], "broker_error"}`)
-	cmd.AddCommand(c.routesPauseCmd(true), c.routesPauseCmd(false))
+	cmd.AddCommand(c.routesPauseCmd(true), c.routesPauseCmd(false), c.routesCreateCmd(), c.routesUpdateCmd(), c.routesDeleteCmd(),
+		c.routesRotateCmd(), c.routesResealCmd())
 	return cmd
 }
 

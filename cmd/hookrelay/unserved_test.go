@@ -71,7 +71,7 @@ func TestUnservedRoutePairs(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "would replay 0 pair(s), skipped 2")
 	_, _, err = runCLI(t, path, "replay", "--route", "legacy", "--since", "60d")
-	require.ErrorContains(t, err, `route "legacy" is not in the config`)
+	require.ErrorContains(t, err, `route "legacy" is neither in the config nor made at run time`)
 
 	// Purge abandons the old one; the young one is kept.
 	out, _, err = runCLI(t, path, "purge", "--older-than", "7d", "--yes")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,8 @@ type ConsumerGroup struct {
 	// Gate, when set, says when the group's consumers may consume (a
 	// paused route, an open circuit); nil means always.
 	Gate Gate
+	// Version: a change restarts the group's consumers (SetGroups).
+	Version int64
 }
 
 // Gate tells a group's consumers when they may consume.
@@ -80,9 +83,15 @@ type ConsumersConfig struct {
 	// Dialer reaches a node of the cluster.
 	Dialer         *Dialer
 	ConnectionName string
-	// Topology is declared on every (re)connect before consuming.
-	Topology Topology
-	Groups   []ConsumerGroup
+	// TopologyFunc returns the topology declared on every (re)connect
+	// before consuming: the routes' as they are then.
+	TopologyFunc func() Topology
+	// OnConnect, when set, runs on the declaring channel after the
+	// topology is declared, at every (re)connect; an error fails the
+	// connection, which is tried again.
+	OnConnect func(ctx context.Context, ch *amqp.Channel) error
+	// Groups are consumed from the start; SetGroups changes them.
+	Groups []ConsumerGroup
 	// ShutdownTimeout bounds how long Run waits for in-flight deliveries on
 	// shutdown before it cancels them. Default 30s.
 	ShutdownTimeout time.Duration
@@ -114,8 +123,11 @@ type Consumers struct {
 	cfg    ConsumersConfig
 	logger zerolog.Logger
 
-	mu   sync.Mutex
-	conn *amqp.Connection
+	mu     sync.Mutex
+	conn   *amqp.Connection
+	groups []ConsumerGroup
+	// changed wakes the session when SetGroups changed the groups.
+	changed chan struct{}
 }
 
 // NewConsumers returns Consumers; Run starts them.
@@ -123,7 +135,49 @@ func NewConsumers(cfg ConsumersConfig) *Consumers {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	return &Consumers{cfg: cfg, logger: cfg.Logger.With().Str("component", "amqp_consumers").Logger()}
+	if cfg.TopologyFunc == nil {
+		cfg.TopologyFunc = func() Topology { return Topology{} }
+	}
+	return &Consumers{cfg: cfg, logger: cfg.Logger.With().Str("component", "amqp_consumers").Logger(),
+		groups: cfg.Groups, changed: make(chan struct{}, 1)}
+}
+
+// SetGroups replaces the groups consumed: a group whose queue is new
+// starts; one whose queue is gone, or whose Concurrency or Version
+// changed, stops taking messages (the one in hand finishes and is acked
+// first) and, when still wanted, starts again with its new settings.
+func (c *Consumers) SetGroups(groups []ConsumerGroup) {
+	c.mu.Lock()
+	c.groups = slices.Clone(groups)
+	c.mu.Unlock()
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Consumers) currentGroups() []ConsumerGroup {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.groups)
+}
+
+// Apply runs fn on a channel of the consuming connection (declarations,
+// bindings) and closes it; while there is no connection it does nothing
+// and returns nil: the next connection declares TopologyFunc's topology.
+func (c *Consumers) Apply(fn func(ch *amqp.Channel) error) error {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil || conn.IsClosed() {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("opening channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }() // an error closed it already, or it is done
+	return fn(ch)
 }
 
 // Ping reports whether the connection is open.
@@ -174,16 +228,22 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 	if err != nil {
 		return fmt.Errorf("opening channel: %w", err)
 	}
-	if err := c.cfg.Topology.Declare(ch); err != nil {
+	if err := c.cfg.TopologyFunc().Declare(ch); err != nil {
 		return err
+	}
+	if c.cfg.OnConnect != nil {
+		if err := c.cfg.OnConnect(ctx, ch); err != nil {
+			return err
+		}
 	}
 	_ = ch.Close() // declarations are done; each consumer has its own channel
 
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	lost, err := c.startConsumers(sctx, work, conn, &wg)
-	if err != nil {
+	lost := make(chan error, 1)
+	running := map[string]*groupRun{}
+	if err := c.sync(sctx, work, conn, &wg, running, lost); err != nil {
 		stop()
 		wg.Wait()
 		return err
@@ -197,48 +257,82 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 		c.mu.Unlock()
 	}()
 	connected()
-	c.logger.Info().Int("groups", len(c.cfg.Groups)).Msg("consuming")
+	c.logger.Info().Int("groups", len(running)).Msg("consuming")
 
-	select {
-	case <-ctx.Done():
-		stop()
-		c.drain(&wg, abort)
-		return nil
-	case err := <-closed:
-		stop()
-		wg.Wait()
-		if err == nil {
-			return errors.New("connection closed")
+	for {
+		select {
+		case <-ctx.Done():
+			stop()
+			c.drain(&wg, abort)
+			return nil
+		case err := <-closed:
+			stop()
+			wg.Wait()
+			if err == nil {
+				return errors.New("connection closed")
+			}
+			return err
+		case err := <-lost:
+			stop()
+			wg.Wait()
+			return err
+		case <-c.changed:
+			if err := c.sync(sctx, work, conn, &wg, running, lost); err != nil {
+				stop()
+				wg.Wait()
+				return err
+			}
 		}
-		return err
-	case err := <-lost:
-		stop()
-		wg.Wait()
-		return err
 	}
 }
 
-// startConsumers starts every group's consumers on conn, each in a
-// goroutine counted in wg that hands deliveries to its handler (under
-// work) until ctx is done. A consumer whose channel closes while ctx is
+// groupRun is a group's consumers in a session.
+type groupRun struct {
+	group  ConsumerGroup
+	cancel context.CancelFunc
+}
+
+// sync makes the session's running groups the current ones: it stops
+// those gone or changed (their consumers finish the message in hand) and
+// starts those new or changed. Stopped consumers stay counted in wg until
+// they return.
+func (c *Consumers) sync(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup, running map[string]*groupRun, lost chan<- error) error {
+	want := map[string]ConsumerGroup{}
+	var start []ConsumerGroup
+	for _, g := range c.currentGroups() {
+		want[g.Queue] = g
+		if r, ok := running[g.Queue]; ok && r.group.Concurrency == g.Concurrency && r.group.Version == g.Version {
+			continue
+		}
+		start = append(start, g)
+	}
+	for queue, r := range running {
+		if g, ok := want[queue]; !ok || g.Concurrency != r.group.Concurrency || g.Version != r.group.Version {
+			r.cancel()
+			delete(running, queue)
+			c.logger.Info().Str("queue", queue).Msg("stopped consuming: the route was removed or changed")
+		}
+	}
+	return c.startConsumers(ctx, work, conn, wg, start, running, lost)
+}
+
+// startConsumers starts groups' consumers on conn, each in a goroutine
+// counted in wg that hands deliveries to its handler (under work) until
+// ctx, or its group's context in running, is done. A consumer whose channel closes while ctx is
 // not done (a channel error, the broker's consumer timeout, its queue
 // deleted) must not vanish while the connection looks healthy: it says so
 // on lost, and the session starts over.
-func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup) (lost <-chan error, err error) {
-	total := 0
-	for _, g := range c.cfg.Groups {
-		total += g.Concurrency
-	}
-	lostc := make(chan error, total)
+func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup, groups []ConsumerGroup,
+	running map[string]*groupRun, lost chan<- error) error {
 	// Open the consumers whose gate is open several at a time: each is
 	// three round trips to the broker (channel, prefetch, consume), and
 	// opened one after another, 600 of them took seconds, during which
 	// the first ones worked alone. On a failure the session closes the
 	// connection, and with it every channel opened here.
-	opened := make([][]*consumer, len(c.cfg.Groups))
+	opened := make([][]*consumer, len(groups))
 	var eg errgroup.Group
 	eg.SetLimit(openConsumersAtOnce)
-	for gi, g := range c.cfg.Groups {
+	for gi, g := range groups {
 		opened[gi] = make([]*consumer, g.Concurrency)
 		for i := range g.Concurrency {
 			if open, _ := gateOpen(g.Gate, i); !open {
@@ -251,22 +345,27 @@ func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connect
 		}
 	}
 	if err := eg.Wait(); err != nil {
-		return nil, err
+		return err
 	}
-	for gi, g := range c.cfg.Groups {
+	for gi, g := range groups {
+		gctx, cancel := context.WithCancel(ctx)
+		running[g.Queue] = &groupRun{group: g, cancel: cancel}
 		for i := range g.Concurrency {
 			cc := opened[gi][i]
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := c.consume(ctx, work, conn, g, i, cc)
-				if ctx.Err() == nil {
-					lostc <- err
+				err := c.consume(gctx, work, conn, g, i, cc)
+				if gctx.Err() == nil {
+					select {
+					case lost <- err: // the first loss restarts the session
+					default:
+					}
 				}
 			}()
 		}
 	}
-	return lostc, nil
+	return nil
 }
 
 // openConsumersAtOnce is how many consumers a session opens at the same

@@ -251,3 +251,22 @@ func (m *Management) ClearDeadLettering(ctx context.Context, policy, queue strin
 		}
 	}
 }
+
+// Bindings returns the routing keys binding exchange to queue.
+func (m *Management) Bindings(ctx context.Context, exchange, queue string) ([]string, error) {
+	body, err := m.Do(ctx, http.MethodGet, "bindings/{vhost}/e/"+url.PathEscape(exchange)+"/q/"+url.PathEscape(queue), nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading the bindings of %s: %w", queue, err)
+	}
+	var list []struct {
+		RoutingKey string `json:"routing_key"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("reading the bindings of %s: %w", queue, err)
+	}
+	out := make([]string, len(list))
+	for i, b := range list {
+		out[i] = b.RoutingKey
+	}
+	return out, nil
+}

@@ -48,8 +48,9 @@ func (o Outcome) String() string {
 type PublisherConfig struct {
 	// Dialer reaches a node of the cluster.
 	Dialer *Dialer
-	// Topology is declared on every (re)connect.
-	Topology Topology
+	// TopologyFunc returns the topology declared on every (re)connect: the
+	// routes' as they are then. Nil declares nothing.
+	TopologyFunc func() Topology
 	// Exchange receives the messages.
 	Exchange string
 	// Names maps a message's Route (a replay to one route) to its queue,
@@ -159,13 +160,17 @@ func (p *Publisher) connectLocked() (*session, error) {
 	// the connection's single reader goroutine. Sized for a whole batch, the
 	// buffer never blocks that reader; Publish drains it after the confirms,
 	// by which time every return of the batch is already in it.
-	cc, err := s.openConfirmChannel(p.cfg.ConfirmTimeout, p.cfg.MaxBatch+1, p.cfg.Topology.Declare)
+	var topo Topology
+	if p.cfg.TopologyFunc != nil {
+		topo = p.cfg.TopologyFunc()
+	}
+	cc, err := s.openConfirmChannel(p.cfg.ConfirmTimeout, p.cfg.MaxBatch+1, topo.Declare)
 	if err != nil {
 		p.resetLocked()
 		return nil, err
 	}
 	// The tiers the topology holds were declared with it.
-	for _, q := range p.cfg.Topology.Queues {
+	for _, q := range topo.Queues {
 		if d, ok := p.cfg.Names.TierDelay(q.Name); ok {
 			cc.tiers[d] = true
 		}

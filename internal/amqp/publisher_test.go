@@ -28,7 +28,7 @@ func TestPublishMatchesReturnsToTheirRow(t *testing.T) {
 	names := hamqp.Names{Prefix: prefix}
 	confirms := hamqp.NewConfirmsCounter(prometheus.NewRegistry())
 	p := hamqp.NewPublisher(hamqp.PublisherConfig{
-		Dialer: amqptest.Dialer(t), Topology: topo, Exchange: names.Events(), Names: names,
+		Dialer: amqptest.Dialer(t), TopologyFunc: func() hamqp.Topology { return topo }, Exchange: names.Events(), Names: names,
 		ConfirmTimeout: 5 * time.Second, MaxBatch: 10, ConnectionName: "test", Logger: zerolog.Nop(), Confirms: confirms,
 	})
 	t.Cleanup(func() { _ = p.Close() })

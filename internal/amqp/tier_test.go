@@ -30,7 +30,7 @@ func TestPublishRetryCopyThroughItsTier(t *testing.T) {
 	amqptest.DeleteTopology(t, topo)
 	amqptest.DeleteTopology(t, names.TierTopology(300*time.Millisecond))
 	p := hamqp.NewPublisher(hamqp.PublisherConfig{
-		Dialer: amqptest.Dialer(t), Topology: topo, Exchange: names.Events(), Names: names,
+		Dialer: amqptest.Dialer(t), TopologyFunc: func() hamqp.Topology { return topo }, Exchange: names.Events(), Names: names,
 		ConfirmTimeout: 5 * time.Second, MaxBatch: 10, ConnectionName: "test", Logger: zerolog.Nop(),
 	})
 	t.Cleanup(func() { _ = p.Close() })

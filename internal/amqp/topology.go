@@ -210,16 +210,9 @@ func BuildTopology(cfg TopologyConfig) Topology {
 		t.Bindings = append(t.Bindings, tier.Bindings...)
 	}
 	for _, r := range cfg.Routes {
-		q := n.RouteQueue(r.Name)
-		t.Queues = append(t.Queues,
-			Queue{Name: q, Args: deadLetterArgs(quorumArgs(), n.DeadQueue(r.Name))},
-			// No delivery limit here: reading a message in the management UI
-			// counts as a delivery.
-			Queue{Name: n.DeadQueue(r.Name), Args: quorumArgs()},
-		)
-		for _, pattern := range r.Bindings {
-			t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: q, RoutingKey: pattern})
-		}
+		rt := n.RouteTopology(r)
+		t.Queues = append(t.Queues, rt.Queues...)
+		t.Bindings = append(t.Bindings, rt.Bindings...)
 	}
 	// Dead-letter and unrouted queues are where messages wait for a person,
 	// and reading one in the UI counts as a delivery. RabbitMQ 4 gives
@@ -246,6 +239,32 @@ func BuildTopology(cfg TopologyConfig) Topology {
 		})
 	}
 	return t
+}
+
+// RouteTopology is route r's queue, its dead-letter queue and its
+// bindings to the events exchange (which BuildTopology declares).
+func (n Names) RouteTopology(r RouteConfig) Topology {
+	q := n.RouteQueue(r.Name)
+	t := Topology{Queues: []Queue{
+		{Name: q, Args: deadLetterArgs(quorumArgs(), n.DeadQueue(r.Name))},
+		// No delivery limit here: reading a message in the management UI
+		// counts as a delivery.
+		{Name: n.DeadQueue(r.Name), Args: quorumArgs()},
+	}}
+	for _, pattern := range r.Bindings {
+		t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: q, RoutingKey: pattern})
+	}
+	return t
+}
+
+// Unbind removes t's bindings on ch (one that is not there is no error).
+func (t Topology) Unbind(ch *amqp.Channel) error {
+	for _, b := range t.Bindings {
+		if err := ch.QueueUnbind(b.Queue, b.RoutingKey, b.Exchange, nil); err != nil {
+			return fmt.Errorf("unbinding queue %s from %s with %q: %w", b.Queue, b.Exchange, b.RoutingKey, err)
+		}
+	}
+	return nil
 }
 
 // Declare declares every exchange, queue and binding on ch. Declaring is

@@ -246,10 +246,14 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 		return apiError(http.StatusUnprocessableEntity, "too_large", strings.TrimPrefix(err.Error(), ops.ErrTooLarge.Error()+": "))
 	case errors.Is(err, ops.ErrExists):
 		return apiError(http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, ops.ErrConflict):
+		return apiError(http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), ops.ErrConflict.Error()+": "))
 	case errors.Is(err, ops.ErrForbidden):
 		return apiError(http.StatusForbidden, "forbidden", strings.TrimPrefix(err.Error(), ops.ErrForbidden.Error()+": "))
 	case errors.As(err, &stalled):
 		return apiError(http.StatusServiceUnavailable, "stalled", err.Error())
+	case errors.Is(err, ops.ErrNoKey):
+		return apiError(http.StatusServiceUnavailable, "not_configured", err.Error())
 	case errors.Is(err, ops.ErrNoJobs):
 		return apiError(http.StatusServiceUnavailable, "unavailable", "this process runs no jobs")
 	case ctx.Err() != nil:

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -20,8 +22,23 @@ func answer[T any](v T) *body[T] { return &body[T]{Body: v} }
 
 // RouteInput names a configured route.
 type RouteInput struct {
-	Route string `path:"route" doc:"A route of the config." maxLength:"200"`
+	Route string `path:"route" doc:"A route: of the config, or made at run time." maxLength:"200"`
 }
+
+// CreateRouteBody is a route to make: its name and settings.
+type CreateRouteBody struct {
+	Name string `json:"name" doc:"The route's name: 1-63 of a-z 0-9 _ -, starting with a letter or digit." maxLength:"63"`
+	ops.RouteInput
+}
+
+// RotateSecretBody says how long the previous secret still signs.
+type RotateSecretBody struct {
+	Overlap string `json:"overlap,omitempty" doc:"How long the previous secret still signs, with a unit (24h); 0s for not at all. Default secrets.overlap."`
+}
+
+var routeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+func validRouteName(s string) bool { return routeNameRe.MatchString(s) }
 
 // PauseRouteBody says why a route is paused (optional).
 type PauseRouteBody struct {
@@ -75,6 +92,77 @@ func (a *server) routes() {
 			res, err := a.svc.RoutePause(ctx, in.Route, false, "")
 			if err != nil {
 				return nil, a.fail(ctx, "resume route", err)
+			}
+			return answer(res), nil
+		})
+	huma.Register(a.api, op(http.MethodGet, "/routes/{route}", "get-route", ops.RoleViewer,
+		"Get a route's settings and secret fingerprints (never a secret, nor a header's value)", http.StatusNotFound),
+		func(ctx context.Context, in *RouteInput) (*body[*ops.RouteDetail], error) {
+			d, err := a.svc.RouteGet(ctx, in.Route)
+			if err != nil {
+				return nil, a.fail(ctx, "reading a route", err)
+			}
+			return answer(d), nil
+		})
+	create := op(http.MethodPost, "/routes", "create-route", ops.RoleAdmin,
+		"Make a route at run time; every receiver and dispatcher follows within 2s. Its signing secret is in this answer only",
+		http.StatusConflict)
+	create.DefaultStatus = http.StatusCreated
+	huma.Register(a.api, create, func(ctx context.Context, in *struct{ Body CreateRouteBody }) (*body[*ops.RouteCreated], error) {
+		if !validRouteName(in.Body.Name) {
+			return nil, a.fail(ctx, "making a route", ops.Invalid("name: 1-63 of a-z 0-9 _ -, starting with a letter or digit"))
+		}
+		res, err := a.svc.RouteCreate(ctx, in.Body.Name, in.Body.RouteInput)
+		if err != nil {
+			return nil, a.fail(ctx, "making a route", err)
+		}
+		return answer(res), nil
+	})
+	huma.Register(a.api, op(http.MethodPatch, "/routes/{route}", "update-route", ops.RoleAdmin,
+		"Change a route made at run time: the settings given; every dispatcher follows within 2s. A route of the config answers 409",
+		http.StatusNotFound, http.StatusConflict),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			Body ops.RouteInput
+		}) (*body[*ops.RouteDetail], error) {
+			d, err := a.svc.RouteUpdate(ctx, in.Route, in.Body)
+			if err != nil {
+				return nil, a.fail(ctx, "changing a route", err)
+			}
+			return answer(d), nil
+		})
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/rotate-secret", "rotate-route-secret", ops.RoleAdmin,
+		"Give a route made at run time a new signing secret (in this answer only); the previous one still signs for the overlap",
+		http.StatusNotFound, http.StatusConflict),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			Body *RotateSecretBody `required:"false"`
+		}) (*body[*ops.SecretRotated], error) {
+			var overlap *time.Duration
+			if in.Body != nil && in.Body.Overlap != "" {
+				d, err := config.ParseDuration(in.Body.Overlap)
+				if err != nil {
+					return nil, a.fail(ctx, "rotating a route's secret", ops.Invalid("overlap: want a duration with a unit (24h), or 0s"))
+				}
+				overlap = &d
+			}
+			res, err := a.svc.RouteRotateSecret(ctx, in.Route, overlap)
+			if err != nil {
+				return nil, a.fail(ctx, "rotating a route's secret", err)
+			}
+			return answer(res), nil
+		})
+	huma.Register(a.api, op(http.MethodDelete, "/routes/{route}", "delete-route", ops.RoleAdmin,
+		"Delete a route made at run time: it takes no new event at once; with undelivered work it answers 409 unless disposal says "+
+			"what to do with it (deliver: the dispatchers deliver it first; dead_letter: they move it to its dead letters). "+
+			"Its dead letters stay", http.StatusNotFound, http.StatusConflict),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			Disposal string `query:"disposal" enum:"deliver,dead_letter" required:"false" doc:"What to do with undelivered work."`
+		}) (*body[*ops.RouteDeleted], error) {
+			res, err := a.svc.RouteDelete(ctx, in.Route, in.Disposal)
+			if err != nil {
+				return nil, a.fail(ctx, "deleting a route", err)
 			}
 			return answer(res), nil
 		})

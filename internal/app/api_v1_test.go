@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	vconfig "github.com/pb33f/libopenapi-validator/config"
@@ -211,6 +213,8 @@ func newAPIHarness(t *testing.T, authFailuresPerMinute int, configure ...func(*c
 	billing.MaxAttempts = 2
 	h.cfg.Routes = []config.Route{billing}
 	h.cfg.Admin.Token = adminToken
+	h.cfg.Secrets = config.Secrets{Key: testSecretsKey, Overlap: time.Hour}
+	t.Cleanup(func() { deleteRuntimeRouteQueues(t, h) })
 	for _, f := range configure {
 		f(h.cfg)
 	}
@@ -229,6 +233,20 @@ func newAPIHarness(t *testing.T, authFailuresPerMinute int, configure ...func(*c
 		ah.tokens[role] = tok.Secret
 	}
 	return ah
+}
+
+// deleteRuntimeRouteQueues deletes the queues of the routes a test made
+// at run time.
+func deleteRuntimeRouteQueues(t *testing.T, h *harness) {
+	rows, err := h.db.Pool().Query(context.Background(), `SELECT name FROM routes WHERE NOT declared`)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, name := range names {
+		for _, q := range []string{h.names.RouteQueue(name), h.names.DeadQueue(name)} {
+			_, _ = h.ch.QueueDelete(q, false, false, false) // retired already, or never declared
+		}
+	}
 }
 
 // auditCount counts the audit log's rows.
@@ -271,6 +289,13 @@ func roleSamples(eventID string) map[string]roleSample {
 		"create-token":                {"/api/v1/tokens", map[string]any{"name": "from-table", "role": "viewer"}},
 		"revoke-token":                {"/api/v1/tokens/no-such-token", nil},
 		"list-audit":                  {"/api/v1/audit?limit=1", nil},
+		"get-route":                   {"/api/v1/routes/billing", nil},
+		"create-route":                {"/api/v1/routes", map[string]any{"name": "from-table", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.nothing.*"}}},
+		// billing is declared: a change answers 409, which is neither
+		// 401 nor 403.
+		"update-route":        {"/api/v1/routes/billing", map[string]any{"concurrency": 2}},
+		"rotate-route-secret": {"/api/v1/routes/billing/rotate-secret", nil},
+		"delete-route":        {"/api/v1/routes/billing", nil},
 	}
 }
 
@@ -538,6 +563,34 @@ func TestAPISuite(t *testing.T) {
 	require.NotNil(t, tokens.Items[i].RevokedAt)
 	require.NotNil(t, tokens.Items[i].LastUsedAt, "last used is kept")
 	require.NotContains(t, string(a.Body), tok.Secret, "a listing never shows a secret")
+
+	// A route made at run time: made, read, changed, its secret rotated,
+	// deleted; each change audited.
+	a = c.call("create-route", http.MethodPost, "/api/v1/routes", admin,
+		map[string]any{"name": "suite", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.suite.*"}, "headers": map[string]string{"X-Token": "t0ken-value"}})
+	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+	a = c.call("get-route", http.MethodGet, "/api/v1/routes/suite", viewer, nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	require.NotContains(t, string(a.Body), "t0ken-value", "a header's value is not shown")
+	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/suite", admin, map[string]any{"timeout": "3s"})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/suite", admin, map[string]any{"timeout": "3"})
+	require.Equal(t, http.StatusBadRequest, a.Status, "a duration needs its unit: %s", a.Body)
+	a = c.call("rotate-route-secret", http.MethodPost, "/api/v1/routes/suite/rotate-secret", admin, map[string]any{"overlap": "0s"})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	a = c.call("delete-route", http.MethodDelete, "/api/v1/routes/suite", admin, nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	a = c.call("list-audit", http.MethodGet, "/api/v1/audit?target=suite", viewer, nil)
+	var routeAudit struct {
+		Items []ops.AuditEntry `json:"items"`
+	}
+	a.decode(t, &routeAudit)
+	var routeActions []string
+	for _, row := range routeAudit.Items {
+		routeActions = append(routeActions, row.Action)
+	}
+	require.Equal(t, []string{"route.delete", "route.rotate_secret", "route.update", "route.create"}, routeActions)
+	require.NotContains(t, string(a.Body), "t0ken-value", "the audit log holds no header value")
 
 	// The audit log: each change once, with its token's name; filtered.
 	a = c.call("list-audit", http.MethodGet, "/api/v1/audit?actor=token:t-operator&limit=100", viewer, nil)

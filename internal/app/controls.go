@@ -16,16 +16,7 @@ import (
 
 // newController builds the dispatcher's route controls (pause, circuit
 // breaker, rate limit, Retry-After) over db.
-func newController(cfg *config.Config, db *store.DB, reg prometheus.Registerer, logger zerolog.Logger) (*control.Controller, error) {
-	var routes []control.Route
-	for _, r := range cfg.Routes {
-		routes = append(routes, control.Route{
-			Name: r.Name, Failures: r.Circuit.Failures, Cooldown: r.Circuit.Cooldown,
-			RateLimit: r.RateLimit, Burst: r.Burst,
-			// A probe delivery: its POST, its claim and record.
-			ProbeBusy: r.Timeout + cfg.Dispatcher.LeaseMargin,
-		})
-	}
+func newController(cfg *config.Config, db *store.DB, routes []control.Route, reg prometheus.Registerer, logger zerolog.Logger) (*control.Controller, error) {
 	return control.New(control.Config{
 		Routes: routes,
 		Store:  controlStore{db},

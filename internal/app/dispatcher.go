@@ -15,11 +15,12 @@ import (
 	"github.com/hookrelay/hookrelay/internal/control"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/setup"
-	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 )
@@ -114,12 +115,17 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return err
 	}
 	early.Set("rabbitmq", "ok")
-	topo := setup.Topology(cfg)
-	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
+	follower, err := newFollower(ctx, cfg, db, logger)
+	if err != nil {
 		return err
 	}
-	routes, err := deliverRoutes(cfg)
-	if err != nil {
+	for _, r := range follower.Current().All() {
+		if r.Broken != nil {
+			logger.Error().Err(r.Broken).Str("route", r.Name).Msg("route made at run time cannot be delivered by this dispatcher; its messages wait in its queue")
+		}
+	}
+	names := setup.Names(cfg)
+	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topologyOf(cfg, follower.Current()).Policies); err != nil {
 		return err
 	}
 	// Retries and dead letters go out on a connection of their own: a
@@ -137,13 +143,12 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 			logger.Warn().Err(err).Msg("closing rabbitmq publishing connection")
 		}
 	}()
-	routeNames := setup.RouteNames(cfg)
-	metrics := deliver.NewMetrics(reg, routeNames)
+	metrics := deliver.NewMetrics(reg, follower.Current().Names())
 	counter, stopCounting := startActivity(ctx, db, opts.ActivityInterval, logger)
 	defer stopCounting()
 	metrics.CountActivity(counter)
 	db.GroupDeliveries(cfg.Dispatcher.BatchSize, metrics.ObserveBatch)
-	controls, err := newController(cfg, db, reg, logger)
+	controls, err := newController(cfg, db, controlRoutes(cfg, follower.Current()), reg, logger)
 	if err != nil {
 		return err
 	}
@@ -153,11 +158,11 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return err
 	}
 	handler, err := deliver.New(deliver.Config{
-		Routes:    routes,
+		Routes:    deliverRoutes(follower.Current()),
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
 		Ordering:  deliverStore{db},
-		Publisher: amqp.NewDispatchPublisher(publisher, setup.Names(cfg)),
+		Publisher: amqp.NewDispatchPublisher(publisher, names),
 		Client:    opts.Client,
 		Metrics:   metrics,
 		Logger:    logger,
@@ -171,12 +176,18 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), routeNames))
+	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), func() []string { return follower.Current().Names() }))
+	// The route engine needs the consumers, whose connects need it: it is
+	// set before they run.
+	var engine *routeEngine
 	consumers := amqp.NewConsumers(amqp.ConsumersConfig{
-		Dialer:          dialer,
-		ConnectionName:  connectionName(cfg, "hookrelay-dispatcher"),
-		Topology:        topo,
-		Groups:          consumerGroups(cfg, handler, controls),
+		Dialer:         dialer,
+		ConnectionName: connectionName(cfg, "hookrelay-dispatcher"),
+		TopologyFunc:   func() amqp.Topology { return topologyOf(cfg, follower.Current()) },
+		OnConnect: func(ctx context.Context, ch *amqp091.Channel) error {
+			return engine.unbindStale(ctx, ch)
+		},
+		Groups:          consumerGroups(follower.Current(), names, handler, controls),
 		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
 		Logger:          logger,
 		// A message given back for the route's controls (paused, circuit
@@ -186,10 +197,17 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	})
 	inspector := amqp.NewInspector(dialer, connectionName(cfg, "hookrelay-dispatcher-inspector"))
 	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
-	reconciler, err := newReconciler(cfg, db, inspector, handler.LastStoreFailure, reg, logger)
+	reconciler, err := newReconciler(cfg, db, inspector, follower, handler.LastStoreFailure, reg, logger)
 	if err != nil {
 		return err
 	}
+	mgmt, err := amqp.NewManagement(cfg.AMQP.Management(), cfg.AMQP.Nodes()[0])
+	if err != nil {
+		return fmt.Errorf("amqp.management_url: %w", err)
+	}
+	engine = &routeEngine{cfg: cfg, names: names, handler: handler, controls: controls, consumers: consumers, db: db, mgmt: mgmt,
+		follower: follower, logger: logger}
+	follower.Watch(engine.apply)
 	mux := statusMux(reg, logger,
 		httpserver.Check{Name: "postgres", Func: db.Ping},
 		httpserver.Check{Name: "rabbitmq", Func: func(ctx context.Context) error {
@@ -206,7 +224,8 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		logger.Warn().Str("listen", ln.Addr().String()).Msg("debug.pprof: profiles served under /debug/pprof/ on the health and metrics listener; keep it private")
 	}
 	handedOver = true
-	return (&dispatcher{cfg: cfg, logger: logger, db: db, ln: ln, early: early, mux: status, consumers: consumers, reconciler: reconciler, metrics: metrics, controls: controls}).run(ctx)
+	return (&dispatcher{cfg: cfg, logger: logger, db: db, ln: ln, early: early, mux: status, consumers: consumers, reconciler: reconciler,
+		metrics: metrics, controls: controls, follower: follower, engine: engine}).run(ctx)
 }
 
 // dispatcherTimeouts are the timeouts of the dispatcher's listener.
@@ -227,6 +246,8 @@ type dispatcher struct {
 	reconciler *deliver.Reconciler
 	metrics    *deliver.Metrics
 	controls   *control.Controller
+	follower   *routeset.Follower
+	engine     *routeEngine
 }
 
 // run runs every part until ctx is done or one fails, which stops the
@@ -243,13 +264,15 @@ func (d *dispatcher) run(ctx context.Context) error {
 		return d.early.Stop()
 	})
 	g.Go(func() error { return d.consumers.Run(gctx) })
+	g.Go(func() error { return d.follower.Run(gctx) })
+	g.Go(func() error { return d.engine.retire(gctx) })
 	g.Go(func() error { return d.reconciler.Run(gctx) })
 	g.Go(func() error { return d.controls.Run(gctx) })
 	g.Go(func() error { return d.summarize(gctx) })
 	g.Go(func() error { return keepPartitions(gctx, d.db, d.logger) })
 	names := setup.Names(cfg)
 	var serving []string
-	for _, r := range cfg.Routes {
+	for _, r := range d.follower.Current().All() {
 		serving = append(serving, fmt.Sprintf("%s to %s (queue %s, %d consumer(s))", r.Name, destination(r.URL), names.RouteQueue(r.Name), r.Concurrency))
 	}
 	d.logger.Info().Str("listen", d.ln.Addr().String()).Strs("routes", routeLines(cfg)).
@@ -277,8 +300,8 @@ func (d *dispatcher) summarize(ctx context.Context) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	last := map[string]map[string]float64{}
-	for _, r := range d.cfg.Routes {
-		last[r.Name] = d.metrics.Outcomes(r.Name)
+	for _, name := range d.follower.Current().Names() {
+		last[name] = d.metrics.Outcomes(name)
 	}
 	for {
 		select {
@@ -286,51 +309,24 @@ func (d *dispatcher) summarize(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		for _, r := range d.cfg.Routes {
-			now := d.metrics.Outcomes(r.Name)
+		for _, name := range d.follower.Current().Names() {
+			now := d.metrics.Outcomes(name)
 			delta := map[string]int64{}
 			var any bool
 			for outcome, n := range now {
-				delta[outcome] = int64(n - last[r.Name][outcome])
+				delta[outcome] = int64(n - last[name][outcome])
 				any = any || delta[outcome] != 0
 			}
-			last[r.Name] = now
+			last[name] = now
 			if !any {
 				continue
 			}
-			d.logger.Info().Str("route", r.Name).
+			d.logger.Info().Str("route", name).
 				Int64("delivered", delta["delivered"]).Int64("retrying", delta["retry_scheduled"]).Int64("dead", delta["dead"]).
 				Int64("superseded", delta["superseded"]).Int64("duplicates", delta["skipped_duplicate"]).Int64("stale", delta["stale"]).
 				Dur("interval", interval).Msg("route summary")
 		}
 	}
-}
-
-// deliverRoutes are cfg's routes as deliver takes them.
-func deliverRoutes(cfg *config.Config) ([]deliver.Route, error) {
-	var routes []deliver.Route
-	for i, r := range cfg.Routes {
-		var keys [][]byte
-		for _, secret := range append([]string{r.SigningSecret}, r.SigningSecrets...) {
-			if secret == "" {
-				continue
-			}
-			key, err := signature.DecodeStandardSecret(secret)
-			if err != nil {
-				return nil, fmt.Errorf("routes[%d]: signing secret: %w", i, err)
-			}
-			keys = append(keys, key)
-		}
-		noRetry := map[int]bool{}
-		for _, s := range r.NoRetryStatuses {
-			noRetry[s] = true
-		}
-		routes = append(routes, deliver.Route{
-			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
-			MaxAttempts: r.MaxAttempts, SigningKeys: keys, DropStale: r.Ordering == config.OrderingDropStale,
-		})
-	}
-	return routes, nil
 }
 
 // deliverTiers are the retry tiers, one per retry.backoff entry.
@@ -344,15 +340,22 @@ func deliverTiers(cfg *config.Config) []deliver.Tier {
 
 // consumerGroups consume each route's queue with the route's concurrency,
 // while controls let them (pause, circuit); each delivery first waits for
-// the route's rate limit and Retry-After hold.
-func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *control.Controller) []amqp.ConsumerGroup {
-	names := setup.Names(cfg)
+// the route's rate limit and Retry-After hold. A route this dispatcher
+// cannot deliver (broken) is not consumed: its messages wait.
+func consumerGroups(set *routeset.Set, names amqp.Names, handler *deliver.Handler, controls *control.Controller) []amqp.ConsumerGroup {
 	var groups []amqp.ConsumerGroup
-	for _, r := range cfg.Routes {
+	for _, r := range set.All() {
+		if r.Broken != nil {
+			continue
+		}
 		route := r.Name
+		gate := controls.Gate(route)
 		groups = append(groups, amqp.ConsumerGroup{
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
+			// A change of a run-time route restarts its consumers: they
+			// take the new gate (its controls' settings may have changed).
+			Version: r.Version,
 			Handle: func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error {
 				if err := controls.Admit(ctx, route, stopping); err != nil {
 					if errors.Is(err, control.ErrGateClosed) || errors.Is(err, control.ErrStopping) {
@@ -364,7 +367,7 @@ func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *cont
 				}
 				return handler.Handle(ctx, route, m, stopping)
 			},
-			Gate: controls.Gate(route),
+			Gate: gate,
 		})
 	}
 	return groups
@@ -373,7 +376,8 @@ func consumerGroups(cfg *config.Config, handler *deliver.Handler, controls *cont
 // newReconciler re-sends overdue pairs of cfg's routes that no copy in the
 // broker can be waiting for, reading their queues through inspector (live)
 // and the retry tiers through the management API.
-func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, lastStoreFailure func() time.Time, reg prometheus.Registerer, logger zerolog.Logger) (*deliver.Reconciler, error) {
+func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, follower *routeset.Follower, lastStoreFailure func() time.Time,
+	reg prometheus.Registerer, logger zerolog.Logger) (*deliver.Reconciler, error) {
 	names := setup.Names(cfg)
 	mgmt, err := amqp.NewManagement(cfg.AMQP.Management(), cfg.AMQP.Nodes()[0])
 	if err != nil {
@@ -384,8 +388,9 @@ func newReconciler(cfg *config.Config, db *store.DB, inspector *amqp.Inspector, 
 		tiers[names.Retry(d)] = true
 	}
 	return deliver.NewReconciler(deliver.ReconcilerConfig{
-		Routes: setup.RouteNames(cfg),
-		Store:  reconcileStore{db},
+		Routes:     follower.Current().Names(),
+		RoutesFunc: func() []string { return follower.Current().Names() },
+		Store:      reconcileStore{db},
 		QueueReady: func(ctx context.Context, route string) (deliver.QueueReading, error) {
 			q, err := inspector.Queue(ctx, names.RouteQueue(route))
 			return deliver.QueueReading{Ready: q.Ready, Consumers: q.Consumers}, err

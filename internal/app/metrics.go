@@ -46,7 +46,7 @@ func MetricNames() ([]string, error) {
 	if err := rec.Register(outbox.NewBacklogCollector(noBacklog{})); err != nil {
 		return nil, err
 	}
-	if err := rec.Register(deliver.NewRouteCollector(stats, routes)); err != nil {
+	if err := rec.Register(deliver.NewRouteCollector(stats, func() []string { return routes })); err != nil {
 		return nil, err
 	}
 	families, err := reg.Gather()

@@ -18,6 +18,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ingest"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/outbox"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -127,6 +128,10 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if err != nil {
 		return err
 	}
+	follower, err := newFollower(ctx, cfg, db, logger)
+	if err != nil {
+		return err
+	}
 	counter, stopCounting := startActivity(ctx, db, opts.ActivityInterval, logger)
 	defer stopCounting()
 	ingestMetrics := ingest.NewMetrics(reg)
@@ -154,7 +159,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	sv.set("rabbitmq", rabbitmq)
 	publisher := amqp.NewPublisher(amqp.PublisherConfig{
 		Dialer:         dialer,
-		Topology:       setup.Topology(cfg),
+		TopologyFunc:   func() amqp.Topology { return topologyOf(cfg, follower.Current()) },
 		Exchange:       setup.Names(cfg).Events(),
 		Names:          setup.Names(cfg),
 		ConfirmTimeout: cfg.Outbox.PublishTimeout,
@@ -195,7 +200,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
 		BatchSize:    cfg.Receiver.BatchSize,
 		BatchWait:    cfg.Receiver.BatchWait,
-		RoutesFunc:   setup.RoutesFor(cfg),
+		RoutesFunc:   func(key string) []string { return follower.Current().Match(key) },
 		Metrics:      ingestMetrics,
 		Logger:       logger,
 	})
@@ -212,7 +217,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	httpserver.Health(mux, logger, checks...)
 	handler.Register(mux)
 	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: wake, direct: direct, rabbitmq: rabbitmq,
-		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...)}
+		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...), follower: follower}
 	if !opts.DisablePublisher {
 		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
 			return err
@@ -228,7 +233,10 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 			return fmt.Errorf("database.url: %w", err)
 		}
 		defer apiDB.Close()
-		svc, closeOps := setup.Ops(cfg, apiDB, dialer, "hookrelay-receiver-ops")
+		svc, closeOps, err := setup.Ops(cfg, apiDB, dialer, "hookrelay-receiver-ops", follower.Current)
+		if err != nil {
+			return err
+		}
 		defer closeOps()
 		// Jobs end with the receiver, each stored as stopped, before the
 		// pool closes (defers run last in, first out).
@@ -309,11 +317,12 @@ func adminTimeouts(cfg *config.Config) httpserver.Timeouts {
 
 // receiver is a receiver's parts, built before any of them runs.
 type receiver struct {
-	cfg    *config.Config
-	logger zerolog.Logger
-	ln     net.Listener
-	db     *store.DB
-	mux    *http.ServeMux
+	cfg      *config.Config
+	logger   zerolog.Logger
+	follower *routeset.Follower
+	ln       net.Listener
+	db       *store.DB
+	mux      *http.ServeMux
 	// servers serve the listeners since the start; run hands them mux,
 	// admin and status.
 	servers *servers
@@ -367,6 +376,7 @@ func (rc *receiver) run(ctx context.Context) error {
 	}
 	serve(rc.servers.public, rc.mux)
 	g.Go(func() error { return keepPartitions(gctx, rc.db, logger) })
+	g.Go(func() error { return rc.follower.Run(gctx) })
 	if rc.servers.metrics != nil {
 		serve(rc.servers.metrics, rc.status)
 		logger.Info().Str("listen", rc.metricsLn.Addr().String()).Msg("metrics served")

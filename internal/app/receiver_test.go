@@ -22,6 +22,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
@@ -550,7 +551,17 @@ func scrape(t tb, base string) map[string]float64 {
 // with the test.
 func testOps(t *testing.T, h *harness, dialer *hamqp.Dialer) *ops.Service {
 	t.Helper()
-	svc, closeOps := setup.Ops(h.cfg, h.db, dialer, "hookrelay-test-ops")
+	keyring, err := routeset.NewKeyring(h.cfg.Secrets.Key, h.cfg.Secrets.PreviousKeys)
+	require.NoError(t, err)
+	// The routes as they are at each call: a test makes them and then
+	// asks.
+	f := routeset.NewFollower(h.cfg, h.db, keyring, zerolog.Nop())
+	require.NoError(t, f.Load(context.Background()))
+	svc, closeOps, err := setup.Ops(h.cfg, h.db, dialer, "hookrelay-test-ops", func() *routeset.Set {
+		require.NoError(t, f.Refresh(context.Background()))
+		return f.Current()
+	})
+	require.NoError(t, err)
 	t.Cleanup(closeOps)
 	return svc
 }

@@ -50,6 +50,9 @@ func newTeamsHarness(t *testing.T) *teamsHarness {
 	bsrc := h.cfg.Sources[0]
 	bsrc.Name, bsrc.Team = "bsrc", "team-b"
 	h.cfg.Sources = append(h.cfg.Sources, bsrc)
+	// The platform lets team A bind its own routes to acme's events.
+	h.cfg.Sources[0].Subscribers = []string{"team-a"}
+	h.cfg.Secrets = config.Secrets{Key: testSecretsKey, Overlap: time.Hour}
 	a := testRoute("a-billing", dest.url("a-billing"), "acme.invoice.*")
 	a.Team = "team-a"
 	b := testRoute("b-billing", dest.url("b-billing"), "acme.invoice.*", "bsrc.#")
@@ -229,6 +232,16 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 		// platform's alone (a 403 whatever the team or the age).
 		"create-token": {{body: map[string]any{"name": "sneaky", "role": "admin", "team": "team-b"},
 			bodyNone: map[string]any{"name": "sneaky", "role": "admin", "team": "no-such-team"}, swap: map[string]string{"no-such-team": "team-b"}, status: http.StatusForbidden}},
+		// A team makes routes for itself only, bound to sources that
+		// admit it: B's source answers as a source of nobody's.
+		"create-route": {
+			{body: map[string]any{"name": "sneaky", "team": "team-b", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.invoice.*"}},
+				bodyNone: map[string]any{"name": "sneaky", "team": "no-such-team", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.invoice.*"}},
+				swap:     map[string]string{"no-such-team": "team-b"}, status: http.StatusForbidden},
+			{body: map[string]any{"name": "sneaky", "url": "http://127.0.0.1:9/", "bindings": []string{"bsrc.invoice.*"}},
+				bodyNone: map[string]any{"name": "sneaky", "url": "http://127.0.0.1:9/", "bindings": []string{"no-such-source.invoice.*"}},
+				swap:     map[string]string{"no-such-source": "bsrc"}, status: http.StatusBadRequest},
+		},
 		"purge": {{body: map[string]any{"older_than": "1s", "confirm": true}, status: http.StatusForbidden},
 			{body: map[string]any{"older_than": "1s", "dry_run": true}, status: http.StatusForbidden}},
 	}
@@ -391,6 +404,9 @@ func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
 		if !pathParam.MatchString(path) && method != http.MethodPost {
 			continue // a listing: above
 		}
+		if p.Pattern == "POST /routes" {
+			continue // names no existing thing: below
+		}
 		of := bOf(path)
 		pathB, formB := fill(path, of)
 		pathNone, formNone := fill(path, nothing)
@@ -405,6 +421,21 @@ func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
 		tried++
 	}
 	require.GreaterOrEqual(t, tried, 12)
+	// Making a route: for B's team, or bound to B's source, answers as
+	// for a team or a source of nobody's.
+	for _, k := range []struct{ b, none url.Values }{
+		{url.Values{"name": {"sneaky"}, "team": {"team-b"}, "url": {"http://127.0.0.1:9/"}, "bindings": {"acme.invoice.*"}},
+			url.Values{"name": {"sneaky"}, "team": {"no-such-team"}, "url": {"http://127.0.0.1:9/"}, "bindings": {"acme.invoice.*"}}},
+		{url.Values{"name": {"sneaky"}, "url": {"http://127.0.0.1:9/"}, "bindings": {"bsrc.invoice.*"}},
+			url.Values{"name": {"sneaky"}, "url": {"http://127.0.0.1:9/"}, "bindings": {"no-such-source.invoice.*"}}},
+	} {
+		status, body := do(http.MethodPost, "/routes", k.b)
+		statusNone, bodyNone := do(http.MethodPost, "/routes", k.none)
+		assert.Contains(t, []int{http.StatusForbidden, http.StatusBadRequest}, status, "%s", body)
+		assert.Equal(t, statusNone, status)
+		bodyNone = strings.NewReplacer("no-such-team", "team-b", "no-such-source", "bsrc").Replace(bodyNone)
+		assert.Equal(t, bodyNone, body, "making a route: A's answer on B's names is its answer on nothing")
+	}
 	// A listing filtered by B's names: as filtered by nothing's.
 	for _, q := range []string{"route=%s", "source=%s", "find=%s"} {
 		for b, none := range map[string]string{"b-billing": "no-such-route", "bsrc": "no-such-source", onlyB: nothing["{id}"]} {

@@ -25,6 +25,7 @@ type Config struct {
 	Retention  Retention  `mapstructure:"retention"`
 	Reconcile  Reconcile  `mapstructure:"reconcile"`
 	Debug      Debug      `mapstructure:"debug"`
+	Secrets    Secrets    `mapstructure:"secrets"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -266,6 +267,25 @@ type Admin struct {
 	// it when the console is reached through a proxy that terminates TLS
 	// (the way to serve it beyond localhost). Default false.
 	CookieSecure bool `mapstructure:"cookie_secure"`
+}
+
+// Secrets seal the signing secrets of routes made at run time (hookrelay
+// routes create): Postgres holds them encrypted with AES-256-GCM under Key.
+// Give the keys from the environment (HOOKRELAY_SECRETS_KEY, or key:
+// "${VAR}"), never in a file checked in. Without Key, routes cannot be
+// made at run time, and a dispatcher does not deliver those that exist.
+type Secrets struct {
+	// Key is standard base64 of 32 random bytes (hookrelay secret key).
+	Key string `mapstructure:"key" validate:"omitempty,aes_key"`
+	// PreviousKeys still open secrets sealed before the last key
+	// rotation; hookrelay routes reseal seals every secret with Key, after
+	// which they can go (docs/operating.md, "Rotating the secrets key").
+	PreviousKeys []string `mapstructure:"previous_keys" validate:"dive,aes_key"`
+	// Overlap is how long a route's previous signing secret still signs
+	// after hookrelay routes rotate-secret, unless the rotation says
+	// otherwise: both signatures go out meanwhile, so the destination can
+	// switch. Default 24h.
+	Overlap time.Duration `mapstructure:"overlap" validate:"gte=0,lte=720h"`
 }
 
 // Debug configures diagnostics that expose the process's internals.
@@ -557,4 +577,5 @@ func setDefaults(set func(key string, value any)) {
 	set("log.level", "info")
 	set("log.format", "json")
 	set("debug.pprof", false)
+	set("secrets.overlap", "24h")
 }

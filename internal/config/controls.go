@@ -22,17 +22,23 @@ const rateTurnMax = 10 * time.Minute
 func checkRateLimits(cfg *Config) []string {
 	var problems []string
 	for i, r := range cfg.Routes {
-		if r.RateLimit <= 0 || r.Concurrency < 1 {
-			continue
+		if p := rateProblem(r); p != "" {
+			problems = append(problems, fmt.Sprintf("routes[%d].rate_limit: %s", i, p))
 		}
-		turn := time.Duration(float64(r.Concurrency) / r.RateLimit * float64(time.Second))
-		if turn <= rateTurnMax {
-			continue
-		}
-		least := float64(r.Concurrency) / rateTurnMax.Seconds()
-		problems = append(problems, fmt.Sprintf(
-			"routes[%d].rate_limit: %g/s with concurrency %d leaves a consumer's message waiting up to %s for its turn, past the %s a held message may wait: set at least %.3g, or lower concurrency",
-			i, r.RateLimit, r.Concurrency, turn.Round(time.Second), rateTurnMax, least))
 	}
 	return problems
+}
+
+// rateProblem is checkRateLimits for one route: "" when its rate is fine.
+func rateProblem(r Route) string {
+	if r.RateLimit <= 0 || r.Concurrency < 1 {
+		return ""
+	}
+	turn := time.Duration(float64(r.Concurrency) / r.RateLimit * float64(time.Second))
+	if turn <= rateTurnMax {
+		return ""
+	}
+	least := float64(r.Concurrency) / rateTurnMax.Seconds()
+	return fmt.Sprintf("%g/s with concurrency %d leaves a consumer's message waiting up to %s for its turn, past the %s a held message may wait: set at least %.3g, or lower concurrency",
+		r.RateLimit, r.Concurrency, turn.Round(time.Second), rateTurnMax, least)
 }

@@ -40,6 +40,7 @@ func newValidator() *validator.Validate {
 	must("amqp_url", func(s string) bool { return urlWithScheme(s, "amqp", "amqps") })
 	must("http_url", func(s string) bool { return urlWithScheme(s, "http", "https") })
 	must("whsec", func(s string) bool { return WhsecError(s) == nil })
+	must("aes_key", func(s string) bool { return AESKeyError(s) == nil })
 	must("scheme", func(s string) bool { return contains(signature.SchemeNames(), s) })
 	must("preset", func(s string) bool { _, ok := presets[s]; return ok })
 	return v
@@ -90,6 +91,16 @@ func WhsecError(s string) error {
 		return errors.New("must be whsec_ followed by standard base64 (make one with `hookrelay secret new`)")
 	case len(raw) < 16:
 		return errors.New("must decode to at least 16 bytes (make one with `hookrelay secret new`)")
+	}
+	return nil
+}
+
+// AESKeyError says why s is not a secrets key: standard base64 of exactly
+// 32 bytes. The message never contains the key.
+func AESKeyError(s string) error {
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(raw) != 32 {
+		return errors.New("must be standard base64 of 32 bytes (make one with `hookrelay secret key`)")
 	}
 	return nil
 }
@@ -162,6 +173,8 @@ func fieldProblem(fe validator.FieldError) string {
 		return "must be an http:// or https:// URL with a host"
 	case "whsec":
 		return WhsecError(fmt.Sprint(val)).Error()
+	case "aes_key":
+		return AESKeyError(fmt.Sprint(val)).Error()
 	case "scheme":
 		return fmt.Sprintf("%q is not a scheme; use one of: %s", val, strings.Join(signature.SchemeNames(), ", "))
 	case "preset":

@@ -22,6 +22,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/console"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
@@ -128,7 +129,14 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 
 	dialer := amqptest.Dialer(b)
-	svc, closeOps := setup.Ops(cfg, db, dialer, "console-bench")
+	routes, err := routeset.Declared(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, closeOps, err := setup.Ops(cfg, db, dialer, "console-bench", func() *routeset.Set { return routes })
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(closeOps)
 	svcCtx, stop := context.WithCancel(ctx)
 	svc.Jobs = ops.NewJobRunner(svcCtx, zerolog.Nop())

@@ -17,7 +17,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each with layout.html.
-var pageNames = []string{"signin", "overview", "route", "events", "event", "dead", "replay", "job", "audit"}
+var pageNames = []string{"signin", "overview", "route", "events", "event", "dead", "replay", "job", "audit", "newroute", "secret"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -49,6 +49,8 @@ func parsePages() (map[string]*template.Template, error) {
 		},
 		"ms":       func(n int) string { return (time.Duration(n) * time.Millisecond).String() },
 		"operator": func() string { return ops.RoleOperator },
+		"admin":    func() string { return ops.RoleAdmin },
+		"join":     strings.Join,
 		"chart":    chart,
 		"isUUID": func(s string) bool {
 			_, err := uuid.Parse(s)
@@ -114,6 +116,10 @@ func (c *console) failed(w http.ResponseWriter, r *http.Request, what string, er
 	case errors.Is(err, ops.ErrInvalidRequest):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	default:
+		if status, ok := refusal(err); ok {
+			http.Error(w, err.Error(), status)
+			return
+		}
 		c.logger.Error().Err(err).Str("actor", ops.ActorOf(r.Context())).Msg("console: " + what)
 		http.Error(w, what+" failed: storage unavailable (the receiver's log says why)", http.StatusServiceUnavailable)
 	}
@@ -337,12 +343,18 @@ func (c *console) routePage(w http.ResponseWriter, r *http.Request, u user) {
 		return
 	}
 	var limited bool
-	for _, rc := range c.svc.RouteConfigs {
-		if rc.Name == name {
-			limited = rc.RateLimited
-		}
+	if rc := c.svc.RoutesNow().Get(name); rc != nil {
+		limited = rc.RateLimit > 0
 	}
 	data := map[string]any{"Route": route, "BrokerError": list.BrokerError, "Activity": act.Routes[name], "RateLimited": limited}
+	if !route.Unserved {
+		d, err := c.svc.RouteGet(r.Context(), name)
+		if err != nil {
+			c.failed(w, r, "reading a route", err)
+			return
+		}
+		data["Detail"] = d
+	}
 	// A version asked for: show it, or say none is kept.
 	q := r.URL.Query()
 	if src, res := q.Get("source"), q.Get("resource"); src != "" || res != "" {

@@ -107,6 +107,7 @@ type Config struct {
 // the state once; Run follows it until ctx is done.
 type Controller struct {
 	cfg    Config
+	mu     sync.RWMutex
 	routes map[string]*route
 	logger zerolog.Logger
 
@@ -202,14 +203,30 @@ func New(cfg Config) (*Controller, error) {
 		}, []string{"route", "reason"}),
 	}
 	cfg.Registerer.MustRegister(c.circuit, c.paused, c.waits, c.waited)
-	for _, r := range cfg.Routes {
+	routes, err := c.build(cfg.Routes)
+	if err != nil {
+		return nil, err
+	}
+	c.routes = routes
+	return c, nil
+}
+
+// build returns the routes of list, keeping the followed state of those
+// whose settings are unchanged.
+func (c *Controller) build(list []Route) (map[string]*route, error) {
+	out := make(map[string]*route, len(list))
+	for _, r := range list {
 		if r.RateLimit < 0 || (r.RateLimit > 0 && r.Burst < 1) || (r.Failures > 0 && r.Cooldown <= 0) {
 			return nil, fmt.Errorf("control: route %q: rate limit needs a burst of 1 or more, a breaker a cool-down", r.Name)
 		}
 		if r.ProbeBusy <= 0 {
 			r.ProbeBusy = time.Minute
 		}
-		c.routes[r.Name] = &route{cfg: r, changed: make(chan struct{}), view: view{circuit: Closed}, probe: activity{since: time.Now()}}
+		if old := c.route(r.Name); old != nil && old.cfg == r {
+			out[r.Name] = old
+			continue
+		}
+		out[r.Name] = &route{cfg: r, changed: make(chan struct{}), view: view{circuit: Closed}, probe: activity{since: time.Now()}}
 		c.circuit.WithLabelValues(r.Name)
 		c.paused.WithLabelValues(r.Name)
 		for _, reason := range []string{reasonRate, reasonRetryAfter} {
@@ -217,7 +234,41 @@ func New(cfg Config) (*Controller, error) {
 			c.waited.WithLabelValues(r.Name, reason)
 		}
 	}
-	return c, nil
+	return out, nil
+}
+
+// route returns the route name, nil for one this controller does not
+// follow.
+func (c *Controller) route(name string) *route {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.routes[name]
+}
+
+// snapshot returns the routes followed now.
+func (c *Controller) snapshot() []*route {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*route, 0, len(c.routes))
+	for _, r := range c.routes {
+		out = append(out, r)
+	}
+	return out
+}
+
+// SetRoutes replaces the routes followed (routes made, changed or deleted
+// at run time) and reads their state before it returns, so consumers
+// started afterwards follow a pause or an open circuit. A route whose
+// settings changed starts afresh with a new gate: take Gate again.
+func (c *Controller) SetRoutes(ctx context.Context, list []Route) error {
+	routes, err := c.build(list)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.routes = routes
+	c.mu.Unlock()
+	return c.Init(ctx)
 }
 
 // ErrGateClosed is Admit's answer for a delivery it held (for the rate
@@ -237,16 +288,17 @@ const (
 // Init creates the routes' rows where missing and reads their state, so
 // consumers started afterwards already follow a pause or an open circuit.
 func (c *Controller) Init(ctx context.Context) error {
-	names := make([]string, 0, len(c.routes))
-	for name := range c.routes {
-		names = append(names, name)
+	routes := c.snapshot()
+	names := make([]string, 0, len(routes))
+	for _, r := range routes {
+		names = append(names, r.cfg.Name)
 	}
 	if err := c.cfg.Store.StateEnsure(ctx, names); err != nil {
 		return err
 	}
 	// A breaker turned off in the config must not leave the route stuck
 	// with the circuit it had: close it.
-	for _, r := range c.routes {
+	for _, r := range routes {
 		if r.cfg.Failures <= 0 {
 			if err := c.cfg.Store.Success(ctx, r.cfg.Name); err != nil {
 				return err
@@ -310,7 +362,7 @@ func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 		local := time.Now()
 		again := false
 		for _, s := range list {
-			r := c.routes[s.Route]
+			r := c.route(s.Route)
 			if r == nil {
 				continue // a route of another config
 			}
@@ -344,8 +396,11 @@ func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 // probe owner went quiet, and keeps this dispatcher's own claim fresh. It
 // reports whether the state changed.
 func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
+	rt := c.route(s.Route)
 	switch {
-	case c.routes[s.Route].cfg.Failures <= 0:
+	case rt == nil:
+		// Removed meanwhile (a route deleted at run time).
+	case rt.cfg.Failures <= 0:
 		// Breaker off here; Init closed the circuit.
 	case s.Circuit == Open && !s.OpenedUntil.After(s.Now),
 		s.Circuit == HalfOpen && s.ProbeOwner != c.cfg.Owner && (s.ProbeAt.IsZero() || s.Now.Sub(s.ProbeAt) > c.cfg.ProbeStale):
@@ -354,7 +409,7 @@ func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
 			return false, err
 		}
 		if claimed {
-			r := c.routes[s.Route]
+			r := rt
 			r.mu.Lock()
 			r.claimedAt, r.leftProbe = time.Now(), false
 			r.mu.Unlock()
@@ -364,7 +419,7 @@ func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
 	case s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner:
 		// The claim is kept only while this dispatcher can make the
 		// probe; otherwise it goes stale and another takes it over.
-		r := c.routes[s.Route]
+		r := rt
 		if able, why := r.canProbe(c.cfg.ProbeStale); !able {
 			r.mu.Lock()
 			left := r.leftProbe
@@ -467,7 +522,7 @@ func circuitValue(s string) float64 {
 
 // Gate is the gate of route name's consumers; nil for an unknown route.
 func (c *Controller) Gate(name string) *RouteGate {
-	r := c.routes[name]
+	r := c.route(name)
 	if r == nil {
 		return nil
 	}
@@ -539,7 +594,7 @@ func (g *RouteGate) track(i, state int) {
 // timeout), or when Postgres cannot be asked. In every case but nil the
 // message goes back to the queue.
 func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan struct{}) error {
-	r := c.routes[name]
+	r := c.route(name)
 	if r == nil {
 		return nil
 	}
@@ -660,7 +715,7 @@ func (r *route) stops(taken, v view) bool {
 // MaxSlow). A failed write is logged, not returned: the delivery's own
 // outcome is already decided, and the next poll puts the state right.
 func (c *Controller) Observe(ctx context.Context, name string, status int, retryAfter time.Duration) {
-	r := c.routes[name]
+	r := c.route(name)
 	if r == nil {
 		return
 	}

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,14 @@ type Route struct {
 	MaxAttempts int
 	// SigningKeys sign each delivery; every key adds a signature.
 	SigningKeys [][]byte
+	// PreviousKey signs too, after them, until PreviousUntil: a rotated
+	// secret's overlap.
+	PreviousKey   []byte
+	PreviousUntil time.Time
+	// DeadLetterAll moves every message to the route's dead letters
+	// without a POST (reason route_deleted): a deleted route whose
+	// backlog goes there.
+	DeadLetterAll bool
 	// DropStale records an event stale instead of POSTing it when a newer
 	// version of its resource was delivered on the route (ordering:
 	// drop_stale).
@@ -167,6 +176,7 @@ type Config struct {
 // Handler delivers messages.
 type Handler struct {
 	cfg    Config
+	mu     sync.RWMutex
 	routes map[string]*Route
 	logger zerolog.Logger
 	now    func() time.Time
@@ -213,14 +223,35 @@ func New(cfg Config) (*Handler, error) {
 	if h.now == nil {
 		h.now = time.Now
 	}
-	for i := range cfg.Routes {
-		r := &cfg.Routes[i]
-		if r.MaxAttempts < 1 || r.Timeout <= 0 || len(r.SigningKeys) == 0 {
-			return nil, fmt.Errorf("deliver: route %q needs MaxAttempts, Timeout and a signing key", r.Name)
-		}
-		h.routes[r.Name] = r
+	if err := h.SetRoutes(cfg.Routes); err != nil {
+		return nil, err
 	}
 	return h, nil
+}
+
+// SetRoutes replaces the routes delivered to; a delivery under way keeps
+// the settings it started with.
+func (h *Handler) SetRoutes(routes []Route) error {
+	m := make(map[string]*Route, len(routes))
+	for i := range routes {
+		r := routes[i]
+		if r.MaxAttempts < 1 || r.Timeout <= 0 || len(r.SigningKeys) == 0 {
+			return fmt.Errorf("deliver: route %q needs MaxAttempts, Timeout and a signing key", r.Name)
+		}
+		m[r.Name] = &r
+	}
+	h.mu.Lock()
+	h.routes = m
+	h.mu.Unlock()
+	return nil
+}
+
+// signingKeys are the keys that sign a delivery made at now.
+func (r *Route) signingKeys(now time.Time) [][]byte {
+	if r.PreviousKey == nil || !now.Before(r.PreviousUntil) {
+		return r.SigningKeys
+	}
+	return append(r.SigningKeys[:len(r.SigningKeys):len(r.SigningKeys)], r.PreviousKey)
 }
 
 // NewClient returns the HTTP client for deliveries: it does not follow
@@ -247,7 +278,9 @@ func NewClient() *http.Client {
 // aborts the delivery: an HTTP attempt in flight is cancelled and nothing
 // is recorded for it.
 func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMessage, stopping <-chan struct{}) error {
+	h.mu.RLock()
 	r, ok := h.routes[route]
+	h.mu.RUnlock()
 	if !ok {
 		return fmt.Errorf("no route %q", route)
 	}
@@ -277,14 +310,23 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	if done, err := d.stale(ctx, lease); done || err != nil {
 		return err
 	}
-	attempt, retryAfter, err := d.attempt(ctx, lease)
-	if err != nil {
-		return err
+	var attempt *webhook.Attempt
+	var tier int
+	var deadReason string
+	if r.DeadLetterAll {
+		attempt = &webhook.Attempt{EventID: msg.EventID, Route: route, Number: msg.Attempt, StartedAt: h.now(), Gen: msg.Gen,
+			Error: "route deleted: its backlog goes to its dead letters", Outcome: webhook.StateDead}
+		deadReason = "route_deleted"
+	} else {
+		var retryAfter time.Duration
+		if attempt, retryAfter, err = d.attempt(ctx, lease); err != nil {
+			return err
+		}
+		if h.cfg.ObserveFunc != nil {
+			h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
+		}
+		tier, deadReason = d.decide(attempt, retryAfter)
 	}
-	if h.cfg.ObserveFunc != nil {
-		h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
-	}
-	tier, deadReason := d.decide(attempt, retryAfter)
 	attempt.FirstAttemptAt = msg.FirstAttemptAt
 	if done, err := d.record(ctx, lease, attempt); done || err != nil {
 		return err
@@ -579,7 +621,7 @@ func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) 
 	req.Header.Set("User-Agent", "hookrelay")
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
-	req.Header.Set("webhook-signature", signature.SignStandard(r.SigningKeys, id, start, msg.Body))
+	req.Header.Set("webhook-signature", signature.SignStandard(r.signingKeys(start), id, start, msg.Body))
 	req.Header.Set("X-Hookrelay-Source", msg.Source)
 	req.Header.Set("X-Hookrelay-Event-Type", msg.EventType)
 	req.Header.Set("X-Hookrelay-Attempt", strconv.Itoa(msg.Attempt))

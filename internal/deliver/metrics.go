@@ -129,15 +129,16 @@ type RouteStatsFunc func(ctx context.Context) ([]RouteStat, error)
 // dispatchers running different configs).
 type RouteCollector struct {
 	stats       RouteStatsFunc
-	routes      []string
+	routes      func() []string
 	undelivered *prometheus.Desc
 	oldest      *prometheus.Desc
 	dead        *prometheus.Desc
 	unserved    *prometheus.Desc
 }
 
-// NewRouteCollector returns a collector over stats for routes.
-func NewRouteCollector(stats RouteStatsFunc, routes []string) *RouteCollector {
+// NewRouteCollector returns a collector over stats for the routes that
+// routes returns at each scrape.
+func NewRouteCollector(stats RouteStatsFunc, routes func() []string) *RouteCollector {
 	return &RouteCollector{
 		stats:  stats,
 		routes: routes,
@@ -177,12 +178,13 @@ func (c *RouteCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range stats {
 		byRoute[s.Route] = s
 	}
+	routes := c.routes()
 	for _, s := range stats {
-		if !slices.Contains(c.routes, s.Route) && s.Undelivered > 0 {
+		if !slices.Contains(routes, s.Route) && s.Undelivered > 0 {
 			ch <- prometheus.MustNewConstMetric(c.unserved, prometheus.GaugeValue, float64(s.Undelivered), s.Route)
 		}
 	}
-	for _, r := range c.routes {
+	for _, r := range routes {
 		s := byRoute[r]
 		ch <- prometheus.MustNewConstMetric(c.undelivered, prometheus.GaugeValue, float64(s.Undelivered), r)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestUndelivered.Seconds(), r)

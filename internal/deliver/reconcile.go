@@ -60,7 +60,10 @@ const (
 
 // ReconcilerConfig configures a Reconciler.
 type ReconcilerConfig struct {
+	// Routes are reconciled, or those RoutesFunc returns at each round
+	// when it is set.
 	Routes     []string
+	RoutesFunc func() []string
 	Store      ReconcileStore
 	QueueReady QueueReadyFunc
 	Tiers      TiersFunc
@@ -244,7 +247,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			r.logger.Warn().Err(err).Msg("reading the retry tiers; until they can be read, only pairs overdue by reconcile.strand_after are re-sent")
 		}
-		for _, route := range r.cfg.Routes {
+		routes := r.cfg.Routes
+		if r.cfg.RoutesFunc != nil {
+			routes = r.cfg.RoutesFunc()
+		}
+		for _, route := range routes {
 			if _, err := r.reconcileRoute(ctx, route, tiers); err != nil && ctx.Err() == nil {
 				r.logger.Warn().Err(err).Str("route", route).Msg("reconcile round failed; trying again next interval")
 			}

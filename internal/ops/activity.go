@@ -89,7 +89,7 @@ func (s *Service) Activity(ctx context.Context) (*Activity, error) {
 		out.Routes[name] = r
 		return r
 	}
-	visible, err := s.visibleRoutes(ctx, s.Routes)
+	visible, err := s.visibleRoutes(ctx, s.RoutesNow().Names())
 	if err != nil {
 		return nil, err
 	}

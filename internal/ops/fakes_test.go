@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
@@ -53,6 +55,7 @@ type fakeStore struct {
 	// panics.
 	ops.AccessStore
 	ops.TeamStore
+	ops.RouteAdminStore
 }
 
 func (s *fakeStore) AuditInsert(_ context.Context, e *store.AuditEntry) error {
@@ -362,16 +365,10 @@ func newService(t *testing.T) (*ops.Service, *fakeStore, *fakeDeadLetters) {
 	return &ops.Service{
 		Store:       st,
 		DeadLetters: dl,
-		RoutesFunc: func(key string) []string {
-			switch {
-			case strings.HasPrefix(key, "acme.invoice."):
-				return []string{"billing"}
-			case strings.HasPrefix(key, "acme.customer."):
-				return []string{"crm"}
-			}
-			return nil
+		RoutesNow: func() *routeset.Set {
+			return routeset.Of(config.Route{Name: "billing", Bindings: []string{"acme.invoice.*"}}, config.Route{Name: "crm", Bindings: []string{"acme.customer.*"}})
 		},
-		Routes:       []string{"billing", "crm"},
+		QueueOf:      func(route string) string { return "hookrelay.route." + route },
 		DedupeWindow: 30 * 24 * time.Hour,
 		NowFunc:      func() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) },
 	}, st, dl
@@ -429,4 +426,9 @@ func actorCtx() context.Context {
 
 func (s *fakeStore) EventsByKey(_ context.Context, key string, limit int) ([]store.EventSummary, error) {
 	return nil, s.err
+}
+
+// RouteGet: the fake relay has no route made at run time.
+func (s *fakeStore) RouteGet(context.Context, string) (store.RouteRow, error) {
+	return store.RouteRow{}, store.ErrNotFound
 }

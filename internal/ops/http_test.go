@@ -73,7 +73,7 @@ func TestAdminAPIAnswers(t *testing.T) {
 		{"not an id", "GET", "/api/events/nope", "", 400, "invalid event id"},
 		{"no such event", "GET", "/api/events/" + strings.Replace(dead.id.String(), dead.id.String()[:8], "00000000", 1), "", 404, "no such event"},
 		{"one event's dry run", "POST", "/api/events/" + dead.id.String() + "/replay?dry_run=true", "", 200, `"replayed_count":1`},
-		{"one event, an unknown route", "POST", "/api/events/" + dead.id.String() + "/replay?route=legacy", "", 400, `route \"legacy\" is not in the config`},
+		{"one event, an unknown route", "POST", "/api/events/" + dead.id.String() + "/replay?route=legacy", "", 400, `route \"legacy\" is neither in the config nor made at run time`},
 		{"a replay body with an unknown field", "POST", "/api/replay", `{"filter":{},"max_batch":5}`, 400, `invalid JSON body: json: unknown field \"max_batch\"`},
 		{"a replay of everything", "POST", "/api/replay", `{"filter":{}}`, 400, "refusing to replay everything: give a filter"},
 		{"a limit over the cap", "POST", "/api/replay", fmt.Sprintf(`{"filter":{"state":"dead","limit":%d}}`, ops.MaxAPIReplayEvents+1), 400, "filter.limit: the admin API replays at most"},

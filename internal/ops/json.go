@@ -153,6 +153,18 @@ type RouteSummary struct {
 	Route    string   `json:"route"`
 	Queue    string   `json:"queue,omitempty"`
 	Bindings []string `json:"bindings"`
+	// Team owns the route.
+	Team string `json:"team,omitempty"`
+	// Declared: a route of config.yaml, read-only at run time; else made
+	// at run time, at Version (1 when made).
+	Declared bool  `json:"declared"`
+	Version  int64 `json:"version,omitempty"`
+	// SecretFingerprint names a run-time route's signing secret.
+	SecretFingerprint string `json:"secret_fingerprint,omitempty"`
+	// Deleted: the route was deleted and finishes its backlog as Disposal
+	// says (deliver, dead_letter) before it goes.
+	Deleted  bool   `json:"deleted,omitempty"`
+	Disposal string `json:"disposal,omitempty"`
 	// Pending, Retrying and Dead count the route's deliveries in those
 	// states in Postgres.
 	Pending  int64 `json:"pending"`

@@ -9,10 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
@@ -50,6 +51,7 @@ type Store interface {
 	RouteStore
 	AccessStore
 	TeamStore
+	RouteAdminStore
 }
 
 // DeadLetters reads and moves the messages of the routes' dead-letter
@@ -78,16 +80,20 @@ type DeadLetters interface {
 type Service struct {
 	Store       Store
 	DeadLetters DeadLetters
-	// RoutesFunc names the routes whose bindings match a routing key.
-	RoutesFunc func(routingKey string) []string
-	// Routes are the configured route names.
-	Routes []string
+	// RoutesNow returns the routes as they are now: the config's and
+	// those made at run time.
+	RoutesNow func() *routeset.Set
+	// QueueOf names a route's queue.
+	QueueOf func(route string) string
+	// Config is the relay's config: run-time routes are checked by its
+	// rules and get its defaults.
+	Config *config.Config
+	// Keyring seals the signing secrets of run-time routes.
+	Keyring *routeset.Keyring
 	// DedupeWindow is how long purge keeps dedupe keys.
 	DedupeWindow time.Duration
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
-	// RouteConfigs are the configured routes as the listing shows them.
-	RouteConfigs []RouteConfig
 	// Broker reads queue depths and consumers for the routes listing; nil
 	// leaves them unknown.
 	Broker Broker
@@ -117,13 +123,13 @@ func (s *Service) checkRoute(ctx context.Context, route string) error {
 	if route == "" {
 		return nil
 	}
-	if s.served(route) {
+	if s.served(route) || s.madeJustNow(ctx, route) {
 		visible, err := s.visibleRoutes(ctx, []string{route})
 		if err != nil || len(visible) == 1 {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: route %q is not in the config, so no dispatcher delivers it", ErrUnknownRoute, route)
+	return fmt.Errorf("%w: route %q is neither in the config nor made at run time, so no dispatcher delivers it", ErrUnknownRoute, route)
 }
 
 // requireRoute is checkRoute for operations that need one route.
@@ -134,9 +140,17 @@ func (s *Service) requireRoute(ctx context.Context, route string) error {
 	return s.checkRoute(ctx, route)
 }
 
+// madeJustNow reports whether route was made at run time and is not
+// deleted, though this process's routes do not have it yet (they follow
+// within a second or two).
+func (s *Service) madeJustNow(ctx context.Context, route string) bool {
+	row, err := s.Store.RouteGet(ctx, route)
+	return err == nil && !row.Declared && !row.Deleted()
+}
+
 // served reports whether route is in the config.
 func (s *Service) served(route string) bool {
-	return slices.Contains(s.Routes, route)
+	return s.RoutesNow().Get(route) != nil
 }
 
 // UnservedReason is what an operator is told about a pair on a route that
@@ -256,7 +270,7 @@ func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResul
 		DedupeBefore: now.Add(-s.DedupeWindow),
 		Batch:        req.Batch,
 		IncludeDead:  req.IncludeDead,
-		ServedRoutes: append([]string{}, s.Routes...), // never nil: nil would mean every route is served
+		ServedRoutes: append([]string{}, s.RoutesNow().Names()...), // never nil: nil would mean every route is served
 		ProgressFunc: req.ProgressFunc,
 	}
 	if req.DryRun {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/stretchr/testify/require"
 )
@@ -177,7 +178,7 @@ func TestPurgeArguments(t *testing.T) {
 		ServedRoutes: []string{"billing", "crm"},
 	}}, st.purged)
 
-	svc.Routes = nil
+	svc.RoutesNow = func() *routeset.Set { return routeset.Of() }
 	_, err = svc.Purge(ctx, ops.PurgeRequest{OlderThan: time.Hour})
 	require.NoError(t, err)
 	require.NotNil(t, st.purged[1].ServedRoutes, "no route served is not every route served")

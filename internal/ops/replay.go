@@ -179,7 +179,7 @@ func (s *Service) replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		return nil, fmt.Errorf("%w: after: %w", ErrInvalidRequest, err)
 	}
 	r := &replayer{s: s, req: req, res: &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}}}
-	if r.routes, err = s.visibleRoutes(ctx, s.Routes); err != nil {
+	if r.routes, err = s.visibleRoutes(ctx, s.RoutesNow().Names()); err != nil {
 		return nil, err
 	}
 	r.maxBatch = cmpOr(req.MaxBatch, DefaultReplayBatch)
@@ -321,7 +321,7 @@ func (r *replayer) add(page []store.ReplayCandidate) {
 					Route: route, State: state, Skipped: UnservedReason(route)})
 			}
 		}
-		for _, route := range r.s.RoutesFunc(webhook.RoutingKey(c.Source, c.EventType)) {
+		for _, route := range r.s.RoutesNow().Match(webhook.RoutingKey(c.Source, c.EventType)) {
 			if (f.Route != "" && route != f.Route) || !slices.Contains(r.routes, route) {
 				continue
 			}

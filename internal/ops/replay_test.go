@@ -117,7 +117,7 @@ func TestReplayUnknownRoute(t *testing.T) {
 	svc, _, _ := newService(t)
 	_, err := svc.Replay(actorCtx(), ops.ReplayRequest{Filter: store.EventFilter{Route: "legacy"}})
 	require.ErrorIs(t, err, ops.ErrUnknownRoute)
-	require.ErrorContains(t, err, `route "legacy" is not in the config`)
+	require.ErrorContains(t, err, `route "legacy" is neither in the config nor made at run time`)
 }
 
 // One event: its pairs at once, without pacing. A missing event is

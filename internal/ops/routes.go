@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,15 +27,6 @@ type RouteStore interface {
 	// ActivitySince returns the per-minute counts of the last since, with
 	// Postgres' time now.
 	ActivitySince(ctx context.Context, since time.Duration) ([]store.ActivityCount, time.Time, error)
-}
-
-// RouteConfig is a configured route as the listing shows it.
-type RouteConfig struct {
-	Name     string
-	Queue    string
-	Bindings []string
-	// RateLimited says whether the route has a rate limit.
-	RateLimited bool
 }
 
 // Broker answers questions about queues without changing them
@@ -72,22 +64,20 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 		out.BrokerError = "no broker to ask"
 	}
 	configured := map[string]bool{}
-	names := make([]string, 0, len(s.RouteConfigs))
-	for _, r := range s.RouteConfigs {
-		names = append(names, r.Name)
-	}
-	visible, err := s.visibleRoutes(ctx, names)
+	set := s.RoutesNow()
+	visible, err := s.visibleRoutes(ctx, set.Names())
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range s.RouteConfigs {
+	for _, r := range set.All() {
 		if !slices.Contains(visible, r.Name) {
 			continue
 		}
 		configured[r.Name] = true
 		st, n := byRoute[r.Name], counts[r.Name]
 		rs := RouteSummary{
-			Route: r.Name, Queue: r.Queue, Bindings: r.Bindings,
+			Route: r.Name, Queue: s.QueueOf(r.Name), Bindings: r.Bindings, Team: cmp.Or(r.Team, store.PlatformTeam),
+			Declared: r.Declared, Version: r.Version, SecretFingerprint: r.SecretFingerprint, Deleted: r.Retiring, Disposal: r.Disposal,
 			Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead,
 			Paused: st.Paused, PausedAt: st.PausedAt, PausedBy: st.PausedBy, PausedReason: st.PausedReason,
 			Circuit: st.Circuit, ConsecutiveFailures: st.ConsecutiveFailures,
@@ -106,14 +96,14 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 			rs.OldestUndeliveredSeconds = &age
 		}
 		if s.Broker != nil && out.BrokerError == "" {
-			ready, consumers, err := s.Broker.QueueStats(ctx, r.Queue)
+			ready, consumers, err := s.Broker.QueueStats(ctx, rs.Queue)
 			if err != nil {
 				out.BrokerError = err.Error()
 			} else {
 				rs.Ready, rs.Consumers = &ready, &consumers
 			}
 		}
-		routeState(&rs, st, r.RateLimited)
+		routeState(&rs, st, r.RateLimit > 0)
 		out.Routes = append(out.Routes, rs)
 	}
 	var others []string

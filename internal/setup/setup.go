@@ -15,6 +15,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/rs/zerolog"
 )
@@ -88,23 +89,24 @@ func Dialer(cfg *config.Config, nodes *amqp.NodeGauge, logger zerolog.Logger) (*
 // dead-letter queues and the route queues' depths through dialer, and a
 // function that closes its broker connections. connectionName names them
 // in the management UI.
-func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer, connectionName string) (*ops.Service, func()) {
+func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer, connectionName string, routes func() *routeset.Set) (*ops.Service, func(), error) {
+	keyring, err := routeset.NewKeyring(cfg.Secrets.Key, cfg.Secrets.PreviousKeys)
+	if err != nil {
+		return nil, nil, err
+	}
 	names := Names(cfg)
 	inspector := amqp.NewInspector(dialer, connectionName)
-	routes := make([]ops.RouteConfig, 0, len(cfg.Routes))
-	for _, r := range cfg.Routes {
-		routes = append(routes, ops.RouteConfig{Name: r.Name, Queue: names.RouteQueue(r.Name), Bindings: r.Bindings, RateLimited: r.RateLimit > 0})
-	}
 	svc := &ops.Service{
 		Store:        db,
 		DeadLetters:  deadLetters{amqp.NewDeadLetters(dialer, names, connectionName), names},
-		RoutesFunc:   RoutesFor(cfg),
-		Routes:       RouteNames(cfg),
-		RouteConfigs: routes,
+		RoutesNow:    routes,
+		QueueOf:      names.RouteQueue,
+		Config:       cfg,
+		Keyring:      keyring,
 		Broker:       broker{inspector},
 		DedupeWindow: cfg.Retention.DedupeWindow,
 	}
-	return svc, func() { _ = inspector.Close() } // questions' connection: nothing to flush
+	return svc, func() { _ = inspector.Close() }, nil // questions' connection: nothing to flush
 }
 
 // broker adapts *amqp.Inspector to ops.Broker.
@@ -159,7 +161,22 @@ func OpenOps(ctx context.Context, cfg *config.Config, connectionName string) (*o
 		db.Close()
 		return nil, nil, err
 	}
-	svc, closeBroker := Ops(cfg, db, dialer, connectionName)
+	keyring, err := routeset.NewKeyring(cfg.Secrets.Key, cfg.Secrets.PreviousKeys)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	// The routes as they are now: a command is short.
+	follower := routeset.NewFollower(cfg, db, keyring, zerolog.Nop())
+	if err := follower.Load(ctx); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	svc, closeBroker, err := Ops(cfg, db, dialer, connectionName, follower.Current)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
 	return svc, func() { closeBroker(); db.Close() }, nil
 }
 

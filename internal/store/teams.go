@@ -118,6 +118,17 @@ func (db *DB) Declare(ctx context.Context, routes, sources []Owned) error {
 	byName := func(a, b Owned) int { return strings.Compare(a.Name, b.Name) }
 	routes, sources = slices.SortedFunc(slices.Values(routes), byName), slices.SortedFunc(slices.Values(sources), byName)
 	return db.InTx(ctx, func(tx pgx.Tx) error {
+		names := make([]string, len(routes))
+		for i, r := range routes {
+			names[i] = r.Name
+		}
+		var taken []string
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(array_agg(name ORDER BY name), '{}') FROM routes WHERE name = ANY($1) AND NOT declared`, names).Scan(&taken); err != nil {
+			return fmt.Errorf("declaring routes: %w", err)
+		}
+		if len(taken) > 0 {
+			return fmt.Errorf("routes %s of the config are routes made at run time (hookrelay routes list): rename them in the config", strings.Join(taken, ", "))
+		}
 		for _, r := range routes {
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO routes (name, team, declared) VALUES ($1, $2, true)

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// routeFlags are the settings of a route made or changed at run time.
+type routeFlags struct {
+	team, url, timeout, cooldown, ordering string
+	bindings, headers                      []string
+	noRetry                                []int
+	concurrency, maxAttempts, failures     int
+	burst                                  int
+	rate                                   float64
+}
+
+func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
+	if create {
+		fs.StringVar(&f.team, "team", "", "the team that owns the route (default the platform)")
+	}
+	fs.StringVar(&f.url, "url", "", "the destination: an http:// or https:// URL")
+	fs.StringSliceVar(&f.bindings, "binding", nil, "a topic pattern over <source>.<event_type> (repeat, or comma-separated); given, they replace all")
+	fs.StringVar(&f.timeout, "timeout", "", "one attempt's time limit, with a unit (default 10s)")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "consumers per dispatcher, 1-256 (default 1)")
+	fs.StringArrayVar(&f.headers, "header", nil, "a header added to every delivery, NAME=VALUE (repeat); given, they replace all; --header '' clears them")
+	fs.IntSliceVar(&f.noRetry, "no-retry-status", nil, "a status that goes straight to dead letters (repeat)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before dead-lettering (default one per retry tier plus the first)")
+	fs.IntVar(&f.failures, "circuit-failures", 0, "consecutive failures that open the circuit; 0 turns it off (default 10)")
+	fs.StringVar(&f.cooldown, "circuit-cooldown", "", "how long the circuit stays open before a probe (default 30s)")
+	fs.Float64Var(&f.rate, "rate-limit", 0, "deliveries per second for the route; 0 for none")
+	fs.IntVar(&f.burst, "burst", 0, "deliveries that may go at once after a quiet spell (default 1)")
+	fs.StringVar(&f.ordering, "ordering", "", "none or drop_stale (default none)")
+}
+
+// input is the settings whose flags were given.
+func (f *routeFlags) input(cmd *cobra.Command) (ops.RouteInput, error) {
+	in := ops.RouteInput{Bindings: given(cmd, "binding", f.bindings), NoRetryStatuses: given(cmd, "no-retry-status", f.noRetry)}
+	if cmd.Flags().Changed("team") {
+		in.Team = f.team
+	}
+	for flag, set := range map[string]func(){
+		"url": func() { in.URL = &f.url }, "timeout": func() { in.Timeout = &f.timeout },
+		"concurrency": func() { in.Concurrency = &f.concurrency }, "max-attempts": func() { in.MaxAttempts = &f.maxAttempts },
+		"circuit-failures": func() { in.CircuitFailures = &f.failures }, "circuit-cooldown": func() { in.CircuitCooldown = &f.cooldown },
+		"rate-limit": func() { in.RateLimit = &f.rate }, "burst": func() { in.Burst = &f.burst }, "ordering": func() { in.Ordering = &f.ordering },
+	} {
+		if cmd.Flags().Changed(flag) {
+			set()
+		}
+	}
+	if cmd.Flags().Changed("header") {
+		in.Headers = map[string]string{}
+		for _, h := range f.headers {
+			if h == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(h, "=")
+			if !ok || k == "" {
+				return in, setup.Usagef(cmd, "--header: want NAME=VALUE")
+			}
+			in.Headers[k] = v
+		}
+	}
+	return in, nil
+}
+
+// given is v when flag was given, else nil (unchanged).
+func given[T any](cmd *cobra.Command, flag string, v []T) []T {
+	if !cmd.Flags().Changed(flag) {
+		return nil
+	}
+	if v == nil {
+		return []T{}
+	}
+	return v
+}
+
+// usage turns a refused request into a usage error (exit 2).
+func usage(cmd *cobra.Command, err error) error {
+	if errors.Is(err, ops.ErrInvalidRequest) {
+		return setup.Usagef(cmd, "%s", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
+	}
+	return err
+}
+
+func (c *cli) routesCreateCmd() *cobra.Command {
+	var f routeFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME --url URL --binding PATTERN...",
+		Short: "Make a route at run time; prints its signing secret once",
+		Long: `Make a route without a deploy: stored in Postgres, followed by every receiver
+and dispatcher within 2 seconds (its queue and bindings declared, its consumers
+started). The relay makes its signing secret and prints it once: give it to the
+destination, which verifies each delivery's webhook-signature with it. It is
+stored sealed with secrets.key (HOOKRELAY_SECRETS_KEY); only its fingerprint is
+shown afterwards. A setting left out gets the default a route of config.yaml
+gets.`,
+		Example: `  hookrelay routes create billing-audit --url https://audit.example.com/hooks --binding 'acme.invoice.*'
+  hookrelay routes create crm --team sales --url https://crm.example.com/in --binding acme.customer.created --concurrency 4`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in, err := f.input(cmd)
+			if err != nil {
+				return err
+			}
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				res, err := svc.RouteCreate(cmd.Context(), args[0], in)
+				if err != nil {
+					return usage(cmd, err)
+				}
+				_, err = fmt.Fprintf(c.out, "route %s created for team %s (secret %s); every dispatcher delivers it within 2s\nsigning secret (shown once): %s\n",
+					res.Route.Name, res.Route.Team, res.Route.SecretFingerprint, res.Secret)
+				return err
+			})
+		},
+	}
+	f.add(cmd.Flags(), true)
+	return cmd
+}
+
+func (c *cli) routesUpdateCmd() *cobra.Command {
+	var f routeFlags
+	cmd := &cobra.Command{
+		Use:   "update NAME [flags]",
+		Short: "Change a route made at run time; every dispatcher follows within 2s",
+		Long: `Change the settings given of a route made at run time (a route of config.yaml
+changes by a deploy of the config). Removing a binding stops its events within
+2 seconds: the queue is unbound from it.`,
+		Example: `  hookrelay routes update billing-audit --binding 'acme.invoice.paid' --concurrency 2`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in, err := f.input(cmd)
+			if err != nil {
+				return err
+			}
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				d, err := svc.RouteUpdate(cmd.Context(), args[0], in)
+				if err != nil {
+					return usage(cmd, err)
+				}
+				_, err = fmt.Fprintf(c.out, "route %s updated to version %d (bindings %s)\n", d.Name, d.Version, strings.Join(d.Settings.Bindings, ", "))
+				return err
+			})
+		},
+	}
+	f.add(cmd.Flags(), false)
+	return cmd
+}
+
+func (c *cli) routesDeleteCmd() *cobra.Command {
+	var drain, deadLetter bool
+	cmd := &cobra.Command{
+		Use:   "delete NAME [--drain | --dead-letter]",
+		Short: "Delete a route made at run time",
+		Long: `Delete a route made at run time: it takes no new event within 2 seconds. A
+route with undelivered deliveries is refused unless told what to do with them:
+--drain delivers them first, --dead-letter moves them to the route's dead-letter
+queue (each recorded dead, reason route_deleted). The route's queue goes once
+nothing of it is undelivered; its dead-letter queue stays for the operator.`,
+		Example: `  hookrelay routes delete billing-audit
+  hookrelay routes delete billing-audit --dead-letter`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			disposal := ""
+			switch {
+			case drain && deadLetter:
+				return setup.Usagef(cmd, "--drain and --dead-letter: give one")
+			case drain:
+				disposal = ops.DisposeDeliver
+			case deadLetter:
+				disposal = ops.DisposeDeadLetter
+			}
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				res, err := svc.RouteDelete(cmd.Context(), args[0], disposal)
+				if err != nil {
+					return usage(cmd, err)
+				}
+				_, err = fmt.Fprintf(c.out, "route %s deleted; %d undelivered: %s\n", res.Route, res.Undelivered, dispose(res.Disposal))
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&drain, "drain", false, "deliver the route's undelivered work first")
+	cmd.Flags().BoolVar(&deadLetter, "dead-letter", false, "move the route's undelivered work to its dead letters")
+	return cmd
+}
+
+func dispose(disposal string) string {
+	if disposal == ops.DisposeDeliver {
+		return "the dispatchers deliver them, then the route goes"
+	}
+	return "the dispatchers move them to its dead letters, then the route goes"
+}
+
+func (c *cli) routesRotateCmd() *cobra.Command {
+	var overlap time.Duration
+	cmd := &cobra.Command{
+		Use:   "rotate-secret NAME [--overlap 24h]",
+		Short: "Give a route made at run time a new signing secret; prints it once",
+		Long: `Make a new signing secret for a route made at run time and print it once. For
+the overlap (default secrets.overlap, 24h) every delivery carries both
+signatures, the new one first, so the destination can switch; then only the
+new one.`,
+		Example: `  hookrelay routes rotate-secret billing-audit --overlap 1h`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d *time.Duration
+			if cmd.Flags().Changed("overlap") {
+				d = &overlap
+			}
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				res, err := svc.RouteRotateSecret(cmd.Context(), args[0], d)
+				if err != nil {
+					return usage(cmd, err)
+				}
+				until := "the previous secret no longer signs"
+				if res.PreviousUntil != nil {
+					until = "the previous secret still signs until " + res.PreviousUntil.UTC().Format(time.RFC3339)
+				}
+				_, err = fmt.Fprintf(c.out, "route %s: new secret %s; %s\nsigning secret (shown once): %s\n", res.Route, res.Fingerprint, until, res.Secret)
+				return err
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&overlap, "overlap", 0, "how long the previous secret still signs (default secrets.overlap)")
+	return cmd
+}
+
+func (c *cli) routesResealCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reseal",
+		Short: "Seal every run-time route's secrets with secrets.key (after a key rotation)",
+		Long: `Rotating secrets.key: put the new key in secrets.key and the old one in
+secrets.previous_keys on every process, restart them, run this, then remove
+the old key. It opens each sealed secret with whichever key sealed it and seals
+it again with secrets.key, in one transaction.`,
+		Args: setup.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				n, err := svc.RouteReseal(cmd.Context())
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(c.out, "%d route(s) sealed with secrets.key\n", n)
+				return err
+			})
+		},
+	}
+}

@@ -1,0 +1,254 @@
+package app
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/control"
+	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/hookrelay/hookrelay/internal/routeset"
+	"github.com/hookrelay/hookrelay/internal/store"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// newFollower returns the routes' follower of a receiver or a dispatcher,
+// loaded: cfg's routes and those made at run time.
+func newFollower(ctx context.Context, cfg *config.Config, db *store.DB, logger zerolog.Logger) (*routeset.Follower, error) {
+	keyring, err := routeset.NewKeyring(cfg.Secrets.Key, cfg.Secrets.PreviousKeys)
+	if err != nil {
+		return nil, err
+	}
+	f := routeset.NewFollower(cfg, db, keyring, logger)
+	if err := f.Load(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// topologyOf is the RabbitMQ topology of set's routes: the config's
+// exchanges and tiers, and every route's queues and bindings (a retiring
+// route's queue without them: it takes no new event).
+func topologyOf(cfg *config.Config, set *routeset.Set) amqp.Topology {
+	tc := amqp.TopologyConfig{Prefix: cfg.AMQP.Prefix, RetryDelays: cfg.Retry.Backoff, DeliveryLimit: cfg.Dispatcher.DeliveryLimit}
+	for _, r := range set.All() {
+		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: bindingsOf(r)})
+	}
+	return amqp.BuildTopology(tc)
+}
+
+// bindingsOf are the patterns route r's queue is bound with: none once it
+// is retiring.
+func bindingsOf(r *routeset.Route) []string {
+	if r == nil || r.Retiring {
+		return nil
+	}
+	return r.Bindings
+}
+
+// routeEngine is a dispatcher's delivery parts that follow the routes: the
+// handler's routes, the controls, the consumer groups, the reconciler's
+// list and the queues' bindings.
+type routeEngine struct {
+	cfg       *config.Config
+	names     amqp.Names
+	handler   *deliver.Handler
+	controls  *control.Controller
+	consumers *amqp.Consumers
+	db        *store.DB
+	mgmt      *amqp.Management
+	follower  *routeset.Follower
+	logger    zerolog.Logger
+}
+
+// deliverRoutes are set's routes a dispatcher delivers: every route that
+// is not broken.
+func deliverRoutes(set *routeset.Set) []deliver.Route {
+	var out []deliver.Route
+	for _, r := range set.All() {
+		if r.Broken != nil {
+			continue
+		}
+		noRetry := map[int]bool{}
+		for _, s := range r.NoRetryStatuses {
+			noRetry[s] = true
+		}
+		out = append(out, deliver.Route{
+			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
+			MaxAttempts: r.MaxAttempts, SigningKeys: r.Keys, PreviousKey: r.Previous, PreviousUntil: r.PreviousUntil,
+			DropStale: r.Ordering == config.OrderingDropStale, DeadLetterAll: r.Retiring && r.Disposal == store.DisposeDeadLetter,
+		})
+	}
+	return out
+}
+
+// controlRoutes are set's routes as the controls take them.
+func controlRoutes(cfg *config.Config, set *routeset.Set) []control.Route {
+	var out []control.Route
+	for _, r := range set.All() {
+		if r.Broken != nil {
+			continue
+		}
+		out = append(out, control.Route{
+			Name: r.Name, Failures: r.Circuit.Failures, Cooldown: r.Circuit.Cooldown, RateLimit: r.RateLimit, Burst: r.Burst,
+			// A probe delivery: its POST, its claim and record.
+			ProbeBusy: r.Timeout + cfg.Dispatcher.LeaseMargin,
+		})
+	}
+	return out
+}
+
+// apply follows a change of the routes: the queues of new routes and their
+// bindings first (so their consumers find them), the handler's and the
+// controls' routes, then the consumers. A failure is logged: the
+// follower's next change, or the next start, applies the routes again.
+func (e *routeEngine) apply(ctx context.Context, old, set *routeset.Set) {
+	if err := e.applyTopology(old, set); err != nil {
+		e.logger.Error().Err(err).Msg("applying the routes' queues and bindings")
+	}
+	if err := e.handler.SetRoutes(deliverRoutes(set)); err != nil {
+		e.logger.Error().Err(err).Msg("applying the routes to deliveries")
+		return
+	}
+	if err := e.controls.SetRoutes(ctx, controlRoutes(e.cfg, set)); err != nil {
+		e.logger.Error().Err(err).Msg("applying the routes' controls")
+		return
+	}
+	e.consumers.SetGroups(consumerGroups(set, e.names, e.handler, e.controls))
+	for _, r := range set.All() {
+		if o := old.Get(r.Name); o == nil || o.Version != r.Version || o.Retiring != r.Retiring {
+			ev := e.logger.Info().Str("route", r.Name).Int64("version", r.Version).Strs("bindings", bindingsOf(r))
+			switch {
+			case r.Broken != nil:
+				e.logger.Error().Err(r.Broken).Str("route", r.Name).Msg("route cannot be delivered by this dispatcher; its messages wait in its queue")
+			case r.Retiring:
+				ev.Str("disposal", r.Disposal).Msg("route deleted: finishing its backlog")
+			default:
+				ev.Msg("route applied")
+			}
+		}
+	}
+	for _, name := range old.Names() {
+		if set.Get(name) == nil {
+			e.logger.Info().Str("route", name).Msg("route retired: no longer consumed")
+		}
+	}
+}
+
+// applyTopology declares the queues and bindings of set's run-time routes
+// and removes the bindings old had that they no longer have.
+func (e *routeEngine) applyTopology(old, set *routeset.Set) error {
+	var declare, unbind amqp.Topology
+	for _, r := range set.All() {
+		if r.Declared {
+			continue
+		}
+		want := bindingsOf(r)
+		rt := e.names.RouteTopology(amqp.RouteConfig{Name: r.Name, Bindings: want})
+		declare.Queues = append(declare.Queues, rt.Queues...)
+		declare.Bindings = append(declare.Bindings, rt.Bindings...)
+		unbind.Bindings = append(unbind.Bindings, e.stale(r.Name, bindingsOf(old.Get(r.Name)), want)...)
+	}
+	return e.consumers.Apply(func(ch *amqp091.Channel) error {
+		if err := declare.Declare(ch); err != nil {
+			return err
+		}
+		return unbind.Unbind(ch)
+	})
+}
+
+// stale are the bindings of route's queue in had that want has not.
+func (e *routeEngine) stale(route string, had, want []string) []amqp.Binding {
+	var out []amqp.Binding
+	for _, p := range had {
+		if !slices.Contains(want, p) {
+			out = append(out, amqp.Binding{Exchange: e.names.Events(), Queue: e.names.RouteQueue(route), RoutingKey: p})
+		}
+	}
+	return out
+}
+
+// unbindStale removes, on ch, the bindings the broker holds for the
+// current run-time routes that they do not have: patterns removed while
+// no dispatcher ran, or while this one was disconnected. The consumers
+// run it on every connect, after declaring the topology.
+func (e *routeEngine) unbindStale(ctx context.Context, ch *amqp091.Channel) error {
+	var unbind amqp.Topology
+	for _, r := range e.follower.Current().All() {
+		if r.Declared {
+			continue
+		}
+		had, err := e.mgmt.Bindings(ctx, e.names.Events(), e.names.RouteQueue(r.Name))
+		if err != nil {
+			return err
+		}
+		unbind.Bindings = append(unbind.Bindings, e.stale(r.Name, had, bindingsOf(r))...)
+	}
+	return unbind.Unbind(ch)
+}
+
+// retireGrace is how long after its deletion a route may retire: every
+// receiver has followed the deletion (within a second or two) and routes
+// no event to it.
+const retireGrace = 5 * time.Second
+
+// retire retires, every poll, the deleted routes whose backlog is done:
+// marked retired (every dispatcher stops consuming its queue), and, a
+// grace later, its queue deleted (what it still holds are copies of
+// pairs already final). Its dead-letter queue stays for the operator.
+func (e *routeEngine) retire(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	retired := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for name, at := range retired {
+			if time.Since(at) < retireGrace {
+				continue
+			}
+			err := e.consumers.Apply(func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDelete(e.names.RouteQueue(name), false, false, false)
+				return err
+			})
+			if err != nil {
+				e.logger.Warn().Err(err).Str("route", name).Msg("deleting a retired route's queue; trying again")
+				continue
+			}
+			delete(retired, name)
+			e.logger.Info().Str("route", name).Str("queue", e.names.RouteQueue(name)).Msg("retired route's queue deleted; its dead letters stay")
+		}
+		for _, r := range e.follower.Current().All() {
+			if !r.Retiring {
+				continue
+			}
+			done, err := e.retireOne(ctx, r.Name)
+			if err != nil {
+				if ctx.Err() == nil {
+					e.logger.Warn().Err(err).Str("route", r.Name).Msg("retiring a deleted route; trying again")
+				}
+				continue
+			}
+			if _, seen := retired[r.Name]; done && !seen {
+				retired[r.Name] = time.Now()
+				e.logger.Info().Str("route", r.Name).Msg("deleted route retired: nothing of it is undelivered")
+			}
+		}
+	}
+}
+
+// retireOne marks the deleted route retired once it may retire, and says
+// whether it did.
+func (e *routeEngine) retireOne(ctx context.Context, name string) (bool, error) {
+	ok, err := e.db.RouteRetiring(ctx, name, retireGrace)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, e.db.RouteRetired(ctx, name)
+}

@@ -1,0 +1,474 @@
+package ops
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/routeset"
+	"github.com/hookrelay/hookrelay/internal/store"
+)
+
+// ErrConflict refuses a change the route's state does not allow: a route
+// of config.yaml changed at run time, a deletion with a backlog, a change
+// raced by another.
+var ErrConflict = errors.New("conflict")
+
+// ErrNoKey refuses to make or rotate a route's secret without
+// secrets.key.
+var ErrNoKey = routeset.ErrNoKey
+
+// What a deleted route's backlog comes to (RouteDelete's disposal).
+const (
+	DisposeDeliver    = store.DisposeDeliver
+	DisposeDeadLetter = store.DisposeDeadLetter
+)
+
+// RouteAdminStore is what making, changing and deleting routes at run
+// time needs from Postgres (*store.DB).
+type RouteAdminStore interface {
+	RouteGet(ctx context.Context, name string) (store.RouteRow, error)
+	RouteCreate(ctx context.Context, r store.RouteRow, e *store.AuditEntry) error
+	RouteUpdate(ctx context.Context, name string, version int64, spec []byte, e *store.AuditEntry) error
+	RouteRotateSecret(ctx context.Context, name string, secret []byte, fingerprint string, overlap time.Duration, e *store.AuditEntry) (time.Time, error)
+	RouteDelete(ctx context.Context, name, disposal string, e *store.AuditEntry) (int64, error)
+	RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error), e *store.AuditEntry) (int, error)
+	SourceList(ctx context.Context) ([]store.Owned, error)
+}
+
+// RouteInput is a route's settings as made or changed at run time. A
+// field left out (nil) gets its default when the route is made, and keeps
+// its value when it is changed; Headers given replace them all ({}
+// clears them).
+type RouteInput struct {
+	// Team owns the route (made only): default the caller's team.
+	Team            string            `json:"team,omitempty" doc:"The team that owns the route (on create; default the token's team)."`
+	URL             *string           `json:"url,omitempty" doc:"The destination: an http:// or https:// URL."`
+	Bindings        []string          `json:"bindings,omitempty" doc:"Topic patterns over <source>.<event_type>, e.g. acme.invoice.*"`
+	Timeout         *string           `json:"timeout,omitempty" doc:"One attempt's time limit, with a unit (10s). Default 10s, at most 5m."`
+	Concurrency     *int              `json:"concurrency,omitempty" doc:"Consumers per dispatcher (1-256). Default 1."`
+	Headers         map[string]string `json:"headers,omitempty" doc:"Headers added to every delivery; given, they replace all ({} clears)."`
+	NoRetryStatuses []int             `json:"no_retry_statuses,omitempty" doc:"Statuses that go straight to dead letters, like 410."`
+	MaxAttempts     *int              `json:"max_attempts,omitempty" doc:"Attempts before dead-lettering. Default one per retry tier plus the first."`
+	CircuitFailures *int              `json:"circuit_failures,omitempty" doc:"Consecutive failures that open the circuit; 0 turns it off. Default 10."`
+	CircuitCooldown *string           `json:"circuit_cooldown,omitempty" doc:"How long the circuit stays open before a probe (1s-10m). Default 30s."`
+	RateLimit       *float64          `json:"rate_limit,omitempty" doc:"Deliveries per second for the route; 0 for none. Default 0."`
+	Burst           *int              `json:"burst,omitempty" doc:"Deliveries that may go at once after a quiet spell. Default 1."`
+	Ordering        *string           `json:"ordering,omitempty" doc:"none or drop_stale. Default none."`
+}
+
+// apply sets r's settings that in gives.
+func (in RouteInput) apply(r *config.Route) error {
+	dur := func(key string, s *string, to *time.Duration) error {
+		if s == nil {
+			return nil
+		}
+		d, err := config.ParseDuration(*s)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalidRequest, key, err)
+		}
+		*to = d
+		return nil
+	}
+	if err := dur("timeout", in.Timeout, &r.Timeout); err != nil {
+		return err
+	}
+	if err := dur("circuit_cooldown", in.CircuitCooldown, &r.Circuit.Cooldown); err != nil {
+		return err
+	}
+	set := func(to *int, from *int) {
+		if from != nil {
+			*to = *from
+		}
+	}
+	if in.URL != nil {
+		r.URL = *in.URL
+	}
+	if in.Bindings != nil {
+		r.Bindings = slices.Clone(in.Bindings)
+	}
+	if in.Headers != nil {
+		r.Headers = in.Headers
+	}
+	if in.NoRetryStatuses != nil {
+		r.NoRetryStatuses = slices.Clone(in.NoRetryStatuses)
+	}
+	set(&r.Concurrency, in.Concurrency)
+	set(&r.MaxAttempts, in.MaxAttempts)
+	set(&r.Circuit.Failures, in.CircuitFailures)
+	set(&r.Burst, in.Burst)
+	if in.RateLimit != nil {
+		r.RateLimit = *in.RateLimit
+	}
+	if in.Ordering != nil {
+		r.Ordering = *in.Ordering
+	}
+	return nil
+}
+
+// RouteDetail is one route: its settings, how it stands and its secrets'
+// fingerprints (never a secret).
+type RouteDetail struct {
+	Name string `json:"name"`
+	Team string `json:"team"`
+	// Declared: a route of config.yaml, read-only at run time.
+	Declared bool  `json:"declared"`
+	Version  int64 `json:"version,omitempty"`
+	// Settings; header values, and the URL's credentials and query, are
+	// not shown (they may carry a token).
+	Settings            routeset.Spec `json:"settings"`
+	SecretFingerprint   string        `json:"secret_fingerprint,omitempty"`
+	PreviousFingerprint string        `json:"previous_fingerprint,omitempty"`
+	PreviousUntil       *time.Time    `json:"previous_until,omitempty"`
+	Deleted             bool          `json:"deleted,omitempty"`
+	Disposal            string        `json:"disposal,omitempty"`
+}
+
+// RouteCreated is a route just made, with its signing secret: shown this
+// once, stored sealed.
+type RouteCreated struct {
+	Route  RouteDetail `json:"route"`
+	Secret string      `json:"secret" doc:"The route's signing secret (whsec_...): shown once; give it to the destination."`
+}
+
+// SecretRotated is a route's new signing secret, shown once; the previous
+// one still signs until PreviousUntil.
+type SecretRotated struct {
+	Route         string     `json:"route"`
+	Secret        string     `json:"secret"`
+	Fingerprint   string     `json:"fingerprint"`
+	PreviousUntil *time.Time `json:"previous_until,omitempty"`
+}
+
+// RouteDeleted reports a deletion: the backlog the dispatchers finish as
+// Disposal says before the route goes.
+type RouteDeleted struct {
+	Route       string `json:"route"`
+	Undelivered int64  `json:"undelivered"`
+	Disposal    string `json:"disposal"`
+}
+
+// detail builds a RouteDetail of r, header values hidden.
+func detail(r *routeset.Route) *RouteDetail {
+	spec := routeset.SpecOf(r.Route)
+	for k := range spec.Headers {
+		spec.Headers[k] = "(set)"
+	}
+	spec.URL = shownURL(spec.URL)
+	if spec.Bindings == nil {
+		spec.Bindings = []string{}
+	}
+	d := &RouteDetail{Name: r.Name, Team: cmp.Or(r.Team, PlatformTeam), Declared: r.Declared, Version: r.Version, Settings: spec,
+		SecretFingerprint: r.SecretFingerprint, PreviousFingerprint: r.PreviousFingerprint, Deleted: r.Retiring, Disposal: r.Disposal}
+	if r.PreviousFingerprint != "" && !r.PreviousUntil.IsZero() {
+		t := r.PreviousUntil
+		d.PreviousUntil = &t
+	}
+	return d
+}
+
+// shownURL is a destination as listings show it: without credentials,
+// query or fragment (either may carry a token).
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(invalid url)"
+	}
+	hidden := u.User != nil || u.RawQuery != ""
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	if hidden {
+		return u.String() + " (credentials or query not shown)"
+	}
+	return u.String()
+}
+
+// RouteGet returns route name as ctx's team sees it.
+func (s *Service) RouteGet(ctx context.Context, name string) (*RouteDetail, error) {
+	if err := s.requireRoute(ctx, name); err != nil {
+		return nil, err
+	}
+	if r := s.RoutesNow().Get(name); r != nil && r.Declared {
+		return detail(r), nil
+	}
+	// A run-time route as stored: this process's routes may be a second
+	// behind.
+	row, err := s.Store.RouteGet(ctx, name)
+	if err != nil {
+		return nil, s.routeErr(err)
+	}
+	r, err := fromRow(row)
+	if err != nil {
+		return nil, err
+	}
+	return detail(&routeset.Route{Route: r, Version: row.Version, Retiring: row.Deleted(), Disposal: row.Disposal,
+		SecretFingerprint: row.SecretFingerprint, PreviousFingerprint: row.PreviousFingerprint, PreviousUntil: row.PreviousUntil}), nil
+}
+
+// fromRow builds the route of a stored run-time route.
+func fromRow(row store.RouteRow) (config.Route, error) {
+	spec, err := routeset.DecodeSpec(row.Spec)
+	if err != nil {
+		return config.Route{}, err
+	}
+	return spec.Route(row.Name, row.Team)
+}
+
+// checkSubscriptions refuses bindings of team's route to sources whose
+// owners do not let team subscribe (sources[].subscribers). A pattern
+// whose first word is a wildcard spans every source: the platform's only.
+func (s *Service) checkSubscriptions(ctx context.Context, team string, bindings []string) error {
+	if team == PlatformTeam {
+		return nil
+	}
+	// Every source's owner and subscribers, whatever the caller's team
+	// sees: the check is the relay's, not a listing.
+	sources, err := s.Store.SourceList(WithTeam(ctx, PlatformTeam))
+	if err != nil {
+		return err
+	}
+	for _, b := range bindings {
+		first, _, _ := strings.Cut(b, ".")
+		if first == "*" || first == "#" {
+			return fmt.Errorf("%w: bindings: %q spans every source; a team's route names its source (the first word)", ErrInvalidRequest, b)
+		}
+		i := slices.IndexFunc(sources, func(o store.Owned) bool { return o.Name == first })
+		if i < 0 || (sources[i].Team != team && !slices.Contains(sources[i].Subscribers, team) && !slices.Contains(sources[i].Subscribers, "*")) {
+			return fmt.Errorf("%w: bindings: %q: team %s may not subscribe to source %q (its owner lists the teams that may in sources[].subscribers)",
+				ErrInvalidRequest, b, team, first)
+		}
+	}
+	return nil
+}
+
+// checked validates r by the config's rules, as ErrInvalidRequest.
+func (s *Service) checked(r config.Route) error {
+	if err := s.Config.CheckRoute(r); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	return nil
+}
+
+// RouteCreate makes route name for ctx's team (or in.Team, for the
+// platform) with a new signing secret, shown once in the answer.
+func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (*RouteCreated, error) {
+	team := cmp.Or(in.Team, OwnTeam(ctx))
+	if !Platform(ctx) && team != OwnTeam(ctx) {
+		return nil, fmt.Errorf("%w: a team's token makes routes for its own team", ErrForbidden)
+	}
+	r := config.Route{Name: name, Team: team}
+	if err := in.apply(&r); err != nil {
+		return nil, err
+	}
+	s.Config.RouteDefaults(&r)
+	if in.CircuitFailures == nil {
+		r.Circuit.Failures = 10
+	}
+	if err := s.checked(r); err != nil {
+		return nil, err
+	}
+	if err := s.checkSubscriptions(ctx, team, r.Bindings); err != nil {
+		return nil, err
+	}
+	whsec, sealed, fp, err := s.newSecret(name)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := json.Marshal(routeset.SpecOf(r))
+	if err != nil {
+		return nil, err
+	}
+	e, err := entry(ctx, "route.create", name, map[string]any{"team": team, "bindings": r.Bindings})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Store.RouteCreate(ctx, store.RouteRow{Name: name, Team: team, Spec: spec, Secret: sealed, SecretFingerprint: fp}, e); err != nil {
+		return nil, err
+	}
+	return &RouteCreated{Secret: whsec, Route: *detail(&routeset.Route{Route: r, Version: 1, SecretFingerprint: fp})}, nil
+}
+
+// newSecret makes route's signing secret: as shown once (whsec_...),
+// sealed for storage, and its fingerprint.
+func (s *Service) newSecret(route string) (whsec string, sealed []byte, fingerprint string, err error) {
+	if !s.Keyring.Usable() {
+		return "", nil, "", ErrNoKey
+	}
+	whsec, raw, err := routeset.NewSecret()
+	if err != nil {
+		return "", nil, "", err
+	}
+	if sealed, err = s.Keyring.Seal(route, raw); err != nil {
+		return "", nil, "", err
+	}
+	return whsec, sealed, routeset.Fingerprint(raw), nil
+}
+
+// RouteUpdate changes the settings in gives of run-time route name.
+func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (*RouteDetail, error) {
+	if err := s.requireRuntime(ctx, name); err != nil {
+		return nil, err
+	}
+	if in.Team != "" {
+		return nil, fmt.Errorf("%w: team: a route's team does not change", ErrInvalidRequest)
+	}
+	for range 3 { // another change in between: read it and apply in again
+		row, err := s.Store.RouteGet(ctx, name)
+		if err != nil {
+			return nil, s.routeErr(err)
+		}
+		if row.Declared {
+			return nil, s.routeErr(fmt.Errorf("route %q: %w", name, store.ErrDeclared))
+		}
+		r, err := fromRow(row)
+		if err != nil {
+			return nil, err
+		}
+		if err := in.apply(&r); err != nil {
+			return nil, err
+		}
+		if err := s.checked(r); err != nil {
+			return nil, err
+		}
+		if err := s.checkSubscriptions(ctx, row.Team, r.Bindings); err != nil {
+			return nil, err
+		}
+		spec, err := json.Marshal(routeset.SpecOf(r))
+		if err != nil {
+			return nil, err
+		}
+		args := map[string]any{}
+		if raw, err := json.Marshal(in); err == nil {
+			_ = json.Unmarshal(raw, &args)
+		}
+		delete(args, "headers") // values may carry a token
+		if in.Headers != nil {
+			args["headers"] = slices.Sorted(mapKeys(in.Headers))
+		}
+		e, err := entry(ctx, "route.update", name, args)
+		if err != nil {
+			return nil, err
+		}
+		err = s.Store.RouteUpdate(ctx, name, row.Version, spec, e)
+		if errors.Is(err, store.ErrChanged) {
+			continue
+		}
+		if err != nil {
+			return nil, s.routeErr(err)
+		}
+		return detail(&routeset.Route{Route: r, Version: row.Version + 1, SecretFingerprint: row.SecretFingerprint,
+			PreviousFingerprint: row.PreviousFingerprint, PreviousUntil: row.PreviousUntil}), nil
+	}
+	return nil, fmt.Errorf("%w: route %q kept changing under this update; try again", ErrConflict, name)
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// RouteRotateSecret gives run-time route name a new signing secret, shown
+// once; the previous one still signs for overlap (nil: secrets.overlap).
+func (s *Service) RouteRotateSecret(ctx context.Context, name string, overlap *time.Duration) (*SecretRotated, error) {
+	if err := s.requireRuntime(ctx, name); err != nil {
+		return nil, err
+	}
+	d := s.Config.Secrets.Overlap
+	if overlap != nil {
+		d = *overlap
+	}
+	if d < 0 || d > 720*time.Hour {
+		return nil, fmt.Errorf("%w: overlap: %s is not between 0s and 720h", ErrInvalidRequest, d)
+	}
+	whsec, sealed, fp, err := s.newSecret(name)
+	if err != nil {
+		return nil, err
+	}
+	e, err := entry(ctx, "route.rotate_secret", name, map[string]any{"overlap": config.FormatDuration(d)})
+	if err != nil {
+		return nil, err
+	}
+	until, err := s.Store.RouteRotateSecret(ctx, name, sealed, fp, d, e)
+	if err != nil {
+		return nil, s.routeErr(err)
+	}
+	out := &SecretRotated{Route: name, Secret: whsec, Fingerprint: fp}
+	if d > 0 {
+		out.PreviousUntil = &until
+	}
+	return out, nil
+}
+
+// RouteDelete deletes run-time route name. With undelivered work it is
+// refused unless disposal says what to do with it: store.DisposeDeliver
+// (the dispatchers deliver it first) or store.DisposeDeadLetter (they
+// move it to the route's dead letters). Either way the route takes no
+// new event, and goes once its backlog is done; its dead letters stay.
+func (s *Service) RouteDelete(ctx context.Context, name, disposal string) (*RouteDeleted, error) {
+	if err := s.requireRuntime(ctx, name); err != nil {
+		return nil, err
+	}
+	if disposal != "" && disposal != store.DisposeDeliver && disposal != store.DisposeDeadLetter {
+		return nil, fmt.Errorf("%w: disposal: %q is not deliver or dead_letter", ErrInvalidRequest, disposal)
+	}
+	e, err := entry(ctx, "route.delete", name, map[string]any{"disposal": disposal})
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.Store.RouteDelete(ctx, name, disposal, e)
+	if err != nil {
+		return nil, s.routeErr(err)
+	}
+	return &RouteDeleted{Route: name, Undelivered: n, Disposal: cmp.Or(disposal, store.DisposeDeadLetter)}, nil
+}
+
+// RouteReseal seals every run-time route's secrets with secrets.key (a
+// key rotation: the old key in secrets.previous_keys until this ran).
+func (s *Service) RouteReseal(ctx context.Context) (int, error) {
+	if err := requirePlatform(ctx, "reseal route secrets"); err != nil {
+		return 0, err
+	}
+	e, err := entry(ctx, "route.reseal", "", nil)
+	if err != nil {
+		return 0, err
+	}
+	return s.Store.RouteReseal(ctx, s.Keyring.Reseal, e)
+}
+
+// requireRuntime is requireRoute for a change of a run-time route: a
+// route of the config is refused as such.
+func (s *Service) requireRuntime(ctx context.Context, name string) error {
+	if err := s.requireRoute(ctx, name); err != nil {
+		return err
+	}
+	if r := s.RoutesNow().Get(name); r != nil && r.Declared {
+		return s.routeErr(fmt.Errorf("route %q: %w", name, store.ErrDeclared))
+	}
+	return nil
+}
+
+// routeErr words the store's refusals of a route change.
+func (s *Service) routeErr(err error) error {
+	var backlog *store.BacklogError
+	switch {
+	case errors.Is(err, store.ErrDeclared):
+		return fmt.Errorf("%w: %v", ErrConflict, err)
+	case errors.As(err, &backlog):
+		return fmt.Errorf("%w: %v: deliver them first (--drain; disposal deliver) or move them to its dead letters (--dead-letter; disposal dead_letter)",
+			ErrConflict, err)
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: %v", ErrUnknownRoute, err)
+	}
+	return err
+}

@@ -1,0 +1,67 @@
+package routeset_test
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	"github.com/hookrelay/hookrelay/internal/routeset"
+	"github.com/stretchr/testify/require"
+)
+
+func key(b byte) string {
+	return base64.StdEncoding.EncodeToString([]byte(strings.Repeat(string(rune('a'+b)), 32)))
+}
+
+// A secret sealed for one route opens for it only, with the key that
+// sealed it; a key rotation (new key, old one kept as previous) opens the
+// old seals, reseals them with the new key, after which the old key can
+// go.
+func TestKeyringSealsPerRouteAndRotates(t *testing.T) {
+	k1, err := routeset.NewKeyring(key(1), nil)
+	require.NoError(t, err)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	sealed, err := k1.Seal("billing", secret)
+	require.NoError(t, err)
+	require.NotContains(t, string(sealed), string(secret))
+	again, err := k1.Seal("billing", secret)
+	require.NoError(t, err)
+	require.NotEqual(t, sealed, again, "a fresh nonce each time")
+
+	got, err := k1.Open("billing", sealed)
+	require.NoError(t, err)
+	require.Equal(t, secret, got)
+	_, err = k1.Open("crm", sealed)
+	require.ErrorContains(t, err, "sealed for another route")
+	tampered := append([]byte{}, sealed...)
+	tampered[len(tampered)-1] ^= 1
+	_, err = k1.Open("billing", tampered)
+	require.Error(t, err)
+
+	k2, err := routeset.NewKeyring(key(2), []string{key(1)})
+	require.NoError(t, err)
+	got, err = k2.Open("billing", sealed)
+	require.NoError(t, err, "the previous key still opens")
+	require.Equal(t, secret, got)
+	resealed, err := k2.Reseal("billing", sealed)
+	require.NoError(t, err)
+	same, err := k2.Reseal("billing", resealed)
+	require.NoError(t, err)
+	require.Equal(t, resealed, same, "a secret sealed with the current key stays as it is")
+
+	only2, err := routeset.NewKeyring(key(2), nil)
+	require.NoError(t, err)
+	got, err = only2.Open("billing", resealed)
+	require.NoError(t, err)
+	require.Equal(t, secret, got)
+	_, err = only2.Open("billing", sealed)
+	require.ErrorContains(t, err, "neither secrets.key nor one of secrets.previous_keys")
+	require.NotContains(t, err.Error(), key(1))
+
+	none, err := routeset.NewKeyring("", nil)
+	require.NoError(t, err)
+	_, err = none.Seal("billing", secret)
+	require.ErrorIs(t, err, routeset.ErrNoKey)
+	_, err = routeset.NewKeyring("c2hvcnQ=", nil)
+	require.ErrorContains(t, err, "secrets.key")
+}

@@ -1,0 +1,303 @@
+// Package routeset is the routes a receiver or a dispatcher serves, as
+// they change at run time: those of config.yaml (declared: fixed for the
+// process's life) and those made through hookrelay routes, the API or the
+// console (stored in Postgres, with their signing secrets sealed by a
+// Keyring). A Follower reads them at start and follows every change
+// within a second or two (NOTIFY on the routes table, and a poll), and
+// tells its watchers the old and the new Set.
+package routeset
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/rs/zerolog"
+)
+
+// Route is one route as a process serves it.
+type Route struct {
+	config.Route
+	// Declared: a route of config.yaml.
+	Declared bool
+	// Version counts a run-time route's changes (1 when made).
+	Version int64
+	// Retiring: deleted; no event is routed to it (Match leaves it out,
+	// its queue is unbound), and the dispatchers finish its backlog as
+	// Disposal says (store.DisposeDeliver, store.DisposeDeadLetter).
+	Retiring bool
+	Disposal string
+	// Keys sign deliveries: the current secret's first; Previous signs
+	// too until PreviousUntil (this process's clock).
+	Keys          [][]byte
+	Previous      []byte
+	PreviousUntil time.Time
+	// SecretFingerprint and PreviousFingerprint name a run-time route's
+	// secrets.
+	SecretFingerprint, PreviousFingerprint string
+	// Broken says why a run-time route cannot be served (its settings or
+	// secret do not read: no secrets.key, another key); nil when it can.
+	// Its messages wait in its queue.
+	Broken error
+}
+
+// Set is the routes at one moment, by name.
+type Set struct {
+	routes []*Route
+	byName map[string]*Route
+	// key identifies the stored state the set was built from.
+	key string
+}
+
+func newSet(routes []*Route, key string) *Set {
+	slices.SortFunc(routes, func(a, b *Route) int { return cmp.Compare(a.Name, b.Name) })
+	s := &Set{routes: routes, byName: make(map[string]*Route, len(routes)), key: key}
+	for _, r := range routes {
+		s.byName[r.Name] = r
+	}
+	return s
+}
+
+// Declared returns a Set of cfg's routes only, their keys decoded.
+func Declared(cfg *config.Config) (*Set, error) {
+	routes, err := declared(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newSet(routes, ""), nil
+}
+
+func declared(cfg *config.Config) ([]*Route, error) {
+	var out []*Route
+	for i, r := range cfg.Routes {
+		var keys [][]byte
+		for _, secret := range append([]string{r.SigningSecret}, r.SigningSecrets...) {
+			if secret == "" {
+				continue
+			}
+			key, err := signature.DecodeStandardSecret(secret)
+			if err != nil {
+				return nil, &config.Error{Problems: []string{"routes[" + itoa(i) + "].signing_secret: " + err.Error()}}
+			}
+			keys = append(keys, key)
+		}
+		out = append(out, &Route{Route: r, Declared: true, Keys: keys})
+	}
+	return out, nil
+}
+
+// All returns every route, retiring ones included, by name.
+func (s *Set) All() []*Route { return s.routes }
+
+// Get returns the route name, nil when the set has none (or is nil).
+func (s *Set) Get(name string) *Route {
+	if s == nil {
+		return nil
+	}
+	return s.byName[name]
+}
+
+// Names returns every route's name, retiring ones included.
+func (s *Set) Names() []string {
+	if s == nil {
+		return nil
+	}
+	out := make([]string, len(s.routes))
+	for i, r := range s.routes {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// Match names the routes whose bindings match a routing key, as the topic
+// exchange routes it: retiring routes take no new event.
+func (s *Set) Match(key string) []string {
+	var out []string
+	for _, r := range s.routes {
+		if r.Retiring {
+			continue
+		}
+		for _, b := range r.Bindings {
+			if amqp.TopicMatch(b, key) {
+				out = append(out, r.Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Store is what a Follower reads.
+type Store interface {
+	RouteRows(ctx context.Context) ([]store.RouteRow, time.Time, error)
+	Listen(ctx context.Context, channel string, wake chan<- struct{}, logger zerolog.Logger) error
+}
+
+// WatchFunc is told of a change: old and new sets. It runs on the
+// Follower's goroutine, one change at a time, in order.
+type WatchFunc func(ctx context.Context, old, new *Set)
+
+// Follower follows the routes.
+type Follower struct {
+	cfg     *config.Config
+	store   Store
+	keyring *Keyring
+	logger  zerolog.Logger
+	poll    time.Duration
+
+	cur      atomic.Pointer[Set]
+	mu       sync.Mutex
+	watchers []WatchFunc
+}
+
+// NewFollower returns a Follower of cfg's declared routes and those of st,
+// whose secrets keyring opens.
+func NewFollower(cfg *config.Config, st Store, keyring *Keyring, logger zerolog.Logger) *Follower {
+	return &Follower{cfg: cfg, store: st, keyring: keyring, poll: time.Second,
+		logger: logger.With().Str("component", "routes").Logger()}
+}
+
+// Load reads the routes once; call it before Current, Watch and Run.
+func (f *Follower) Load(ctx context.Context) error {
+	s, err := f.read(ctx)
+	if err != nil {
+		return err
+	}
+	f.cur.Store(s)
+	return nil
+}
+
+// Current returns the latest set.
+func (f *Follower) Current() *Set { return f.cur.Load() }
+
+// Watch adds fn to the watchers.
+func (f *Follower) Watch(fn WatchFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watchers = append(f.watchers, fn)
+}
+
+// Run follows the routes until ctx is done, then returns nil: at each
+// notification and every second. A failed read is logged and tried again;
+// the last set stays meanwhile.
+func (f *Follower) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := f.store.Listen(ctx, store.RoutesChannel, wake, f.logger); err != nil && ctx.Err() == nil {
+			f.logger.Error().Err(err).Msg("listening for route changes stopped; polling only")
+		}
+	}()
+	defer wg.Wait()
+	t := time.NewTicker(f.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-t.C:
+		}
+		if err := f.Refresh(ctx); err != nil && ctx.Err() == nil {
+			f.logger.Warn().Err(err).Msg("reading routes; keeping the last ones")
+		}
+	}
+}
+
+// Refresh reads the routes now and tells the watchers when they changed.
+func (f *Follower) Refresh(ctx context.Context) error {
+	s, err := f.read(ctx)
+	if err != nil {
+		return err
+	}
+	old := f.cur.Load()
+	if old != nil && old.key == s.key {
+		return nil
+	}
+	f.cur.Store(s)
+	f.mu.Lock()
+	watchers := slices.Clone(f.watchers)
+	f.mu.Unlock()
+	for _, w := range watchers {
+		w(ctx, old, s)
+	}
+	return nil
+}
+
+// read builds the set from the config and the stored run-time routes.
+func (f *Follower) read(ctx context.Context) (*Set, error) {
+	routes, err := declared(f.cfg)
+	if err != nil {
+		return nil, err
+	}
+	rows, dbNow, err := f.store.RouteRows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	local := time.Now()
+	var key []byte
+	for _, row := range rows {
+		if row.Declared || !row.RetiredAt.IsZero() {
+			continue
+		}
+		key = append(key, row.Name...)
+		key = append(key, ':')
+		key = append(key, itoa(int(row.Version))...)
+		key = append(key, ';')
+		routes = append(routes, f.route(row, local, dbNow))
+	}
+	return newSet(routes, string(key)), nil
+}
+
+// route builds a run-time route from its row; one that cannot be served
+// says why in Broken.
+func (f *Follower) route(row store.RouteRow, local, dbNow time.Time) *Route {
+	r := &Route{Declared: false, Version: row.Version, Retiring: row.Deleted(), Disposal: row.Disposal,
+		SecretFingerprint: row.SecretFingerprint, PreviousFingerprint: row.PreviousFingerprint}
+	r.Name, r.Team = row.Name, row.Team
+	spec, err := DecodeSpec(row.Spec)
+	if err == nil {
+		r.Route, err = spec.Route(row.Name, row.Team)
+	}
+	if err != nil {
+		r.Broken = err
+		return r
+	}
+	key, err := f.keyring.Open(row.Name, row.Secret)
+	if err != nil {
+		r.Broken = err
+		return r
+	}
+	r.Keys = [][]byte{key}
+	if row.PreviousSecret != nil && row.PreviousUntil.After(dbNow) {
+		prev, err := f.keyring.Open(row.Name, row.PreviousSecret)
+		if err != nil {
+			r.Broken = err
+			return r
+		}
+		r.Previous, r.PreviousUntil = prev, local.Add(row.PreviousUntil.Sub(dbNow))
+	}
+	return r
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// Of returns a Set of routes as given (declared, no keys): for a process
+// that only reads them, and for tests.
+func Of(routes ...config.Route) *Set {
+	list := make([]*Route, len(routes))
+	for i, r := range routes {
+		list[i] = &Route{Route: r, Declared: true}
+	}
+	return newSet(list, "")
+}
