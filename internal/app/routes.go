@@ -174,7 +174,8 @@ func (e *routeEngine) stale(route string, had, want []string) []amqp.Binding {
 // unbindStale removes, on ch, the bindings the broker holds for the
 // current run-time routes that they do not have: patterns removed while
 // no dispatcher ran, or while this one was disconnected. The consumers
-// run it on every connect, after declaring the topology.
+// run it on every connect, after declaring the topology; a management API
+// that does not answer leaves it to the next connect.
 func (e *routeEngine) unbindStale(ctx context.Context, ch *amqp091.Channel) error {
 	var unbind amqp.Topology
 	for _, r := range e.follower.Current().All() {
@@ -183,7 +184,10 @@ func (e *routeEngine) unbindStale(ctx context.Context, ch *amqp091.Channel) erro
 		}
 		had, err := e.mgmt.Bindings(ctx, e.names.Events(), e.names.RouteQueue(r.Name))
 		if err != nil {
-			return err
+			// The management API is not needed to consume: go on, and
+			// look again at the next connect.
+			e.logger.Warn().Err(err).Str("route", r.Name).Msg("reading a run-time route's bindings to remove stale ones; consuming anyway")
+			continue
 		}
 		unbind.Bindings = append(unbind.Bindings, e.stale(r.Name, had, bindingsOf(r))...)
 	}
