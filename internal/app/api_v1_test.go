@@ -569,6 +569,10 @@ func TestAPISuite(t *testing.T) {
 	a = c.call("create-route", http.MethodPost, "/api/v1/routes", admin,
 		map[string]any{"name": "suite", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.suite.*"}, "headers": map[string]string{"X-Token": "t0ken-value"}})
 	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+	a = c.call("create-route", http.MethodPost, "/api/v1/routes", admin,
+		map[string]any{"name": "orphan", "team": "no-such-team", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.suite.*"}})
+	require.Equal(t, http.StatusBadRequest, a.Status, "%s", a.Body)
+	require.Contains(t, string(a.Body), "no such team")
 	a = c.call("get-route", http.MethodGet, "/api/v1/routes/suite", viewer, nil)
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	require.NotContains(t, string(a.Body), "t0ken-value", "a header's value is not shown")

@@ -273,6 +273,15 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 	if err := s.checked(r); err != nil {
 		return nil, err
 	}
+	if Platform(ctx) && team != PlatformTeam {
+		teams, err := s.Store.TeamList(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(teams, func(t store.Team) bool { return t.Name == team }) {
+			return nil, s.routeErr(fmt.Errorf("team %q: %w", team, store.ErrNoTeam))
+		}
+	}
 	if err := s.checkSubscriptions(ctx, team, r.Bindings); err != nil {
 		return nil, err
 	}
@@ -289,7 +298,7 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 		return nil, err
 	}
 	if err := s.Store.RouteCreate(ctx, store.RouteRow{Name: name, Team: team, Spec: spec, Secret: sealed, SecretFingerprint: fp}, e); err != nil {
-		return nil, err
+		return nil, s.routeErr(err)
 	}
 	return &RouteCreated{Secret: whsec, Route: *detail(&routeset.Route{Route: r, Version: 1, SecretFingerprint: fp})}, nil
 }
@@ -469,6 +478,8 @@ func (s *Service) routeErr(err error) error {
 			ErrConflict, err)
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %v", ErrUnknownRoute, err)
+	case errors.Is(err, store.ErrNoTeam):
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	return err
 }

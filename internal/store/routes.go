@@ -25,6 +25,9 @@ const (
 // changes by a deploy of the config, not at run time.
 var ErrDeclared = errors.New("route is declared in config.yaml; change it there")
 
+// ErrNoTeam is returned for a route of a team that does not exist.
+var ErrNoTeam = errors.New("no such team (hookrelay teams create)")
+
 // ErrChanged is returned by RouteUpdate when the route changed since it
 // was read.
 var ErrChanged = errors.New("route changed meanwhile")
@@ -130,6 +133,9 @@ func (db *DB) RouteCreate(ctx context.Context, r RouteRow, e *AuditEntry) error 
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 			return nil, fmt.Errorf("route %q: %w", r.Name, ErrExists)
+		}
+		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+			return nil, fmt.Errorf("team %q: %w", r.Team, ErrNoTeam)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("creating route %q: %w", r.Name, err)
