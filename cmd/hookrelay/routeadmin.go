@@ -184,7 +184,11 @@ nothing of it is undelivered; its dead-letter queue stays for the operator.`,
 				if err != nil {
 					return usage(cmd, err)
 				}
-				_, err = fmt.Fprintf(c.out, "route %s deleted; %d undelivered: %s\n", res.Route, res.Undelivered, dispose(res.Disposal))
+				if res.Undelivered == 0 {
+					_, err = fmt.Fprintf(c.out, "route %s deleted; nothing undelivered: it goes within seconds (anything arriving late: %s)\n", res.Route, dispose(res.Disposal))
+					return err
+				}
+				_, err = fmt.Fprintf(c.out, "route %s deleted; %d undelivered: %s, then the route goes\n", res.Route, res.Undelivered, dispose(res.Disposal))
 				return err
 			})
 		},
@@ -196,9 +200,9 @@ nothing of it is undelivered; its dead-letter queue stays for the operator.`,
 
 func dispose(disposal string) string {
 	if disposal == ops.DisposeDeliver {
-		return "the dispatchers deliver them, then the route goes"
+		return "the dispatchers deliver them"
 	}
-	return "the dispatchers move them to its dead letters, then the route goes"
+	return "the dispatchers move them to its dead letters"
 }
 
 func (c *cli) routesRotateCmd() *cobra.Command {

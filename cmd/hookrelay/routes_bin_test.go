@@ -192,7 +192,7 @@ func TestRoutesMadeAtRunTimeFromTheCLI(t *testing.T) {
 	require.Equal(t, 2, res.code, res)
 	res = s.run("hookrelay", "routes", "delete", "ledger", "--dead-letter")
 	require.Equal(t, 0, res.code, res)
-	require.Contains(t, res.stdout, "route ledger deleted; 1 undelivered: the dispatchers move them to its dead letters")
+	require.Contains(t, res.stdout, "route ledger deleted; 1 undelivered: the dispatchers move them to its dead letters, then the route goes")
 	res = s.run("hookrelay", "routes")
 	require.Regexp(t, `ledger\s+platform\s+deleted\(dead_letter\)\s`, res.stdout)
 	res = s.run("hookrelay", "routes", "update", "ledger", "--concurrency", "1")

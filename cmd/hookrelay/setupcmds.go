@@ -156,12 +156,13 @@ func (c *cli) routesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "routes",
 		Short: "List the routes, their state and what waits on each; make, change, pause and delete them",
-		Long: `List the configured routes with their queue, bindings and how many of their
-deliveries are pending, retrying and dead in Postgres, their state (active,
-paused, circuit open or half-open, held by a Retry-After), the messages
-ready in their queue and the age of the oldest undelivered event; then any
-route that has deliveries in Postgres but is not in the config (no
-dispatcher delivers it).`,
+		Long: `List the routes, those of the config (KIND config) and those made at run time
+(run-time vN, or deleted while they finish their backlog), with their team,
+queue, bindings and how many of their deliveries are pending, retrying and
+dead in Postgres, their state (active, paused, circuit open or half-open,
+held by a Retry-After), the messages ready in their queue and the age of the
+oldest undelivered event; then any route that has deliveries in Postgres but
+is neither (no dispatcher delivers it).`,
 		Example: `  hookrelay routes
   hookrelay routes --json
   hookrelay routes pause billing`,
@@ -179,7 +180,7 @@ dispatcher delivers it).`,
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", ...}], "broker_error"}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "team", "declared", "version", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", ...}], "broker_error"}`)
 	cmd.AddCommand(c.routesPauseCmd(true), c.routesPauseCmd(false), c.routesCreateCmd(), c.routesUpdateCmd(), c.routesDeleteCmd(),
 		c.routesRotateCmd(), c.routesResealCmd())
 	return cmd
