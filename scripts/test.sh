@@ -79,5 +79,8 @@ if command -v jq >/dev/null 2>&1; then
 	m="$work/tests.json" a="$work/alarm.json"
 	echo "test: packages $(count "$m" "$pkg \"pass\"") passed, $(count "$m" "$pkg \"skip\"") without tests, $(count "$m" "$pkg \"fail\"") failed;" \
 		"tests $(count "$m" "$a" "$t \"pass\"") passed, $(count "$m" "$a" "$t \"skip\"") skipped, $(count "$m" "$a" "$t \"fail\"") failed" >&2
+	# Where the suite's time goes: its slowest top-level tests.
+	echo "test: slowest: $(jq -rs 'map(select(.Test != null and (.Test | contains("/") | not) and .Action == "pass"))
+		| sort_by(-.Elapsed) | .[:5] | map("\(.Test) \(.Elapsed)s") | join(", ")' "$m")" >&2
 fi
 exit "$status"

@@ -576,6 +576,10 @@ func TestAPISuite(t *testing.T) {
 	a = c.call("get-route", http.MethodGet, "/api/v1/routes/suite", viewer, nil)
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	require.NotContains(t, string(a.Body), "t0ken-value", "a header's value is not shown")
+	var spec string
+	require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT spec::text FROM routes WHERE name = 'suite'`).Scan(&spec))
+	require.Contains(t, spec, "X-Token")
+	require.NotContains(t, spec, "t0ken-value", "a header's value is sealed at rest")
 	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/suite", admin, map[string]any{"timeout": "3s"})
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/suite", admin, map[string]any{"timeout": "3"})

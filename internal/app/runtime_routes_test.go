@@ -99,7 +99,8 @@ func TestRouteMadeThroughTheAPIDeliversWithinTwoSecondsInTwoDispatchers(t *testi
 	}
 
 	made := time.Now()
-	secret := h.create("audit", map[string]any{"url": dest.url("audit"), "bindings": []string{"acme.invoice.*"}, "concurrency": 1})
+	secret := h.create("audit", map[string]any{"url": dest.url("audit"), "bindings": []string{"acme.invoice.*"}, "concurrency": 1,
+		"headers": map[string]string{"X-Api-Key": "k-123"}})
 	require.Eventually(t, func() bool { return h.consumers(h.names.RouteQueue("audit")) == 2 }, 2*time.Second-time.Since(made), 20*time.Millisecond,
 		"both dispatchers consume the new route's queue within 2s")
 	t.Logf("both dispatchers consumed the new route %s after it was made", time.Since(made).Round(time.Millisecond))
@@ -117,6 +118,7 @@ func TestRouteMadeThroughTheAPIDeliversWithinTwoSecondsInTwoDispatchers(t *testi
 		ts, err := strconv.ParseInt(r.header.Get("webhook-timestamp"), 10, 64)
 		require.NoError(t, err)
 		require.Equal(t, signature.SignStandard([][]byte{key}, r.eventID, time.Unix(ts, 0), r.body), r.header.Get("webhook-signature"))
+		require.Equal(t, "k-123", r.header.Get("X-Api-Key"), "the route's header, sealed at rest, is sent")
 	}
 	require.ElementsMatch(t, ids, eventsOf(dest.snapshot()))
 	for i, base := range bases {

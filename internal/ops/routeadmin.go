@@ -203,7 +203,7 @@ func (s *Service) RouteGet(ctx context.Context, name string) (*RouteDetail, erro
 	if err != nil {
 		return nil, s.routeErr(err)
 	}
-	r, err := fromRow(row)
+	r, err := fromRow(nil, row)
 	if err != nil {
 		return nil, err
 	}
@@ -211,13 +211,29 @@ func (s *Service) RouteGet(ctx context.Context, name string) (*RouteDetail, erro
 		SecretFingerprint: row.SecretFingerprint, PreviousFingerprint: row.PreviousFingerprint, PreviousUntil: row.PreviousUntil}), nil
 }
 
-// fromRow builds the route of a stored run-time route.
-func fromRow(row store.RouteRow) (config.Route, error) {
+// fromRow builds the route of a stored run-time route, its header
+// values opened with k; with k nil, as listings show it (header names
+// only).
+func fromRow(k *routeset.Keyring, row store.RouteRow) (config.Route, error) {
 	spec, err := routeset.DecodeSpec(row.Spec)
 	if err != nil {
 		return config.Route{}, err
 	}
+	if k == nil {
+		spec = spec.Shown()
+	} else if spec, err = spec.Open(k, row.Name); err != nil {
+		return config.Route{}, err
+	}
 	return spec.Route(row.Name, row.Team)
+}
+
+// stored is r's settings as stored: header values sealed with k.
+func stored(k *routeset.Keyring, r config.Route) ([]byte, error) {
+	spec, err := routeset.SpecOf(r).Seal(k, r.Name)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(spec)
 }
 
 // checkSubscriptions refuses bindings of team's route to sources whose
@@ -289,7 +305,7 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 	if err != nil {
 		return nil, err
 	}
-	spec, err := json.Marshal(routeset.SpecOf(r))
+	spec, err := stored(s.Keyring, r)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +351,7 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 		if row.Declared {
 			return nil, s.routeErr(fmt.Errorf("route %q: %w", name, store.ErrDeclared))
 		}
-		r, err := fromRow(row)
+		r, err := fromRow(s.Keyring, row)
 		if err != nil {
 			return nil, err
 		}
@@ -348,7 +364,7 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 		if err := s.checkSubscriptions(ctx, row.Team, r.Bindings); err != nil {
 			return nil, err
 		}
-		spec, err := json.Marshal(routeset.SpecOf(r))
+		spec, err := stored(s.Keyring, r)
 		if err != nil {
 			return nil, err
 		}

@@ -65,3 +65,21 @@ func TestKeyringSealsPerRouteAndRotates(t *testing.T) {
 	_, err = routeset.NewKeyring("c2hvcnQ=", nil)
 	require.ErrorContains(t, err, "secrets.key")
 }
+
+// A route's header values are stored sealed, each bound to its route and
+// name; listings see the names only.
+func TestSpecHeadersSealedAtRest(t *testing.T) {
+	k, err := routeset.NewKeyring(key(1), nil)
+	require.NoError(t, err)
+	spec := routeset.Spec{URL: "http://x/", Headers: map[string]string{"X-Token": "t0ken"}}
+	stored, err := spec.Seal(k, "billing")
+	require.NoError(t, err)
+	require.Empty(t, stored.Headers)
+	require.NotContains(t, string(stored.SealedHeaders["X-Token"]), "t0ken")
+	opened, err := stored.Open(k, "billing")
+	require.NoError(t, err)
+	require.Equal(t, spec.Headers, opened.Headers)
+	_, err = stored.Open(k, "crm")
+	require.Error(t, err, "sealed for another route")
+	require.Equal(t, map[string]string{"X-Token": "(set)"}, stored.Shown().Headers)
+}

@@ -267,6 +267,9 @@ func (f *Follower) route(row store.RouteRow, local, dbNow time.Time) *Route {
 	r.Name, r.Team = row.Name, row.Team
 	spec, err := DecodeSpec(row.Spec)
 	if err == nil {
+		spec, err = spec.Open(f.keyring, row.Name)
+	}
+	if err == nil {
 		r.Route, err = spec.Route(row.Name, row.Team)
 	}
 	if err != nil {

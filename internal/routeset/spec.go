@@ -24,6 +24,58 @@ type Spec struct {
 	RateLimit       float64           `json:"rate_limit,omitempty"`
 	Burst           int               `json:"burst"`
 	Ordering        string            `json:"ordering,omitempty"`
+	// SealedHeaders are the header values as stored, each sealed like the
+	// signing secret (a header may carry a token); Headers is empty then.
+	SealedHeaders map[string][]byte `json:"sealed_headers,omitempty" hidden:"true"`
+}
+
+// headerAAD binds a sealed header value to its route and name.
+func headerAAD(route, name string) string { return route + "#header:" + name }
+
+// Seal returns s as stored for route: its header values sealed with k.
+func (s Spec) Seal(k *Keyring, route string) (Spec, error) {
+	if len(s.Headers) == 0 {
+		return s, nil
+	}
+	s.SealedHeaders = make(map[string][]byte, len(s.Headers))
+	for name, v := range s.Headers {
+		sealed, err := k.Seal(headerAAD(route, name), []byte(v))
+		if err != nil {
+			return s, err
+		}
+		s.SealedHeaders[name] = sealed
+	}
+	s.Headers = nil
+	return s, nil
+}
+
+// Open returns a stored spec of route with its header values opened.
+func (s Spec) Open(k *Keyring, route string) (Spec, error) {
+	if len(s.SealedHeaders) == 0 {
+		return s, nil
+	}
+	s.Headers = make(map[string]string, len(s.SealedHeaders))
+	for name, sealed := range s.SealedHeaders {
+		v, err := k.Open(headerAAD(route, name), sealed)
+		if err != nil {
+			return s, fmt.Errorf("header %s: %w", name, err)
+		}
+		s.Headers[name] = string(v)
+	}
+	s.SealedHeaders = nil
+	return s, nil
+}
+
+// Shown returns a stored spec as listings show it: header names only.
+func (s Spec) Shown() Spec {
+	if len(s.SealedHeaders) > 0 {
+		s.Headers = make(map[string]string, len(s.SealedHeaders))
+		for name := range s.SealedHeaders {
+			s.Headers[name] = "(set)"
+		}
+		s.SealedHeaders = nil
+	}
+	return s
 }
 
 // SpecOf returns r's settings as a Spec.
