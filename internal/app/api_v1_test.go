@@ -236,15 +236,28 @@ func newAPIHarness(t *testing.T, authFailuresPerMinute int, configure ...func(*c
 }
 
 // deleteRuntimeRouteQueues deletes the queues of the routes a test made
-// at run time.
+// at run time. Register it before the receiver and the dispatchers start:
+// it then runs after they stopped, when nothing declares the queues again,
+// and long after they were declared. (RabbitMQ 3.10 trap: a quorum queue
+// deleted while its at-least-once dead-letter worker still starts,
+// milliseconds after the declare, crashes that worker; a few such crashes
+// together take down rabbit_fifo_dlx_sup for good, and every later declare
+// of a dead-lettering quorum queue fails with INTERNAL_ERROR until the
+// node's app restarts.)
 func deleteRuntimeRouteQueues(t *testing.T, h *harness) {
 	rows, err := h.db.Pool().Query(context.Background(), `SELECT name FROM routes WHERE NOT declared`)
 	require.NoError(t, err)
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
+	conn := amqptest.Dial(t)
 	for _, name := range names {
 		for _, q := range []string{h.names.RouteQueue(name), h.names.DeadQueue(name)} {
-			_, _ = h.ch.QueueDelete(q, false, false, false) // retired already, or never declared
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				t.Logf("cleanup: deleting queue %s: %v", q, err) // a retired route's is gone
+			}
+			_ = ch.Close() // closed already by a failed delete
 		}
 	}
 }

@@ -53,6 +53,7 @@ func newTeamsHarness(t *testing.T) *teamsHarness {
 	// The platform lets team A bind its own routes to acme's events.
 	h.cfg.Sources[0].Subscribers = []string{"team-a"}
 	h.cfg.Secrets = config.Secrets{Key: testSecretsKey, Overlap: time.Hour}
+	t.Cleanup(func() { deleteRuntimeRouteQueues(t, h) }) // after the processes stop
 	a := testRoute("a-billing", dest.url("a-billing"), "acme.invoice.*")
 	a.Team = "team-a"
 	b := testRoute("b-billing", dest.url("b-billing"), "acme.invoice.*", "bsrc.#")
