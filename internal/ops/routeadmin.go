@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -368,13 +369,18 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 		if err != nil {
 			return nil, err
 		}
+		// The audit row's args: the fields given, as the API takes them.
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
 		args := map[string]any{}
-		if raw, err := json.Marshal(in); err == nil {
-			_ = json.Unmarshal(raw, &args)
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return nil, err
 		}
 		delete(args, "headers") // values may carry a token
 		if in.Headers != nil {
-			args["headers"] = slices.Sorted(mapKeys(in.Headers))
+			args["headers"] = slices.Sorted(maps.Keys(in.Headers))
 		}
 		e, err := entry(ctx, "route.update", name, args)
 		if err != nil {
@@ -391,16 +397,6 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 			PreviousFingerprint: row.PreviousFingerprint, PreviousUntil: row.PreviousUntil}), nil
 	}
 	return nil, fmt.Errorf("%w: route %q kept changing under this update; try again", ErrConflict, name)
-}
-
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // RouteRotateSecret gives run-time route name a new signing secret, shown

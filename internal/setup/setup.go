@@ -48,21 +48,10 @@ func Topology(cfg *config.Config) amqp.Topology {
 	return amqp.BuildTopology(tc)
 }
 
-// RoutesFor returns a function naming the routes whose bindings match a
+// RoutesFor returns a function naming cfg's routes whose bindings match a
 // routing key, as the topic exchange will route it.
 func RoutesFor(cfg *config.Config) func(routingKey string) []string {
-	return func(key string) []string {
-		var out []string
-		for _, r := range cfg.Routes {
-			for _, b := range r.Bindings {
-				if amqp.TopicMatch(b, key) {
-					out = append(out, r.Name)
-					break
-				}
-			}
-		}
-		return out
-	}
+	return routeset.Of(cfg.Routes...).Match
 }
 
 // RouteNames returns the configured route names, in config order.

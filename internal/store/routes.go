@@ -233,17 +233,6 @@ func (db *DB) RouteDelete(ctx context.Context, name, disposal string, e *AuditEn
 	return n, err
 }
 
-// RouteUndelivered counts the route's pairs not yet final.
-func (db *DB) RouteUndelivered(ctx context.Context, name string) (int64, error) {
-	ctx, cancel := db.boundOps(ctx)
-	defer cancel()
-	var n int64
-	if err := db.pool.QueryRow(ctx, undeliveredSQL, name).Scan(&n); err != nil {
-		return 0, fmt.Errorf("counting the backlog of route %q: %w", name, err)
-	}
-	return n, nil
-}
-
 // RouteRetiring reports whether the deleted route name may retire now:
 // deleted more than grace ago (every receiver has stopped routing to it)
 // with nothing undelivered.
