@@ -88,6 +88,9 @@ func printEvent(w io.Writer, ev *ops.EventDetail) error {
 	if ev.OrderingResource != "" {
 		fmt.Fprintf(w, "ordering   resource %s, version %s\n", ev.OrderingResource, ev.OrderingVersion)
 	}
+	if ev.TraceID != "" {
+		fmt.Fprintf(w, "trace      %s\n", withLink(ev.TraceID, ev.TraceLink))
+	}
 	for _, d := range ev.Deliveries {
 		fmt.Fprintf(w, "\nroute %s: %s after %d attempt(s)%s\n", d.Route, d.State, d.Attempts, seriesNote(d))
 		if d.NextAttemptAt != nil {
@@ -121,8 +124,22 @@ func printEvent(w io.Writer, ev *ops.EventDetail) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		// A replay's attempts are in a trace of their own.
+		for _, a := range d.AttemptRows {
+			if a.TraceID != "" && a.TraceID != ev.TraceID {
+				fmt.Fprintf(w, "  series %d attempt %d: trace %s\n", a.Series, a.Attempt, withLink(a.TraceID, a.TraceLink))
+			}
+		}
 	}
 	return nil
+}
+
+// withLink is a trace id followed by its link, when there is one.
+func withLink(id, link string) string {
+	if link == "" {
+		return id
+	}
+	return id + "  " + link
 }
 
 func printReplay(w io.Writer, res *ops.ReplayResult, list int) error {

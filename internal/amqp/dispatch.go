@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
@@ -23,9 +24,10 @@ func NewDispatchPublisher(pub *ConfirmPublisher, names Names) *DispatchPublisher
 	return &DispatchPublisher{pub: pub, names: names}
 }
 
-// DeadLetter publishes m to the dead-letter queue of why.Route.
+// DeadLetter publishes m to the dead-letter queue of why.Route; it carries
+// the trace context of ctx's span, if any.
 func (p *DispatchPublisher) DeadLetter(ctx context.Context, m webhook.RouteMessage, why webhook.DeadLetter) error {
-	return p.pub.Publish(ctx, "", p.names.DeadQueue(why.Route), deadLetterMessage(m, why, time.Now()))
+	return p.pub.Publish(ctx, "", p.names.DeadQueue(why.Route), deadLetterMessage(m, why, tracing.Of(ctx), time.Now()))
 }
 
 // Blocked is the ConfirmPublisher's Blocked.

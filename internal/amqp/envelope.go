@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -44,6 +45,20 @@ const (
 const (
 	HeaderAttempt        = "x-hookrelay-attempt"
 	HeaderFirstAttemptAt = "x-hookrelay-first-attempt-at"
+	// HeaderRetryTier names the retry queue a retry copy waits in, and
+	// HeaderRetryAt when it was published there (RFC 3339 with
+	// nanoseconds; the timestamp property holds whole seconds only): the
+	// dispatcher's trace shows the wait.
+	HeaderRetryTier = "x-hookrelay-retry-tier"
+	HeaderRetryAt   = "x-hookrelay-retry-at"
+)
+
+// The W3C trace context, on any message of a traced event (tracing): the
+// span the message continues. A dead letter carries its last delivery's,
+// and keeps it when moved back.
+const (
+	HeaderTraceParent = tracing.HeaderTraceParent
+	HeaderTraceState  = tracing.HeaderTraceState
 )
 
 // Headers of a dead letter, which an operator reads in the management UI.
@@ -76,7 +91,8 @@ func eventMessage(events string, names Names, m webhook.Message, corr string) (e
 	if m.Route != "" && m.RetryIn > 0 {
 		// A retry copy recorded with its failed attempt: to the tier of
 		// its delay, which dead-letters it to the route queue (key).
-		return names.Retry(m.RetryIn), names.RouteQueue(m.Route), retryMessage(m, time.Now(), corr)
+		tier := names.Retry(m.RetryIn)
+		return tier, names.RouteQueue(m.Route), retryMessage(m, tier, time.Now(), corr)
 	}
 	id := m.EventID.String()
 	headers := amqp.Table{
@@ -93,6 +109,7 @@ func eventMessage(events string, names Names, m webhook.Message, corr string) (e
 			headers[HeaderAttempt] = int32(m.Attempt)
 		}
 	}
+	setTrace(headers, m.TraceParent, "")
 	return exchange, key, amqp.Publishing{
 		DeliveryMode:  amqp.Persistent,
 		ContentType:   m.ContentType,
@@ -108,9 +125,9 @@ func eventMessage(events string, names Names, m webhook.Message, corr string) (e
 
 // retryMessage is next, a pair's retry copy from the outbox (for its next
 // attempt), as published to a retry tier; corr as for eventMessage.
-func retryMessage(next webhook.Message, now time.Time, corr string) amqp.Publishing {
+func retryMessage(next webhook.Message, tier string, now time.Time, corr string) amqp.Publishing {
 	id := next.EventID.String()
-	return amqp.Publishing{
+	p := amqp.Publishing{
 		DeliveryMode:  amqp.Persistent,
 		ContentType:   next.ContentType,
 		MessageId:     id,
@@ -125,8 +142,25 @@ func retryMessage(next webhook.Message, now time.Time, corr string) amqp.Publish
 			HeaderAttempt:        int32(next.Attempt),
 			HeaderFirstAttemptAt: formatTime(next.FirstAttemptAt),
 			HeaderGen:            next.Gen,
+			HeaderRetryTier:      tier,
+			HeaderRetryAt:        formatTime(now),
 		},
 		Body: next.Body,
+	}
+	setTrace(p.Headers, next.TraceParent, "")
+	return p
+}
+
+// setTrace writes a trace context into h; nothing when parent is "".
+func setTrace(h amqp.Table, parent, state string) {
+	if parent == "" {
+		return
+	}
+	h[HeaderTraceParent] = parent
+	if state != "" {
+		h[HeaderTraceState] = state
+	} else {
+		delete(h, HeaderTraceState)
 	}
 }
 
@@ -134,7 +168,8 @@ func retryMessage(next webhook.Message, now time.Time, corr string) amqp.Publish
 // It keeps m's own x-hookrelay-* headers and properties as they arrived
 // (m.Wire), not x-death: the retry tiers' TTL hops would tell an operator
 // "expired", which is not why it is dead.
-func deadLetterMessage(m webhook.RouteMessage, why webhook.DeadLetter, now time.Time) amqp.Publishing {
+// tc, when set, is the trace context it continues (the last delivery's).
+func deadLetterMessage(m webhook.RouteMessage, why webhook.DeadLetter, tc tracing.Context, now time.Time) amqp.Publishing {
 	headers := amqp.Table{}
 	for k, v := range m.Wire.Headers {
 		headers[k] = v
@@ -150,6 +185,10 @@ func deadLetterMessage(m webhook.RouteMessage, why webhook.DeadLetter, now time.
 	headers[HeaderLastError] = why.LastError
 	headers[HeaderFirstAttemptAt] = formatTime(why.FirstAttemptAt)
 	headers[HeaderLastAttemptAt] = formatTime(why.LastAttemptAt)
+	// A retry copy's tier is behind it.
+	delete(headers, HeaderRetryTier)
+	delete(headers, HeaderRetryAt)
+	setTrace(headers, tc.Parent, tc.State)
 	return amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		ContentType:  m.ContentType,
@@ -169,7 +208,7 @@ func deadLetterMessage(m webhook.RouteMessage, why webhook.DeadLetter, now time.
 // it meanwhile).
 func movedBackMessage(d amqp.Delivery, route string, now time.Time) amqp.Publishing {
 	headers := amqp.Table{HeaderRoute: route}
-	for _, k := range []string{HeaderEventID, HeaderSource, HeaderEventType, HeaderGen} {
+	for _, k := range []string{HeaderEventID, HeaderSource, HeaderEventType, HeaderGen, HeaderTraceParent, HeaderTraceState} {
 		if v, ok := d.Headers[k]; ok {
 			headers[k] = v
 		}
@@ -208,6 +247,12 @@ func decodeRouteMessage(d amqp.Delivery) webhook.RouteMessage {
 	if n, ok := headerInt(d.Headers, HeaderGen); ok && n >= 0 {
 		m.Gen = n
 	}
+	m.TraceParent = headerString(d.Headers, HeaderTraceParent)
+	m.TraceState = headerString(d.Headers, HeaderTraceState)
+	m.RetryTier = headerString(d.Headers, HeaderRetryTier)
+	if t, err := time.Parse(time.RFC3339Nano, headerString(d.Headers, HeaderRetryAt)); err == nil {
+		m.RetryAt = t
+	}
 	if s := headerString(d.Headers, HeaderFirstAttemptAt); s != "" {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			m.FirstAttemptAt = t
@@ -217,7 +262,7 @@ func decodeRouteMessage(d amqp.Delivery) webhook.RouteMessage {
 		// Only dead letters carry the route header: an operator moved
 		// this one back. It starts a fresh series instead of going
 		// straight back to the dead-letter queue.
-		m.Attempt, m.FirstAttemptAt, m.MovedBack = 1, time.Time{}, true
+		m.Attempt, m.FirstAttemptAt, m.MovedBack, m.RetryTier, m.RetryAt = 1, time.Time{}, true, "", time.Time{}
 	}
 	return m
 }
@@ -270,11 +315,12 @@ func deathReason(h amqp.Table) string {
 	return r
 }
 
-// ownHeaders returns our x-hookrelay-* headers of h.
+// ownHeaders returns our x-hookrelay-* headers of h, and its trace
+// context.
 func ownHeaders(h amqp.Table) map[string]any {
 	out := map[string]any{}
 	for k, v := range h {
-		if strings.HasPrefix(k, headerPrefix) {
+		if strings.HasPrefix(k, headerPrefix) || k == HeaderTraceParent || k == HeaderTraceState {
 			out[k] = v
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -107,7 +108,7 @@ func TestDeadLetterMessageHeaders(t *testing.T) {
 	p := deadLetterMessage(m, webhook.DeadLetter{
 		Route: "billing", Reason: "max_attempts", Attempts: 4, LastStatus: 500, LastError: "HTTP 500",
 		FirstAttemptAt: first, LastAttemptAt: first.Add(time.Minute),
-	}, time.Now())
+	}, tracing.Context{}, time.Now())
 	require.Equal(t, amqp.Table{
 		"x-hookrelay-event-id": id.String(), "x-hookrelay-source": "acme", "x-hookrelay-attempt": int32(4),
 		"x-hookrelay-custom": "kept", "x-hookrelay-route": "billing", "x-hookrelay-gen": int64(5),

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Outcome is what the broker said about one published message.
@@ -69,6 +70,10 @@ type PublisherConfig struct {
 	// Blocked, when set, is 1 while the broker blocks the connection; see
 	// NewBlockedGauge.
 	Blocked prometheus.Gauge
+	// Tracer, when set, makes a producer span for each traced message,
+	// ended with its confirm. Without one, messages still carry the trace
+	// context they were given.
+	Tracer trace.Tracer
 }
 
 // NewConfirmsCounter registers hookrelay_publish_confirms_total on reg.
@@ -244,7 +249,9 @@ var ErrConfirmTimeout = errors.New("confirm timeout")
 // say nothing about their messages then. ctx is checked before each write
 // only.
 func (p *Publisher) Publish(ctx context.Context, msgs []webhook.Message) (outcomes []Outcome, err error) {
+	msgs, spans := p.traced(msgs)
 	outcomes, err = p.publish(ctx, msgs)
+	endSpans(spans, outcomes, err)
 	if p.cfg.Confirms != nil {
 		for _, o := range outcomes {
 			p.cfg.Confirms.WithLabelValues(o.String()).Inc()

@@ -43,7 +43,7 @@ func Sources(cfg *config.Config, logger zerolog.Logger) ([]ingest.Source, error)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
-		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x, DedupeBody: s.DedupesBody()})
+		out = append(out, ingest.Source{Name: s.Name, Verifier: v, Extractor: x, DedupeBody: s.DedupesBody(), TrustTraceparent: s.TrustTraceparent})
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -157,13 +158,26 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err := controls.Init(ctx); err != nil {
 		return err
 	}
+	tr, err := tracing.Start(ctx, tracing.Settings{Enabled: cfg.Tracing.Enabled, Service: "hookrelay-dispatcher", Registerer: reg, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer tr.Stop(logger)
+	client := opts.Client
+	if client == nil {
+		client = deliver.NewClient()
+	}
+	if tr.On() {
+		client = deliver.TracedClient(client, tr.Provider)
+	}
 	handler, err := deliver.New(deliver.Config{
 		Routes:    deliverRoutes(follower.Current()),
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
 		Ordering:  deliverStore{db},
 		Publisher: amqp.NewDispatchPublisher(publisher, names),
-		Client:    opts.Client,
+		Client:    client,
+		Tracer:    tr.TracerOrNil(),
 		Metrics:   metrics,
 		Logger:    logger,
 		// Route controls: each attempt's answer counts toward the circuit

@@ -41,6 +41,7 @@ func (s ingestStore) EventInsertBatch(ctx context.Context, batch []ingest.Insert
 			msgs = append(msgs, webhook.Message{
 				OutboxID: r.OutboxID, EventID: ev.ID, RoutingKey: ev.RoutingKey(), Attempt: 1,
 				Source: ev.Source, EventType: ev.EventType, ContentType: ev.ContentType, Body: ev.Body, ReceivedAt: ev.ReceivedAt,
+				EventTraceParent: ev.TraceParent,
 			})
 		}
 	}

@@ -112,20 +112,45 @@ func (h *harness) processConfig(addr string) config.Config {
 // startDispatcherProcess runs the built dispatcher binary on the harness's
 // config (as it is now) until the test ends, and waits until it is ready.
 // When the test ends it gets SIGTERM and must exit 0 within 30s; its log
-// is shown when the test failed.
-func (h *harness) startDispatcherProcess() *dispatcherProcess {
+// is shown when the test failed. env is added to its environment.
+func (h *harness) startDispatcherProcess(env ...string) *dispatcherProcess {
 	h.t.Helper()
-	bin := filepath.Join(testenv.Binaries(h.t), "dispatcher")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(h.t, err)
-	addr := ln.Addr().String()
-	require.NoError(h.t, ln.Close()) // the process binds it again at once
+	addr := freeAddr(h.t)
 	cfg := h.processConfig(addr)
-	path := configFile(h.t, h.t.TempDir(), &cfg)
+	return h.runProcess("dispatcher", &cfg, "http://"+addr, env)
+}
 
-	p := &dispatcherProcess{base: "http://" + addr, done: make(chan struct{})}
+// startReceiverProcess runs the built receiver binary as
+// startDispatcherProcess runs the dispatcher; base is its webhook
+// listener, metrics its metrics listener.
+func (h *harness) startReceiverProcess(env ...string) (p *dispatcherProcess, metrics string) {
+	h.t.Helper()
+	addr, maddr := freeAddr(h.t), freeAddr(h.t)
+	cfg := *h.cfg
+	cfg.Receiver.Listen, cfg.Receiver.MetricsListen = addr, maddr
+	cfg.Dispatcher = config.Dispatcher{}
+	return h.runProcess("receiver", &cfg, "http://"+addr, env), "http://" + maddr
+}
+
+// freeAddr is a free 127.0.0.1 port, for a process to bind again at once.
+func freeAddr(t tb) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// runProcess runs the built binary name on cfg until the test ends and
+// waits until base/readyz answers.
+func (h *harness) runProcess(name string, cfg *config.Config, base string, env []string) *dispatcherProcess {
+	h.t.Helper()
+	bin := filepath.Join(testenv.Binaries(h.t), name)
+	path := configFile(h.t, h.t.TempDir(), cfg)
+
+	p := &dispatcherProcess{base: base, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "--config", path)
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + h.t.TempDir()}
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + h.t.TempDir()}, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	require.NoError(h.t, p.cmd.Start())
 	go func() {
@@ -135,7 +160,7 @@ func (h *harness) startDispatcherProcess() *dispatcherProcess {
 	h.t.Cleanup(func() {
 		select {
 		case <-p.done:
-			h.t.Errorf("dispatcher process %s exited before the test ended (%s):\n%s", p.base, p.cmd.ProcessState, p.output())
+			h.t.Errorf("%s process %s exited before the test ended (%s):\n%s", name, p.base, p.cmd.ProcessState, p.output())
 			return
 		default:
 		}
@@ -143,26 +168,26 @@ func (h *harness) startDispatcherProcess() *dispatcherProcess {
 		select {
 		case <-p.done:
 			if p.waitErr != nil {
-				h.t.Errorf("dispatcher process %s after SIGTERM: %v:\n%s", p.base, p.waitErr, p.output())
+				h.t.Errorf("%s process %s after SIGTERM: %v:\n%s", name, p.base, p.waitErr, p.output())
 			}
 		case <-time.After(30 * time.Second):
 			_ = p.cmd.Process.Kill()
 			<-p.done
-			h.t.Errorf("dispatcher process %s did not stop within 30s of SIGTERM; killed:\n%s", p.base, p.output())
+			h.t.Errorf("%s process %s did not stop within 30s of SIGTERM; killed:\n%s", name, p.base, p.output())
 		}
 		if h.t.Failed() {
-			h.t.Logf("dispatcher process %s log:\n%s", p.base, p.output())
+			h.t.Logf("%s process %s log:\n%s", name, p.base, p.output())
 		}
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for !answersReady(p.base) {
 		select {
 		case <-p.done:
-			h.t.Fatalf("dispatcher process exited at start (%s):\n%s", p.cmd.ProcessState, p.output())
+			h.t.Fatalf("%s process exited at start (%s):\n%s", name, p.cmd.ProcessState, p.output())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("dispatcher process %s not ready within 20s:\n%s", p.base, p.output())
+			h.t.Fatalf("%s process %s not ready within 20s:\n%s", name, p.base, p.output())
 		}
 	}
 	return p

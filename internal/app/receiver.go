@@ -21,6 +21,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -113,6 +114,12 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	}
 	sv.set("postgres", "connecting")
 	sv.set("rabbitmq", "connecting")
+	tr, err := tracing.Start(ctx, tracing.Settings{Enabled: cfg.Tracing.Enabled, Service: "hookrelay-receiver", Registerer: reg, Logger: logger})
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: the spans of the stop are in.
+	defer tr.Stop(logger)
 	db, err := openDB(ctx, cfg, cfg.Database.MaxConns, "hookrelay-receiver", logger)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -168,6 +175,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		Logger:         logger,
 		Confirms:       amqp.NewConfirmsCounter(reg),
 		Blocked:        amqp.NewBlockedGauge(reg).WithLabelValues("receiver_publisher"),
+		Tracer:         tr.TracerOrNil(),
 	})
 	defer func() {
 		if err := publisher.Close(); err != nil {
@@ -195,14 +203,16 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		db.HoldOutbox(cfg.Outbox.DirectHold)
 	}
 	handler, err := ingest.New(ingest.Config{
-		Sources:      sources,
-		Store:        ingestStore{db: db, direct: direct},
-		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
-		BatchSize:    cfg.Receiver.BatchSize,
-		BatchWait:    cfg.Receiver.BatchWait,
-		RoutesFunc:   func(key string) []string { return follower.Current().Match(key) },
-		Metrics:      ingestMetrics,
-		Logger:       logger,
+		Sources:        sources,
+		Store:          ingestStore{db: db, direct: direct},
+		MaxBodyBytes:   cfg.Receiver.MaxBodyBytes,
+		BatchSize:      cfg.Receiver.BatchSize,
+		BatchWait:      cfg.Receiver.BatchWait,
+		RoutesFunc:     func(key string) []string { return follower.Current().Match(key) },
+		Metrics:        ingestMetrics,
+		Logger:         logger,
+		Tracer:         tr.TracerOrNil(),
+		TracerProvider: tr.Provider,
 	})
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ type Config struct {
 	Reconcile  Reconcile  `mapstructure:"reconcile"`
 	Debug      Debug      `mapstructure:"debug"`
 	Secrets    Secrets    `mapstructure:"secrets"`
+	Tracing    Tracing    `mapstructure:"tracing"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -288,6 +289,21 @@ type Secrets struct {
 	Overlap time.Duration `mapstructure:"overlap" validate:"gte=0,lte=720h"`
 }
 
+// Tracing configures OpenTelemetry traces (internal/tracing): one trace per
+// event, across the receiver, the broker and the dispatcher. Where they go
+// (endpoint, protocol, headers, sampler, batch sizes) is read from the
+// standard OTEL_* environment variables.
+type Tracing struct {
+	// Enabled exports spans over OTLP; OTEL_TRACES_EXPORTER=otlp enables
+	// it too. Default false.
+	Enabled bool `mapstructure:"enabled"`
+	// LinkTemplate links a trace id to the operator's tracing UI in the
+	// console, the admin API and hookrelay events show: an http(s) URL
+	// where {trace_id} stands for the id, e.g.
+	// http://localhost:16686/trace/{trace_id} (Jaeger). Default none.
+	LinkTemplate string `mapstructure:"link_template" validate:"omitempty,trace_link"`
+}
+
 // Debug configures diagnostics that expose the process's internals.
 type Debug struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ on the receiver's
@@ -365,6 +381,11 @@ type Source struct {
 	// routes that drop stale events (routes[].ordering: drop_stale).
 	// Default none, or the preset's.
 	Ordering Ordering `mapstructure:"ordering"`
+	// TrustTraceparent continues the sender's traceparent (its trace
+	// becomes the event's) when tracing. Default false: a sender is
+	// outside, so each event starts a trace of its own, linked to the
+	// sender's.
+	TrustTraceparent bool `mapstructure:"trust_traceparent"`
 }
 
 // Ordering declares where a source's events carry the resource they are
@@ -502,7 +523,16 @@ type Route struct {
 	// resource (see sources[].ordering) is recorded stale and not sent.
 	// Events of sources without ordering are never stale.
 	Ordering string `mapstructure:"ordering" validate:"omitempty,oneof=none drop_stale"`
+	// SendTraceparent sends the delivery's trace context (traceparent,
+	// tracestate) to the destination when tracing, so its own spans join
+	// the event's trace. Default true; false keeps it out of the requests.
+	// Use SendsTraceparent to read it.
+	SendTraceparent *bool `mapstructure:"send_traceparent"`
 }
+
+// SendsTraceparent reports whether the route's requests carry the trace
+// context (when tracing).
+func (r Route) SendsTraceparent() bool { return r.SendTraceparent == nil || *r.SendTraceparent }
 
 // Circuit configures a route's circuit breaker: after Failures consecutive
 // failed attempts (no answer, 408, 429, 5xx) across every dispatcher, the

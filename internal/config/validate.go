@@ -41,6 +41,7 @@ func newValidator() *validator.Validate {
 	must("http_url", func(s string) bool { return urlWithScheme(s, "http", "https") })
 	must("whsec", func(s string) bool { return WhsecError(s) == nil })
 	must("aes_key", func(s string) bool { return AESKeyError(s) == nil })
+	must("trace_link", func(s string) bool { return urlWithScheme(s, "http", "https") && strings.Contains(s, "{trace_id}") })
 	must("scheme", func(s string) bool { return contains(signature.SchemeNames(), s) })
 	must("preset", func(s string) bool { _, ok := presets[s]; return ok })
 	return v
@@ -175,6 +176,8 @@ func fieldProblem(fe validator.FieldError) string {
 		return WhsecError(fmt.Sprint(val)).Error()
 	case "aes_key":
 		return AESKeyError(fmt.Sprint(val)).Error()
+	case "trace_link":
+		return fmt.Sprintf("%q must be an http:// or https:// URL with {trace_id} where the trace id goes", val)
 	case "scheme":
 		return fmt.Sprintf("%q is not a scheme; use one of: %s", val, strings.Join(signature.SchemeNames(), ", "))
 	case "preset":

@@ -29,8 +29,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/backoff"
 	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Lease is a claimed (event, route) delivery. It holds no database
@@ -122,6 +124,10 @@ type Route struct {
 	// version of its resource was delivered on the route (ordering:
 	// drop_stale).
 	DropStale bool
+	// NoTraceparent keeps the trace context out of the route's requests
+	// (send_traceparent: false); otherwise, when tracing, each carries
+	// traceparent, so the destination's own spans join the event's trace.
+	NoTraceparent bool
 }
 
 // Tier is a retry tier.
@@ -171,6 +177,9 @@ type Config struct {
 	// record after the answer. A dispatcher killed mid-POST leaves a lease
 	// that expires after the route's timeout plus this. Default 10s.
 	LeaseMargin time.Duration
+	// Tracer, when set, traces each delivery (see trace.go); Client should
+	// then be a TracedClient for the POST's span and traceparent.
+	Tracer trace.Tracer
 }
 
 // Handler delivers messages.
@@ -291,8 +300,14 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		return d.deadLetter(ctx, "malformed", &webhook.Attempt{Route: route, StartedAt: h.now(), Error: msg.Malformed.Error()})
 	}
 	d.log = d.log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
+	ctx, end := d.startDelivery(ctx)
+	defer end()
 
-	lease, err := d.claim(ctx)
+	var lease Lease
+	err := d.step(ctx, "claim", func(ctx context.Context) (err error) {
+		lease, err = d.claim(ctx)
+		return err
+	})
 	if errors.Is(err, ErrEventMissing) {
 		// Retrying cannot help, and delivering without a record would
 		// break the at-most-once promise: park it for an operator.
@@ -328,7 +343,14 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		tier, deadReason = d.decide(attempt, retryAfter)
 	}
 	attempt.FirstAttemptAt = msg.FirstAttemptAt
-	if done, err := d.record(ctx, lease, attempt); done || err != nil {
+	attempt.TraceParent = tracing.Of(ctx).Parent
+	d.outcome(attempt, deadReason)
+	var done bool
+	err = d.step(ctx, "record", func(ctx context.Context) (err error) {
+		done, err = d.record(ctx, lease, attempt)
+		return err
+	})
+	if done || err != nil {
 		return err
 	}
 	if h.cfg.AfterRecordFunc != nil {
@@ -358,6 +380,8 @@ type delivery struct {
 	// stop ends waits for a dependency early (shutdown).
 	stop <-chan struct{}
 	log  zerolog.Logger
+	// span is the delivery's span when tracing, else nil.
+	span trace.Span
 }
 
 // current decides, with the pair claimed, whether the message is the copy
@@ -604,6 +628,9 @@ func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) 
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 
+	if r.NoTraceparent {
+		ctx = withoutTraceparent(ctx)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, strings.NewReader(string(msg.Body)))
 	if err != nil {
 		a.Error = "building request: " + err.Error()
@@ -767,7 +794,10 @@ func (d *delivery) deadLetter(ctx context.Context, reason string, a *webhook.Att
 		Route: d.route.Name, Reason: reason, Attempts: d.msg.Attempt,
 		LastStatus: a.Status, LastError: a.Error, FirstAttemptAt: first, LastAttemptAt: a.StartedAt,
 	}
-	if err := d.publish(ctx, func(ctx context.Context) error { return d.cfg.Publisher.DeadLetter(ctx, d.msg, why) }); err != nil {
+	err := d.step(ctx, "dead letter", func(ctx context.Context) error {
+		return d.publish(ctx, func(ctx context.Context) error { return d.cfg.Publisher.DeadLetter(ctx, d.msg, why) })
+	})
+	if err != nil {
 		return fmt.Errorf("dead-lettering: %w", err)
 	}
 	return nil

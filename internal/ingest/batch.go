@@ -61,6 +61,8 @@ type answer struct {
 	refused string
 	// err is a storage failure (503).
 	err error
+	// batch is how many requests the statement that answered stored.
+	batch int
 }
 
 // pending is a request waiting for its batch.
@@ -232,19 +234,19 @@ func (b *batcher) commit(batch []*pending) {
 	if err == nil {
 		for i, p := range batch {
 			s := stored[i]
-			p.answer(answer{id: s.ID, duplicate: s.Duplicate, err: s.Err})
+			p.answer(answer{id: s.ID, duplicate: s.Duplicate, err: s.Err, batch: len(batch)})
 		}
 		return
 	}
 	var re *RefusedError
 	if !errors.As(err, &re) {
 		for _, p := range batch {
-			p.answer(answer{err: err})
+			p.answer(answer{err: err, batch: len(batch)})
 		}
 		return
 	}
 	if len(batch) == 1 {
-		batch[0].answer(answer{refused: re.Reason, err: err})
+		batch[0].answer(answer{refused: re.Reason, err: err, batch: 1})
 		return
 	}
 	b.metrics.fallbacks.Inc()

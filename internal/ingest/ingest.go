@@ -25,9 +25,14 @@ import (
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Store is what ingest needs from Postgres.
@@ -52,6 +57,9 @@ type Source struct {
 	// covers only the body, so unsigned headers (a new delivery id, another
 	// event type) cannot turn a replayed body into a new event.
 	DedupeBody bool
+	// TrustTraceparent continues the sender's trace context when tracing;
+	// otherwise each request starts a trace linked to the sender's.
+	TrustTraceparent bool
 }
 
 // Config configures a Handler.
@@ -76,6 +84,12 @@ type Config struct {
 	// RoutesFunc names the routes whose bindings match a routing key. Nil
 	// means none are recorded at ingest.
 	RoutesFunc func(routingKey string) []string
+	// Tracer, when set, makes the spans of verification and storage,
+	// children of the request's span (TracerProvider's, see Register),
+	// whose context is stored with the event. Nil: no spans, no trace
+	// stored.
+	Tracer         trace.Tracer
+	TracerProvider trace.TracerProvider
 }
 
 // Handler serves POST /webhooks/{source}.
@@ -88,6 +102,8 @@ type Handler struct {
 	storeTimeout time.Duration
 	routes       func(string) []string
 	batcher      *batcher
+	tracer       trace.Tracer
+	provider     trace.TracerProvider
 }
 
 // New returns a Handler for cfg.
@@ -106,6 +122,8 @@ func New(cfg Config) (*Handler, error) {
 		now:          cfg.NowFunc,
 		storeTimeout: cfg.StoreTimeout,
 		routes:       cfg.RoutesFunc,
+		tracer:       cfg.Tracer,
+		provider:     cfg.TracerProvider,
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -133,9 +151,24 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// Register adds the webhook route to mux.
+// Register adds the webhook route to mux. When tracing, each request has
+// a server span (otelhttp's): it continues the sender's traceparent only
+// for a source that trusts it, and otherwise starts a trace of its own,
+// linked to the sender's.
 func (h *Handler) Register(mux *http.ServeMux) {
-	mux.Handle("/webhooks/{source}", h)
+	if h.tracer == nil || h.provider == nil {
+		mux.Handle("/webhooks/{source}", h)
+		return
+	}
+	mux.Handle("/webhooks/{source}", otelhttp.NewHandler(h, "webhook",
+		otelhttp.WithTracerProvider(h.provider),
+		otelhttp.WithPropagators(tracing.Propagator),
+		otelhttp.WithPublicEndpointFn(func(r *http.Request) bool {
+			s, ok := h.sources[r.PathValue("source")]
+			return !ok || !s.TrustTraceparent
+		}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /webhooks/{source}" }),
+	))
 }
 
 // Response is the 200 body.
@@ -178,7 +211,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	if status != 0 {
 		return reject(w, status, msg, reason)
 	}
-	signedID, err := verify(src.Verifier, &signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
+	signedID, err := h.verify(r.Context(), src, &signature.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: start})
 	if err != nil {
 		var ve *signature.VerifyError
 		if !errors.As(err, &ve) {
@@ -192,6 +225,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src Source, know
 	ev, msg := h.event(r, src, body, signedID, start, log)
 	if ev == nil {
 		return reject(w, http.StatusBadRequest, msg, "bad_request")
+	}
+	if h.tracer != nil {
+		// The request's span (otelhttp's, around this handler): the
+		// event's first copy continues it.
+		tc := tracing.Of(r.Context())
+		ev.TraceParent = tc.Parent
+		if id := tracing.TraceIDOf(r.Context()); id != "" {
+			log = log.With().Str("trace_id", id).Logger()
+		}
 	}
 	return h.commit(w, r, ev, log)
 }
@@ -276,13 +318,29 @@ func (h *Handler) event(r *http.Request, src Source, body []byte, signedID strin
 // event's data, which no retry would change. The batch is not bound to the
 // request's context: a sender hanging up must not abort a commit half-way
 // (the outcome would be unknown to both sides); the store timeout bounds it.
-func (h *Handler) commit(w http.ResponseWriter, _ *http.Request, ev *webhook.Event, log zerolog.Logger) (outcome, reason string) {
+func (h *Handler) commit(w http.ResponseWriter, r *http.Request, ev *webhook.Event, log zerolog.Logger) (outcome, reason string) {
 	var routes []string
 	if h.routes != nil {
 		routes = h.routes(ev.RoutingKey())
 	}
+	var span trace.Span
+	if h.tracer != nil {
+		_, span = h.tracer.Start(r.Context(), "store event", trace.WithAttributes(
+			attribute.String("hookrelay.event_id", ev.ID.String()), attribute.Int("hookrelay.routes", len(routes))))
+	}
 	// The wall clock, not h.now: the deadline bounds real waits.
 	a := h.batcher.storeOne(Insert{Event: ev, Routes: routes}, time.Now().Add(h.storeTimeout))
+	if span != nil {
+		span.SetAttributes(attribute.Int("hookrelay.batch.size", a.batch), attribute.Bool("hookrelay.duplicate", a.duplicate))
+		if a.id != uuid.Nil && a.duplicate {
+			span.SetAttributes(attribute.String("hookrelay.duplicate_of", a.id.String()))
+		}
+		if a.err != nil {
+			span.RecordError(a.err)
+			span.SetStatus(codes.Error, "not stored")
+		}
+		span.End()
+	}
 	if a.refused != "" {
 		log.Warn().Err(a.err).Msg("storage refused the event")
 		return reject(w, http.StatusBadRequest, "event cannot be stored: "+a.refused, "storage_refused")
@@ -300,6 +358,26 @@ func (h *Handler) commit(w http.ResponseWriter, _ *http.Request, ev *webhook.Eve
 	}
 	log.Debug().Stringer("event_id", id).Str("event_type", ev.EventType).Msg("event stored")
 	return "accepted", ""
+}
+
+// verify runs src's verifier on r, in a span when tracing.
+func (h *Handler) verify(ctx context.Context, src Source, r *signature.Request) (signedID string, err error) {
+	if h.tracer == nil {
+		return verify(src.Verifier, r)
+	}
+	_, span := h.tracer.Start(ctx, "verify signature", trace.WithAttributes(attribute.String("hookrelay.source", src.Name)))
+	defer span.End()
+	signedID, err = verify(src.Verifier, r)
+	if err != nil {
+		var ve *signature.VerifyError
+		if errors.As(err, &ve) {
+			// The sender's mistake, not a secret: the reason is what the
+			// 401 answers.
+			span.SetAttributes(attribute.String("hookrelay.rejected", ve.Reason))
+		}
+		span.SetStatus(codes.Error, "signature not verified")
+	}
+	return signedID, err
 }
 
 // verify runs v on r and returns the message id its signature covers, ""

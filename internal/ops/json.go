@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 )
 
 // The shapes the admin API answers with and the CLI prints with --json.
@@ -109,9 +110,14 @@ func eventSummary(e store.EventSummary, served func(route string) bool) EventSum
 
 // eventDetail marks e's deliveries to routes not in the config and says,
 // for each retrying one, which attempt comes next and when.
-func eventDetail(e *store.EventDetail, served func(route string) bool) *EventDetail {
+func eventDetail(e *store.EventDetail, served func(route string) bool, linkTemplate string) *EventDetail {
+	e.TraceLink = tracing.Link(linkTemplate, e.TraceID)
 	for i := range e.Deliveries {
 		d := &e.Deliveries[i]
+		for j := range d.AttemptRows {
+			a := &d.AttemptRows[j]
+			a.TraceLink = tracing.Link(linkTemplate, a.TraceID)
+		}
 		d.Unserved = !served(d.Route)
 		if d.State == "retrying" {
 			d.NextAttempt = 1

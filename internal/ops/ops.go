@@ -167,7 +167,11 @@ func (s *Service) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, er
 	if err != nil {
 		return nil, err
 	}
-	return eventDetail(ev, s.served), nil
+	var link string
+	if s.Config != nil {
+		link = s.Config.Tracing.LinkTemplate
+	}
+	return eventDetail(ev, s.served, link), nil
 }
 
 // DefaultListLimit is how many events or dead letters a listing shows

@@ -165,7 +165,7 @@ func (r *retrier) event(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	detail := eventDetail(ev, r.s.served)
+	detail := eventDetail(ev, r.s.served, "")
 	waiting := map[string]RetryItem{}
 	for _, d := range detail.Deliveries {
 		if r.req.Route != "" && d.Route != r.req.Route {

@@ -63,6 +63,7 @@ type RouteInput struct {
 	RateLimit       *float64          `json:"rate_limit,omitempty" doc:"Deliveries per second for the route; 0 for none. Default 0."`
 	Burst           *int              `json:"burst,omitempty" doc:"Deliveries that may go at once after a quiet spell. Default 1."`
 	Ordering        *string           `json:"ordering,omitempty" doc:"none or drop_stale. Default none."`
+	SendTraceparent *bool             `json:"send_traceparent,omitempty" doc:"Send the trace context (traceparent) to the destination when tracing. Default true."`
 }
 
 // apply sets r's settings that in gives.
@@ -110,6 +111,10 @@ func (in RouteInput) apply(r *config.Route) error {
 	}
 	if in.Ordering != nil {
 		r.Ordering = *in.Ordering
+	}
+	if in.SendTraceparent != nil {
+		v := *in.SendTraceparent
+		r.SendTraceparent = &v
 	}
 	return nil
 }

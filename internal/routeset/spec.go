@@ -24,6 +24,9 @@ type Spec struct {
 	RateLimit       float64           `json:"rate_limit,omitempty"`
 	Burst           int               `json:"burst"`
 	Ordering        string            `json:"ordering,omitempty"`
+	// SendTraceparent false keeps the trace context out of the requests;
+	// nil is true.
+	SendTraceparent *bool `json:"send_traceparent,omitempty"`
 	// SealedHeaders are the header values as stored, each sealed like the
 	// signing secret (a header may carry a token); Headers is empty then.
 	SealedHeaders map[string][]byte `json:"sealed_headers,omitempty" hidden:"true"`
@@ -84,7 +87,7 @@ func SpecOf(r config.Route) Spec {
 		URL: r.URL, Bindings: slices.Clone(r.Bindings), Timeout: config.FormatDuration(r.Timeout), Concurrency: r.Concurrency,
 		Headers: maps.Clone(r.Headers), NoRetryStatuses: slices.Clone(r.NoRetryStatuses), MaxAttempts: r.MaxAttempts,
 		CircuitFailures: r.Circuit.Failures, CircuitCooldown: config.FormatDuration(r.Circuit.Cooldown),
-		RateLimit: r.RateLimit, Burst: r.Burst, Ordering: r.Ordering,
+		RateLimit: r.RateLimit, Burst: r.Burst, Ordering: r.Ordering, SendTraceparent: r.SendTraceparent,
 	}
 }
 
@@ -102,6 +105,7 @@ func (s Spec) Route(name, team string) (config.Route, error) {
 		Name: name, Team: team, URL: s.URL, Bindings: slices.Clone(s.Bindings), Timeout: timeout, Concurrency: s.Concurrency,
 		Headers: maps.Clone(s.Headers), NoRetryStatuses: slices.Clone(s.NoRetryStatuses), MaxAttempts: s.MaxAttempts,
 		Circuit: config.Circuit{Failures: s.CircuitFailures, Cooldown: cooldown}, RateLimit: s.RateLimit, Burst: s.Burst, Ordering: s.Ordering,
+		SendTraceparent: s.SendTraceparent,
 	}, nil
 }
 

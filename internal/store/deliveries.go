@@ -366,18 +366,18 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 			-- Not for a pair that is gone (purged): answered ErrNotFound.
 			INSERT INTO delivery_attempts
 				(delivery_id, event_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome,
-				 series, claim, gen_after, copy_current)
+				 series, claim, gen_after, copy_current, trace_id)
 			SELECT $1, $16, $9, $5, $10, $3, $11, $12, $4,
 			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
 			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE event_id = $16 AND id = $1), 1),
-			       $8, (SELECT gen FROM u), (SELECT current FROM u)
+			       $8, (SELECT gen FROM u), (SELECT current FROM u), NULLIF(substr($17::text, 4, 32), '')
 			WHERE NOT EXISTS (SELECT 1 FROM done) AND EXISTS (SELECT 1 FROM old)
 		), r AS (
 			-- The retry copy of the new generation, for the next attempt,
 			-- commits with the record; the outbox relay publishes it to the
 			-- tier of its delay (recordBatch does the same).
-			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at)
-			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, $9 + 1, $13, $14
+			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at, trace_parent)
+			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, $9 + 1, $13, $14, NULLIF($17::text, '')
 			FROM u JOIN events e ON e.id = u.event_id
 			WHERE u.moved AND e.id = $16
 		)
@@ -385,7 +385,7 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`,
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
 		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,
-		pgUUID(eventID)).Scan(&gen, &current, &found)
+		pgUUID(eventID), a.TraceParent).Scan(&gen, &current, &found)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, ErrLeaseLost
 	}

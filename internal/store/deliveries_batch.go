@@ -283,6 +283,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		owners, eventIDs                  = make([][16]byte, n), make([][16]byte, n)
 		numbers, claimAttempts            = make([]int32, n), make([]int32, n)
 		bodies                            = make([][]byte, n)
+		traces                            = make([]string, n)
 	)
 	for i, it := range items {
 		a := it.a
@@ -291,6 +292,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		gens[i], retryMS[i], durMS[i] = a.Gen, a.RetryIn.Milliseconds(), a.Duration.Milliseconds()
 		started[i], numbers[i], bodies[i], series[i] = a.StartedAt, int32(a.Number), a.ResponseBody, seriesStart(a)
 		claimAttempts[i] = int32(it.claimAttempts)
+		traces[i] = a.TraceParent
 		if a.Status != 0 {
 			s := int32(a.Status)
 			statuses[i] = &s
@@ -319,9 +321,9 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		WITH input AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[],
 			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[], $13::timestamptz[],
-			                     $14::int[], $15::uuid[])
+			                     $14::int[], $15::uuid[], $16::text[])
 			       WITH ORDINALITY AS t(id, outcome, status, error, started_at, gen, retry_ms, owner, number, duration_ms, headers, body,
-			                            series_start, claim_attempts, event_id, ord)
+			                            series_start, claim_attempts, event_id, trace_parent, ord)
 		), old AS (
 			-- Locks the rows in id order before u changes them, and reads
 			-- each one's generation before the change. u joins it so that
@@ -370,8 +372,9 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = i.ord)
 		), r AS (
 			-- As recordAttempt: each retry copy commits with its record.
-			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at)
-			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, i.number + 1, i.retry_ms, i.series_start
+			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at, trace_parent)
+			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, i.number + 1, i.retry_ms, i.series_start,
+			       NULLIF(i.trace_parent, '')
 			FROM u JOIN input i ON i.ord = u.ord JOIN events e ON e.id = u.event_id
 			WHERE u.moved AND e.id = ANY($15::uuid[])
 			ORDER BY u.ord
@@ -379,11 +382,11 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			-- Not for a pair that is gone (purged): answered ErrNotFound.
 			INSERT INTO delivery_attempts
 				(delivery_id, event_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome,
-				 series, claim, gen_after, copy_current)
+				 series, claim, gen_after, copy_current, trace_id)
 			SELECT i.id, i.event_id, i.number, i.started_at, i.duration_ms, i.status, i.headers::jsonb, i.body, i.error,
 			       CASE WHEN u.ord IS NOT NULL THEN i.outcome ELSE 'lost_lease' END,
 			       COALESCE(u.series, o.series, 1),
-			       i.owner, u.gen, u.current
+			       i.owner, u.gen, u.current, NULLIF(substr(i.trace_parent, 4, 32), '')
 			FROM input i LEFT JOIN u ON u.ord = i.ord JOIN old o ON o.id = i.id
 			WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.ord = i.ord)
 		)
@@ -391,7 +394,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		       COALESCE(u.current, done.copy_current, false), EXISTS (SELECT 1 FROM old o WHERE o.id = i.id)
 		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`,
 		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series, claimAttempts,
-		eventIDs)
+		eventIDs, traces)
 	if err != nil {
 		return refusedAlone(out, err, func(o *recordOut) { o.alone = true })
 	}

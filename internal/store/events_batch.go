@@ -138,6 +138,9 @@ var eventColumns = []eventColumn{
 	// Always true: the event's keys are in event_keys (migration 0021;
 	// leaving it out is what an older receiver's insert does, refused).
 	column("keyed", "boolean", func(*webhook.Event) bool { return true }),
+	// NULL when tracing was off.
+	column("trace_parent", "text", func(ev *webhook.Event) string { return ev.TraceParent }).
+		as("NULLIF(trace_parent, '')"),
 }
 
 func headersJSON(h http.Header) string {

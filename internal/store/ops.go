@@ -195,6 +195,11 @@ type AttemptRow struct {
 	ResponseBody    string      `json:"response_body,omitempty"`
 	Error           *string     `json:"error,omitempty"`
 	Outcome         string      `json:"outcome"`
+	// TraceID is the trace the attempt was made in, when tracing; a
+	// replay's differs from its event's. TraceLink is its link in the
+	// tracing UI (tracing.link_template), set by the operator service.
+	TraceID   string `json:"trace_id,omitempty"`
+	TraceLink string `json:"trace_link,omitempty"`
 }
 
 // DeliveryDetail is one route's delivery with every attempt.
@@ -234,6 +239,11 @@ type EventDetail struct {
 	// drop_stale route compares (the source's ordering), absent when none.
 	OrderingResource string `json:"ordering_resource,omitempty"`
 	OrderingVersion  string `json:"ordering_version,omitempty"`
+
+	// TraceID is the event's trace (tracing), from its receipt on;
+	// TraceLink its link in the tracing UI, set by the operator service.
+	TraceID   string `json:"trace_id,omitempty"`
+	TraceLink string `json:"trace_link,omitempty"`
 }
 
 // EventShow returns one event with its deliveries and attempts, or
@@ -245,10 +255,10 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	var body []byte
 	err := db.pool.QueryRow(ctx, `
 		SELECT id, source, event_type, idempotency_key, content_type, received_at, headers, body, purged_at IS NOT NULL,
-			COALESCE(ordering_resource, ''), COALESCE(ordering_version, '')
+			COALESCE(ordering_resource, ''), COALESCE(ordering_version, ''), COALESCE(substr(trace_parent, 4, 32), '')
 		FROM events WHERE id = $1`, id,
 	).Scan(&ev.ID, &ev.Source, &ev.EventType, &ev.IdempotencyKey, &ev.ContentType, &ev.ReceivedAt, &ev.Headers, &body, &ev.Purged,
-		&ev.OrderingResource, &ev.OrderingVersion)
+		&ev.OrderingResource, &ev.OrderingVersion, &ev.TraceID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -277,7 +287,8 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 		return nil, fmt.Errorf("reading deliveries: %w", err)
 	}
 	rows, err = db.pool.Query(ctx, `
-		SELECT a.delivery_id, a.attempt, a.series, a.started_at, a.duration_ms, a.status, a.response_headers, a.response_body, a.error, a.outcome
+		SELECT a.delivery_id, a.attempt, a.series, a.started_at, a.duration_ms, a.status, a.response_headers, a.response_body, a.error, a.outcome,
+		       COALESCE(a.trace_id, '')
 		FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
 		WHERE d.event_id = $1 ORDER BY a.started_at, a.id`, id)
 	if err != nil {
@@ -288,7 +299,8 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 		var a AttemptRow
 		var did int64
 		var respBody []byte
-		if err := rows.Scan(&did, &a.Attempt, &a.Series, &a.StartedAt, &a.DurationMS, &a.Status, &a.ResponseHeaders, &respBody, &a.Error, &a.Outcome); err != nil {
+		if err := rows.Scan(&did, &a.Attempt, &a.Series, &a.StartedAt, &a.DurationMS, &a.Status, &a.ResponseHeaders, &respBody, &a.Error, &a.Outcome,
+			&a.TraceID); err != nil {
 			return nil, fmt.Errorf("reading attempt: %w", err)
 		}
 		a.ResponseBody = string(respBody)

@@ -35,6 +35,9 @@ type Event struct {
 	OrderingResource   string
 	OrderingVersion    string
 	OrderingVersionNum string
+	// TraceParent is the W3C traceparent of the receiver's span for the
+	// event, "" when tracing was off: its first copy continues that trace.
+	TraceParent string
 }
 
 // RoutingKey is the topic routing key of the event: "<source>.<event_type>".
@@ -73,6 +76,14 @@ type Message struct {
 	// OutboxAttempts counts the publishes of this row the broker refused
 	// before this one (nack, return, no confirm in time).
 	OutboxAttempts int
+
+	// TraceParent is the span the copy's publish continues (a retry copy:
+	// its failed attempt's delivery); EventTraceParent is its event's.
+	// A copy without the first, addressed to one route (a replay, a
+	// resend), starts a trace of its own linked to its event's; an event's
+	// first copy continues its event's. Both "" when tracing was off.
+	TraceParent      string
+	EventTraceParent string
 }
 
 // DeliveryState is where the delivery of one event to one route stands.
@@ -115,6 +126,10 @@ type Attempt struct {
 	// FirstAttemptAt is when the attempt's series began (this attempt's
 	// start, if it is the first): a retrying outcome's copy carries it on.
 	FirstAttemptAt time.Time
+	// TraceParent is the W3C traceparent of the attempt's delivery span,
+	// "" when tracing is off: its retry copy continues it, and the attempt
+	// is stored with its trace id.
+	TraceParent string
 }
 
 // RouteMessage is a message of a route queue as the dispatcher reads it:
@@ -142,6 +157,14 @@ type RouteMessage struct {
 	// (it names no valid event id): it goes to the dead-letter queue as
 	// it is. Only ContentType, Body, Attempt and Wire are set then.
 	Malformed error
+	// TraceParent and TraceState are the trace context the message
+	// carried (W3C), "" when none.
+	TraceParent string
+	TraceState  string
+	// RetryTier is the retry queue a retry copy waited in, "" for any
+	// other copy; RetryAt is when the copy was published there.
+	RetryTier string
+	RetryAt   time.Time
 	// Wire is what the message carried that the dispatcher does not read.
 	Wire Wire
 }
