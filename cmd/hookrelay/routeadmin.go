@@ -21,6 +21,7 @@ type routeFlags struct {
 	concurrency, maxAttempts, failures     int
 	burst                                  int
 	rate                                   float64
+	sendTraceparent                        bool
 }
 
 func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
@@ -39,6 +40,7 @@ func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
 	fs.Float64Var(&f.rate, "rate-limit", 0, "deliveries per second for the route; 0 for none")
 	fs.IntVar(&f.burst, "burst", 0, "deliveries that may go at once after a quiet spell (default 1)")
 	fs.StringVar(&f.ordering, "ordering", "", "none or drop_stale (default none)")
+	fs.BoolVar(&f.sendTraceparent, "send-traceparent", true, "send the trace context (traceparent) to the destination when tracing; --send-traceparent=false keeps it out")
 }
 
 // input is the settings whose flags were given.
@@ -52,6 +54,7 @@ func (f *routeFlags) input(cmd *cobra.Command) (ops.RouteInput, error) {
 		"concurrency": func() { in.Concurrency = &f.concurrency }, "max-attempts": func() { in.MaxAttempts = &f.maxAttempts },
 		"circuit-failures": func() { in.CircuitFailures = &f.failures }, "circuit-cooldown": func() { in.CircuitCooldown = &f.cooldown },
 		"rate-limit": func() { in.RateLimit = &f.rate }, "burst": func() { in.Burst = &f.burst }, "ordering": func() { in.Ordering = &f.ordering },
+		"send-traceparent": func() { in.SendTraceparent = &f.sendTraceparent },
 	} {
 		if cmd.Flags().Changed(flag) {
 			set()

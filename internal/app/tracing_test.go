@@ -347,6 +347,33 @@ func TestOneTraceFollowsAnEventThroughBothProcessesAndTheBroker(t *testing.T) {
 	out, err := exec.Command(filepath.Join(testenv.Binaries(t), "hookrelay"), "events", "show", r.ID, "--config", cfgPath).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "trace      "+traceID+"  http://jaeger.example:16686/trace/"+traceID)
+
+	// A replay starts a trace of its own, linked to the event's; its
+	// attempt is stored with it, and the CLI shows both.
+	out, err = exec.Command(filepath.Join(testenv.Binaries(t), "hookrelay"), "replay", "--event", r.ID, "--route", "billing",
+		"--include-delivered", "--config", cfgPath).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var replayTrace string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, h.db.Pool().QueryRow(context.Background(),
+			`SELECT COALESCE(trace_id, '') FROM delivery_attempts WHERE event_id = $1 AND series = 2`, r.ID).Scan(&replayTrace))
+		require.NotEmpty(c, replayTrace)
+		require.Len(c, named(col.trace(replayTrace), "deliver billing"), 1)
+	}, 20*time.Second, 50*time.Millisecond)
+	require.NotEqual(t, traceID, replayTrace)
+	replayed := col.trace(replayTrace)
+	var replayRoot []span
+	for _, s := range replayed {
+		if s.parentID == "" {
+			replayRoot = append(replayRoot, s)
+		}
+	}
+	require.Len(t, replayRoot, 1)
+	require.Equal(t, "publish "+h.names.RouteQueue("billing"), replayRoot[0].name)
+	require.Equal(t, []string{traceID}, replayRoot[0].links, "the replay's trace links to the event's")
+	out, err = exec.Command(filepath.Join(testenv.Binaries(t), "hookrelay"), "events", "show", r.ID, "--config", cfgPath).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "series 2 attempt 1: trace "+replayTrace+"  http://jaeger.example:16686/trace/"+replayTrace)
 }
 
 // The issue's second "Done when": spans for a collector that accepts

@@ -37,6 +37,15 @@ type procs struct {
 	mu   sync.Mutex
 	runs map[string]int
 	live []*process
+	// env is added to the children's environment (--tracing).
+	env []string
+}
+
+// setEnv adds env to the environment of the children started from now on.
+func (ps *procs) setEnv(env []string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.env = env
 }
 
 func newProcs(logDir string) *procs { return &procs{logDir: logDir, runs: map[string]int{}} }
@@ -48,6 +57,7 @@ func (ps *procs) start(ctx context.Context, name, exe string, args []string, ann
 	ps.mu.Lock()
 	ps.runs[name]++
 	logPath := filepath.Join(ps.logDir, fmt.Sprintf("%s.%d.log", name, ps.runs[name]))
+	extra := ps.env
 	ps.mu.Unlock()
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -59,7 +69,7 @@ func (ps *procs) start(ctx context.Context, name, exe string, args []string, ann
 		return nil, "", fmt.Errorf("creating pipe for %s: %w", name, err)
 	}
 	cmd := exec.Command(exe, args...)
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), extra...)
 	cmd.Stdout, cmd.Stderr = pw, logFile
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {

@@ -152,6 +152,11 @@ func (r *runner) printTable(w io.Writer) error {
 			return err
 		}
 	}
+	if res.Tracing != nil {
+		if err := printTracing(w, res.Tracing); err != nil {
+			return err
+		}
+	}
 	for round := 1; round <= rounds; round++ {
 		if err := printProcs(w, res, round, rounds); err != nil {
 			return err

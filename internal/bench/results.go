@@ -38,6 +38,8 @@ type Results struct {
 	History *History `json:"history,omitempty"`
 	// RLS is --rls's comparison.
 	RLS *RLS `json:"rls,omitempty"`
+	// Tracing is --tracing's comparison.
+	Tracing *Tracing `json:"tracing,omitempty"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`

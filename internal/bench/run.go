@@ -67,6 +67,10 @@ type runner struct {
 	checked             *checkedPhase
 	round               int       // the round running, from 1
 	prof                *profiler // --profile; nil without it
+	// collector receives the spans of --tracing's even rounds, when
+	// tracingOn.
+	collector *benchCollector
+	tracingOn bool
 }
 
 // Group names of the per-process table.
@@ -137,6 +141,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 				return err
 			}
 		}
+		if o.tracing {
+			if err := r.switchTracing(ctx, r.round); err != nil {
+				return err
+			}
+		}
 		for _, s := range steps {
 			if !o.phases[s.phase] {
 				continue
@@ -156,6 +165,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		r.compareHistory()
 	}
 	r.compareRLS()
+	r.compareTracing()
 	if err := r.profileTops(ctx); err != nil {
 		return err
 	}
@@ -345,6 +355,9 @@ func (r *runner) teardown(passed bool) error {
 			errs = append(errs, err)
 		}
 	}
+	if r.collector != nil {
+		r.collector.close() // after the children's last exports
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if r.amqpConn != nil {
@@ -418,6 +431,7 @@ func (r *runner) writeConfig() error {
 		"receiver":   map[string]any{"listen": r.receiverAddr, "metrics_listen": r.metricsAddr},
 		"dispatcher": map[string]any{"listen": r.dispatcherAddr},
 		"log":        map[string]any{"level": "info", "format": "json"},
+		"tracing":    map[string]any{"enabled": r.tracingOn},
 		"sources": []any{map[string]any{
 			"name": benchSource,
 			"verify": map[string]any{

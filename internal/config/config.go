@@ -608,4 +608,6 @@ func setDefaults(set func(key string, value any)) {
 	set("log.format", "json")
 	set("debug.pprof", false)
 	set("secrets.overlap", "24h")
+	set("tracing.enabled", false)
+	set("tracing.link_template", "")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +60,20 @@ func TestEventPageRenders(t *testing.T) {
 	require.Contains(t, html, "attempt 1.1: HTTP 500 in 12ms → failed, sent to a retry tier")
 	require.Contains(t, html, "moved to the route&#39;s dead-letter queue")
 	require.Contains(t, html, "series 2 began: replayed or requeued, no attempt yet")
+	require.NotContains(t, html, "Trace", "no trace without tracing")
+
+	// With tracing: the event's trace, linked, and a replay's attempt in a
+	// trace of its own.
+	ev.TraceID, ev.TraceLink = "0af7651916cd43dd8448eb211c80319c", "http://jaeger:16686/trace/0af7651916cd43dd8448eb211c80319c"
+	failed.AttemptRows[0].TraceID = ev.TraceID
+	failed.AttemptRows[1].TraceID, failed.AttemptRows[1].TraceLink = "4bf92f3577b34da6a3ce929d0e0e4736", "http://jaeger:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"
+	ev.Deliveries = []ops.DeliveryDetail{failed}
+	buf.Reset()
+	err = pages["event"].Execute(&buf, map[string]any{"Event": ev, "Body": "{}", "User": user{Actor: "token:t", Role: ops.RoleOperator},
+		"Page": "event", "Traces": map[string][]step{"billing": trace(ev, failed)}, "Routes": []string{"billing"}})
+	require.NoError(t, err)
+	html = buf.String()
+	require.Contains(t, html, `<dt>Trace</dt><dd id="trace"><a href="http://jaeger:16686/trace/0af7651916cd43dd8448eb211c80319c" rel="noopener noreferrer"><code>0af7651916cd43dd8448eb211c80319c</code></a></dd>`)
+	require.Equal(t, 1, strings.Count(html, `class="attempt-trace"`), "only the attempt in another trace is marked")
+	require.Contains(t, html, `href="http://jaeger:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"`)
 }

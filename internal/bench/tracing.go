@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Tracing (--tracing): the phases run in rounds that alternate tracing in
+// the receiver and the dispatcher: off in odd rounds, on in even rounds,
+// every span sampled (OTEL_TRACES_SAMPLER=always_on) and exported over
+// OTLP/HTTP to a collector inside the benchmark, which decodes each request
+// and counts its spans. The table compares each even round with the odd
+// one before it.
+
+// Tracing is what --tracing measured.
+type Tracing struct {
+	// Spans and Requests count what the collector received; Rejected the
+	// requests it could not decode.
+	Spans    int64 `json:"spans"`
+	Requests int64 `json:"requests"`
+	Rejected int64 `json:"rejected"`
+	// Compare holds, per phase, an even round (tracing) against the odd
+	// round before it (none).
+	Compare []RoundCompare `json:"compare"`
+}
+
+// benchCollector is the benchmark's OTLP/HTTP trace receiver.
+type benchCollector struct {
+	srv                       *http.Server
+	url                       string
+	spans, requests, rejected atomic.Int64
+}
+
+func startCollector() (*benchCollector, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("tracing: collector: %w", err)
+	}
+	c := &benchCollector{url: "http://" + ln.Addr().String()}
+	c.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(c.serve)}
+	go func() { _ = c.srv.Serve(ln) }()
+	return c, nil
+}
+
+func (c *benchCollector) serve(w http.ResponseWriter, r *http.Request) {
+	c.requests.Add(1)
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	var req coltracepb.ExportTraceServiceRequest
+	if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(raw, &req) != nil {
+		c.rejected.Add(1)
+		http.Error(w, "want an OTLP/HTTP protobuf trace export", http.StatusBadRequest)
+		return
+	}
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			c.spans.Add(int64(len(ss.Spans)))
+		}
+	}
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+func (c *benchCollector) close() { _ = c.srv.Close() }
+
+// switchTracing restarts the receiver and the dispatcher with tracing as
+// round n has it (see Tracing), when it differs from how they run.
+func (r *runner) switchTracing(ctx context.Context, n int) error {
+	want := n%2 == 0
+	if r.collector == nil {
+		c, err := startCollector()
+		if err != nil {
+			return err
+		}
+		r.collector = c
+		r.res.Tracing = &Tracing{}
+		r.procs.setEnv([]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT=" + c.url, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+			"OTEL_TRACES_SAMPLER=always_on",
+		})
+	}
+	if want == r.tracingOn {
+		return nil
+	}
+	r.logf("round %d: tracing %s", n, map[bool]string{true: "on (every span, exported over OTLP/HTTP to the benchmark's collector)", false: "off"}[want])
+	if err := r.dispatcherDown(); err != nil {
+		return err
+	}
+	if err := r.receiverDown(); err != nil {
+		return err
+	}
+	r.tracingOn = want
+	if err := r.writeConfig(); err != nil {
+		return err
+	}
+	if err := r.startReceiver(ctx); err != nil {
+		return err
+	}
+	return r.dispatcherUp(ctx)
+}
+
+// compareTracing fills r.res.Tracing.
+func (r *runner) compareTracing() {
+	if r.res.Tracing == nil {
+		return
+	}
+	r.res.Tracing.Spans = r.collector.spans.Load()
+	r.res.Tracing.Requests = r.collector.requests.Load()
+	r.res.Tracing.Rejected = r.collector.rejected.Load()
+	r.res.Tracing.Compare = compareRounds(r.res.Phases, func(round int) (int, bool) { return round - 1, round%2 == 0 })
+}
+
+func printTracing(w io.Writer, x *Tracing) error {
+	fmt.Fprintf(w, "\ntracing on, every span exported (even rounds), against off (the round before); ratio: on / off; the collector received %d spans in %d requests (%d refused)\n",
+		x.Spans, x.Requests, x.Rejected)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "round\tphase\trate/s\toff\tratio\tp99 ms\toff\tratio\town CPU ms/ev\toff\tratio\t\n")
+	for _, c := range x.Compare {
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.Round, c.Phase,
+			c.Rate.Hookrelay, c.Rate.Bare, c.Rate.Ratio, c.P99.Hookrelay, c.P99.Bare, c.P99.Ratio,
+			c.OwnCPU.Hookrelay, c.OwnCPU.Bare, c.OwnCPU.Ratio)
+	}
+	return tw.Flush()
+}
