@@ -163,20 +163,13 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return err
 	}
 	defer tr.Stop(logger)
-	client := opts.Client
-	if client == nil {
-		client = deliver.NewClient()
-	}
-	if tr.On() {
-		client = deliver.TracedClient(client, tr.Provider)
-	}
 	handler, err := deliver.New(deliver.Config{
 		Routes:    deliverRoutes(follower.Current()),
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
 		Ordering:  deliverStore{db},
 		Publisher: amqp.NewDispatchPublisher(publisher, names),
-		Client:    client,
+		Client:    opts.Client,
 		Tracer:    tr.TracerOrNil(),
 		Metrics:   metrics,
 		Logger:    logger,

@@ -32,6 +32,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -128,6 +129,11 @@ type Route struct {
 	// (send_traceparent: false); otherwise, when tracing, each carries
 	// traceparent, so the destination's own spans join the event's trace.
 	NoTraceparent bool
+
+	// spanName and postAttrs are its spans' name and its POST span's
+	// attributes, set by SetRoutes (trace.go).
+	spanName  string
+	postAttrs []attribute.KeyValue
 }
 
 // Tier is a retry tier.
@@ -177,8 +183,8 @@ type Config struct {
 	// record after the answer. A dispatcher killed mid-POST leaves a lease
 	// that expires after the route's timeout plus this. Default 10s.
 	LeaseMargin time.Duration
-	// Tracer, when set, traces each delivery (see trace.go); Client should
-	// then be a TracedClient for the POST's span and traceparent.
+	// Tracer, when set, traces each delivery (see trace.go), its POST
+	// included.
 	Tracer trace.Tracer
 }
 
@@ -247,6 +253,7 @@ func (h *Handler) SetRoutes(routes []Route) error {
 		if r.MaxAttempts < 1 || r.Timeout <= 0 || len(r.SigningKeys) == 0 {
 			return fmt.Errorf("deliver: route %q needs MaxAttempts, Timeout and a signing key", r.Name)
 		}
+		r.traced()
 		m[r.Name] = &r
 	}
 	h.mu.Lock()
@@ -304,7 +311,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	defer end()
 
 	var lease Lease
-	err := d.step(ctx, "claim", func(ctx context.Context) (err error) {
+	err := d.timed("claim", func() (err error) {
 		lease, err = d.claim(ctx)
 		return err
 	})
@@ -346,7 +353,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	attempt.TraceParent = tracing.Of(ctx).Parent
 	d.outcome(attempt, deadReason)
 	var done bool
-	err = d.step(ctx, "record", func(ctx context.Context) (err error) {
+	err = d.timed("record", func() (err error) {
 		done, err = d.record(ctx, lease, attempt)
 		return err
 	})
@@ -628,9 +635,6 @@ func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) 
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 
-	if r.NoTraceparent {
-		ctx = withoutTraceparent(ctx)
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, strings.NewReader(string(msg.Body)))
 	if err != nil {
 		a.Error = "building request: " + err.Error()
@@ -652,14 +656,17 @@ func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) 
 	req.Header.Set("X-Hookrelay-Source", msg.Source)
 	req.Header.Set("X-Hookrelay-Event-Type", msg.EventType)
 	req.Header.Set("X-Hookrelay-Attempt", strconv.Itoa(msg.Attempt))
+	span := h.postSpan(ctx, r, req)
 
 	resp, err := h.cfg.Client.Do(req)
 	a.Duration = time.Since(start)
 	if err != nil {
 		a.Error = describeError(err, r.Timeout)
+		endPost(span, a, err)
 		return a, 0
 	}
 	defer resp.Body.Close()
+	defer endPost(span, a, nil)
 	a.Status = resp.StatusCode
 	a.ResponseHeaders = capHeaders(resp.Header)
 	// The status decides the outcome; the body is kept for the operator, so

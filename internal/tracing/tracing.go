@@ -16,7 +16,8 @@
 // gate turns away (the queue is full: the collector is slow or down) or
 // whose export failed is counted in hookrelay_trace_spans_dropped_total, by
 // reason; the SDK's own batch processor counts its drops only through its
-// experimental self-observability metrics, hence the gate.
+// experimental self-observability metrics, hence the gate. No span leaves
+// with a URL's query or credentials (redactAll).
 package tracing
 
 import (
@@ -328,10 +329,11 @@ func (t *Tracing) TracerOrNil() trace.Tracer {
 	return t.Tracer
 }
 
-// redactAll keeps a destination's query out of its client span's url.full
-// (otelhttp removes the URL's credentials, not its query): destinations'
-// tokens go there, and spans leave for a collector that need not be
-// trusted with them. Spans without one are passed as they are.
+// redactAll keeps any URL's credentials, query and fragment out of a
+// span's url.full: destinations' tokens go there, and spans leave for a
+// collector that need not be trusted with them. The dispatcher's POST span
+// records none already; this holds for every span, an instrumentation
+// library's included. Spans without one are passed as they are.
 func redactAll(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
 	out, copied := spans, false
 	for i, s := range spans {

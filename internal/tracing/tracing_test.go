@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -140,6 +141,19 @@ func TestExportedSpansLoseTheURLQuery(t *testing.T) {
 	require.Equal(t, "https://hooks.example.com/in/abc", got["POST"]["url.full"])
 	require.Equal(t, "200", got["POST"]["http.response.status_code"])
 	require.Equal(t, "billing", got["other"]["hookrelay.route"])
+}
+
+// Of writes the traceparent the W3C propagator writes.
+func TestOfWritesWhatThePropagatorWrites(t *testing.T) {
+	for _, sampler := range []sdktrace.Sampler{sdktrace.AlwaysSample(), sdktrace.NeverSample()} {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
+		ctx, s := tp.Tracer("t").Start(context.Background(), "s")
+		m := propagation.MapCarrier{}
+		Propagator.Inject(ctx, m)
+		require.Equal(t, m[HeaderTraceParent], Of(ctx).Parent)
+		s.End()
+	}
+	require.Equal(t, Context{}, Of(context.Background()))
 }
 
 func TestContextRoundTripsAndLinks(t *testing.T) {
