@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -497,8 +498,11 @@ func (p *Publisher) drainReturnsLocked(cc *confirmChannel, index map[string]int,
 				outcomes[i] = Returned
 				// The outbox logs refused rows itself, sparingly; a row
 				// that keeps coming back must not log on every try.
-				p.logger.Debug().Str("event_id", r.MessageId).Str("routing_key", r.RoutingKey).
-					Str("reply", r.ReplyText).Msg("message returned unroutable")
+				ev := p.logger.Debug().Str("event_id", r.MessageId).Str("routing_key", r.RoutingKey).Str("reply", r.ReplyText)
+				if id := tracing.TraceID(headerString(r.Headers, HeaderTraceParent)); id != "" {
+					ev = ev.Str("trace_id", id)
+				}
+				ev.Msg("message returned unroutable")
 			}
 		default:
 			return

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/backoff"
+	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -348,6 +349,13 @@ func (r *Relay) recordFailures(msgs []webhook.Message, failed []Failure) {
 			ev = ev.Str("route", m.Route)
 		} else {
 			ev = ev.Str("routing_key", m.RoutingKey)
+		}
+		tp := m.TraceParent
+		if tp == "" && m.Route == "" {
+			tp = m.EventTraceParent // the first copy continues its event's trace
+		}
+		if id := tracing.TraceID(tp); id != "" {
+			ev = ev.Str("trace_id", id)
 		}
 		ev.Msg("broker refused outbox row; retrying with backoff")
 	}
