@@ -150,10 +150,16 @@ type Reconciler struct {
 	// stuck follows, per tier, since when its every reading counted
 	// messages waiting to be dead-lettered, and the fewest it counted.
 	stuck map[string]*tierRun
-	// storeFailedAt is when the reconciler's own statement last failed
-	// (unix nanoseconds): Postgres was out, and deliveries may hold
-	// copies waiting for it.
+	// storeFailedAt is when the reconciler's own statement or ping last
+	// failed (unix nanoseconds): Postgres was out, and deliveries may hold
+	// copies waiting for it. answeredAt is when a ping first succeeded
+	// after such a failure: the margin runs from there, not from the last
+	// failure, which may be a ping timeout and an interval before Postgres
+	// answers again (and deliveries, after their backoff, claim again).
+	// failing says the last ping or statement failed. Times by NowFunc.
 	storeFailedAt atomic.Int64
+	answeredAt    atomic.Int64
+	failing       atomic.Bool
 }
 
 // NewReconciler returns a Reconciler and registers
@@ -371,8 +377,11 @@ func (r *Reconciler) ping(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	err := r.cfg.PingFunc(pctx)
 	cancel()
+	if err == nil && r.failing.Swap(false) {
+		r.answeredAt.Store(r.cfg.NowFunc().UnixNano())
+	}
 	if err != nil {
-		r.storeFailedAt.Store(time.Now().UnixNano())
+		r.failed()
 		if ctx.Err() == nil {
 			r.logger.Debug().Err(err).Msg("postgres does not answer; no round until a margin after it does")
 		}
@@ -381,20 +390,28 @@ func (r *Reconciler) ping(ctx context.Context) bool {
 	return true
 }
 
+// failed notes that Postgres did not answer the reconciler.
+func (r *Reconciler) failed() {
+	r.storeFailedAt.Store(r.cfg.NowFunc().UnixNano())
+	r.failing.Store(true)
+}
+
 // postgresFailedWithin says whether this process failed to reach Postgres
-// (a delivery, or the reconciler itself) less than d ago, or a delivery
-// holds its message retrying now.
+// (a delivery, or the reconciler itself) less than d ago, or answers it
+// again since less than d, or a delivery holds its message retrying now.
 func (r *Reconciler) postgresFailedWithin(d time.Duration) bool {
 	var last time.Time
-	if at := r.storeFailedAt.Load(); at != 0 {
-		last = time.Unix(0, at)
+	for _, at := range []int64{r.storeFailedAt.Load(), r.answeredAt.Load()} {
+		if t := time.Unix(0, at); at != 0 && t.After(last) {
+			last = t
+		}
 	}
 	if r.cfg.LastStoreFailureFunc != nil {
 		if t := r.cfg.LastStoreFailureFunc(); t.After(last) {
 			last = t
 		}
 	}
-	return !last.IsZero() && time.Since(last) < d
+	return !last.IsZero() && r.cfg.NowFunc().Sub(last) < d
 }
 
 // ReconcileRoute runs one round for route, reading the retry tiers first,
@@ -450,7 +467,7 @@ func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tie
 	done, err := r.cfg.Store.DeliveryReconcile(sctx, route, overdue, r.cfg.Batch)
 	cancel()
 	if err != nil {
-		r.storeFailedAt.Store(time.Now().UnixNano())
+		r.failed()
 		return 0, err
 	}
 	if len(done) == 0 {

@@ -250,6 +250,45 @@ func TestReconcilerWaitsAMarginAfterAFailedPing(t *testing.T) {
 	require.Empty(t, store.calls)
 }
 
+// The busy-core fault suite: pings time out through an outage, the last
+// failing a ping timeout and a round before Postgres answers again, while
+// another dispatcher's delivery waits out its backoff to claim its held
+// copy. The margin runs from the first answer, not from the last failure.
+func TestReconcilerMarginRunsFromPostgresAnsweringAgain(t *testing.T) {
+	t.Parallel()
+	const margin = 15 * time.Second
+	now := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
+	var pingErr error
+	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
+	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: []string{"billing"}, Store: store,
+		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
+			return deliver.QueueReading{Consumers: 1}, nil
+		},
+		Tiers:    func(context.Context) (map[string]int, error) { return nil, nil },
+		PingFunc: func(context.Context) error { return pingErr },
+		Interval: time.Second, Margin: margin,
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+		NowFunc: func() time.Time { return now },
+	})
+	require.NoError(t, err)
+	round := func() int {
+		n, err := r.ReconcileRoute(context.Background(), "billing")
+		require.NoError(t, err)
+		return n
+	}
+	pingErr = errors.New("timeout")
+	require.Zero(t, round()) // the last failure
+	now = now.Add(4 * time.Second)
+	pingErr = nil
+	require.Zero(t, round(), "Postgres answers again")
+	now = now.Add(margin - time.Second) // a margin after the last failure, not after the answer
+	require.Zero(t, round(), "a held copy may still be waiting for its claim")
+	require.Empty(t, store.calls)
+	now = now.Add(time.Second)
+	require.Equal(t, 1, round(), "a margin after Postgres answered again")
+}
+
 type failingReconcileStore struct {
 	fakeReconcileStore
 	fail error
