@@ -34,15 +34,34 @@ func BenchmarkHandle(b *testing.B) {
 		name := map[bool]string{false: "off", true: "on"}[traced]
 		b.Run(name, func(b *testing.B) {
 			var tr trace.Tracer
+			var exported func() // reports what the collector took, traced
 			if traced {
-				env := map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": col.URL, "OTEL_TRACES_SAMPLER": "always_on"}
-				t, err := tracing.Start(context.Background(), tracing.Settings{Service: "bench", Registerer: prometheus.NewRegistry(),
-					Logger: zerolog.Nop(), Getenv: func(k string) string { return env[k] }})
+				// The SDK and the exporter read the process's environment.
+				b.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+				b.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+				reg := prometheus.NewRegistry()
+				t, err := tracing.Start(context.Background(), tracing.Settings{Service: "bench", Registerer: reg, Logger: zerolog.Nop()})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer t.Stop(zerolog.Nop())
 				tr = t.TracerOrNil()
+				exported = func() {
+					t.Stop(zerolog.Nop()) // flushes
+					mfs, err := reg.Gather()
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, mf := range mfs {
+						for _, m := range mf.GetMetric() {
+							v := m.GetCounter().GetValue()
+							if v > 0 {
+								b.Logf("%s %v %v", mf.GetName(), m.GetLabel(), v)
+							}
+						}
+					}
+				}
 			}
 			h, err := deliver.New(deliver.Config{
 				Routes: []deliver.Route{{Name: "billing", URL: dest.URL, Timeout: 10 * time.Second, MaxAttempts: 5,
@@ -62,6 +81,10 @@ func BenchmarkHandle(b *testing.B) {
 				if err := h.Handle(context.Background(), "billing", msg, stop); err != nil {
 					b.Fatal(err)
 				}
+			}
+			b.StopTimer()
+			if exported != nil {
+				exported()
 			}
 		})
 	}

@@ -59,7 +59,9 @@ type Settings struct {
 	// Registerer gets the exporter's metrics.
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
-	// Getenv reads the environment; os.Getenv when nil.
+	// Getenv reads the variables this package reads itself (whether
+	// tracing is on, the protocol, the queue's length); os.Getenv when nil.
+	// The SDK and the exporters read the process's environment.
 	Getenv func(string) string
 }
 
