@@ -11,15 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Span attributes of ours, beside the semantic conventions' messaging ones.
-const (
-	AttrEventID   = attribute.Key("hookrelay.event_id")
-	AttrRoute     = attribute.Key("hookrelay.route")
-	AttrAttempt   = attribute.Key("hookrelay.attempt")
-	AttrRetryTier = attribute.Key("hookrelay.retry_tier")
-	AttrGen       = attribute.Key("hookrelay.gen")
-)
-
 // traced returns msgs as published: each with the trace context its
 // message carries (TraceParent), and, with a tracer, the producer span of
 // each traced message (nil for the others), which carries it. A copy with
@@ -71,18 +62,18 @@ func (p *Publisher) traced(msgs []webhook.Message) ([]webhook.Message, []trace.S
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.operation.name", "publish"),
 			attribute.String("messaging.message.id", m.EventID.String()),
-			AttrEventID.String(m.EventID.String()),
-			AttrAttempt.Int(max(m.Attempt, 1)),
+			tracing.AttrEventID.String(m.EventID.String()),
+			tracing.AttrAttempt.Int(max(m.Attempt, 1)),
 		}
 		switch {
 		case m.Route != "" && m.RetryIn > 0:
 			dest = p.cfg.Names.Retry(m.RetryIn)
 			name = "publish " + dest
-			attrs = append(attrs, AttrRoute.String(m.Route), AttrRetryTier.String(dest), AttrGen.Int64(m.Gen))
+			attrs = append(attrs, tracing.AttrRoute.String(m.Route), tracing.AttrRetryTier.String(dest), tracing.AttrGen.Int64(m.Gen))
 		case m.Route != "":
 			dest = p.cfg.Names.RouteQueue(m.Route)
 			name = "publish " + dest
-			attrs = append(attrs, AttrRoute.String(m.Route), AttrGen.Int64(m.Gen))
+			attrs = append(attrs, tracing.AttrRoute.String(m.Route), tracing.AttrGen.Int64(m.Gen))
 		default:
 			attrs = append(attrs, attribute.String("messaging.rabbitmq.destination.routing_key", m.RoutingKey))
 		}

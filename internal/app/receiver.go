@@ -203,16 +203,15 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		db.HoldOutbox(cfg.Outbox.DirectHold)
 	}
 	handler, err := ingest.New(ingest.Config{
-		Sources:        sources,
-		Store:          ingestStore{db: db, direct: direct},
-		MaxBodyBytes:   cfg.Receiver.MaxBodyBytes,
-		BatchSize:      cfg.Receiver.BatchSize,
-		BatchWait:      cfg.Receiver.BatchWait,
-		RoutesFunc:     func(key string) []string { return follower.Current().Match(key) },
-		Metrics:        ingestMetrics,
-		Logger:         logger,
-		Tracer:         tr.TracerOrNil(),
-		TracerProvider: tr.Provider,
+		Sources:      sources,
+		Store:        ingestStore{db: db, direct: direct},
+		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
+		BatchSize:    cfg.Receiver.BatchSize,
+		BatchWait:    cfg.Receiver.BatchWait,
+		RoutesFunc:   func(key string) []string { return follower.Current().Match(key) },
+		Metrics:      ingestMetrics,
+		Logger:       logger,
+		Tracing:      tr,
 	})
 	if err != nil {
 		return err

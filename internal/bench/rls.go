@@ -62,13 +62,20 @@ func (r *runner) switchRole(ctx context.Context, n int) error {
 		return nil
 	}
 	r.logf("round %d: the receiver and the dispatcher log in as %s", n, map[bool]string{true: rlsRole + " (row-level security)", false: "the owner (no row-level security)"}[n%2 == 0])
+	return r.restartRelay(ctx, func() { r.runningURL = want })
+}
+
+// restartRelay stops the dispatcher and the receiver, applies change to
+// what the config says, writes it, and starts them again, ready: a round
+// of --rls or --tracing that runs them differently from the round before.
+func (r *runner) restartRelay(ctx context.Context, change func()) error {
 	if err := r.dispatcherDown(); err != nil {
 		return err
 	}
 	if err := r.receiverDown(); err != nil {
 		return err
 	}
-	r.runningURL = want
+	change()
 	if err := r.writeConfig(); err != nil {
 		return err
 	}
@@ -117,9 +124,15 @@ func compareRounds(phases []*Phase, against func(round int) (int, bool)) []Round
 
 func printRLS(w io.Writer, x *RLS) error {
 	fmt.Fprintf(w, "\nlogged in as %s, held by row-level security (even rounds), against the owner, which it does not hold (the round before); ratio: with / without\n", x.Role)
+	return printRoundCompare(w, "without", x.Compare)
+}
+
+// printRoundCompare prints rounds compared with others (compareRounds),
+// the other round's columns headed base.
+func printRoundCompare(w io.Writer, base string, cs []RoundCompare) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "round\tphase\trate/s\twithout\tratio\tp99 ms\twithout\tratio\town CPU ms/ev\twithout\tratio\t\n")
-	for _, c := range x.Compare {
+	fmt.Fprintf(tw, "round\tphase\trate/s\t%[1]s\tratio\tp99 ms\t%[1]s\tratio\town CPU ms/ev\t%[1]s\tratio\t\n", base)
+	for _, c := range cs {
 		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.Round, c.Phase,
 			c.Rate.Hookrelay, c.Rate.Bare, c.Rate.Ratio, c.P99.Hookrelay, c.P99.Bare, c.P99.Ratio,
 			c.OwnCPU.Hookrelay, c.OwnCPU.Bare, c.OwnCPU.Ratio)

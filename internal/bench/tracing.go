@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 )
 
@@ -83,20 +82,7 @@ func (r *runner) switchTracing(ctx context.Context, n int) error {
 		return nil
 	}
 	r.logf("round %d: tracing %s", n, map[bool]string{true: "on (every span, exported over OTLP/HTTP to the benchmark's collector)", false: "off"}[want])
-	if err := r.dispatcherDown(); err != nil {
-		return err
-	}
-	if err := r.receiverDown(); err != nil {
-		return err
-	}
-	r.tracingOn = want
-	if err := r.writeConfig(); err != nil {
-		return err
-	}
-	if err := r.startReceiver(ctx); err != nil {
-		return err
-	}
-	return r.dispatcherUp(ctx)
+	return r.restartRelay(ctx, func() { r.tracingOn = want })
 }
 
 // compareTracing fills r.res.Tracing.
@@ -112,12 +98,5 @@ func (r *runner) compareTracing() {
 func printTracing(w io.Writer, x *Tracing) error {
 	fmt.Fprintf(w, "\ntracing on, every span exported (even rounds), against off (the round before); ratio: on / off; the collector received %d requests, %.1f MB\n",
 		x.Requests, float64(x.Bytes)/1e6)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "round\tphase\trate/s\toff\tratio\tp99 ms\toff\tratio\town CPU ms/ev\toff\tratio\t\n")
-	for _, c := range x.Compare {
-		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.Round, c.Phase,
-			c.Rate.Hookrelay, c.Rate.Bare, c.Rate.Ratio, c.P99.Hookrelay, c.P99.Bare, c.P99.Ratio,
-			c.OwnCPU.Hookrelay, c.OwnCPU.Bare, c.OwnCPU.Ratio)
-	}
-	return tw.Flush()
+	return printRoundCompare(w, "off", x.Compare)
 }

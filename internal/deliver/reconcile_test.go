@@ -228,17 +228,7 @@ func TestReconcilerWaitsAMarginAfterAFailedPing(t *testing.T) {
 	t.Parallel()
 	var pingErr error
 	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
-	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
-		Routes: []string{"billing"}, Store: store,
-		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
-			return deliver.QueueReading{Consumers: 1}, nil
-		},
-		Tiers:    func(context.Context) (map[string]int, error) { return nil, nil },
-		PingFunc: func(context.Context) error { return pingErr },
-		Interval: time.Second, Margin: 15 * time.Second,
-		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
-	})
-	require.NoError(t, err)
+	r := pingedReconciler(t, store, &pingErr, nil)
 	pingErr = errors.New("timeout")
 	n, err := r.ReconcileRoute(context.Background(), "billing")
 	require.NoError(t, err)
@@ -260,18 +250,7 @@ func TestReconcilerMarginRunsFromPostgresAnsweringAgain(t *testing.T) {
 	now := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
 	var pingErr error
 	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
-	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
-		Routes: []string{"billing"}, Store: store,
-		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
-			return deliver.QueueReading{Consumers: 1}, nil
-		},
-		Tiers:    func(context.Context) (map[string]int, error) { return nil, nil },
-		PingFunc: func(context.Context) error { return pingErr },
-		Interval: time.Second, Margin: margin,
-		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
-		NowFunc: func() time.Time { return now },
-	})
-	require.NoError(t, err)
+	r := pingedReconciler(t, store, &pingErr, func() time.Time { return now })
 	round := func() int {
 		n, err := r.ReconcileRoute(context.Background(), "billing")
 		require.NoError(t, err)
@@ -287,6 +266,26 @@ func TestReconcilerMarginRunsFromPostgresAnsweringAgain(t *testing.T) {
 	require.Empty(t, store.calls)
 	now = now.Add(time.Second)
 	require.Equal(t, 1, round(), "a margin after Postgres answered again")
+}
+
+// pingedReconciler reconciles billing (15s margin, a queue with a
+// consumer and nothing ready, quiet tiers) asking Postgres with a ping that
+// fails with *pingErr; now is its clock (time.Now when nil).
+func pingedReconciler(t *testing.T, store deliver.ReconcileStore, pingErr *error, now func() time.Time) *deliver.Reconciler {
+	t.Helper()
+	r, err := deliver.NewReconciler(deliver.ReconcilerConfig{
+		Routes: []string{"billing"}, Store: store,
+		QueueReady: func(context.Context, string) (deliver.QueueReading, error) {
+			return deliver.QueueReading{Consumers: 1}, nil
+		},
+		Tiers:    func(context.Context) (map[string]int, error) { return nil, nil },
+		PingFunc: func(context.Context) error { return *pingErr },
+		Interval: time.Second, Margin: 15 * time.Second,
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+		NowFunc: now,
+	})
+	require.NoError(t, err)
+	return r
 }
 
 type failingReconcileStore struct {

@@ -38,19 +38,19 @@ func (d *delivery) startDelivery(ctx context.Context) (context.Context, func()) 
 		attribute.String("messaging.system", "rabbitmq"),
 		attribute.String("messaging.operation.type", "process"),
 		attribute.String("messaging.destination.name", d.route.Name),
-		attribute.String("hookrelay.event_id", m.EventID.String()),
-		attribute.Int("hookrelay.attempt", m.Attempt),
+		tracing.AttrEventID.String(m.EventID.String()),
+		tracing.AttrAttempt.Int(m.Attempt),
 	)
 	if m.Gen != 0 {
-		attrs = append(attrs, attribute.Int64("hookrelay.gen", m.Gen))
+		attrs = append(attrs, tracing.AttrGen.Int64(m.Gen))
 	}
 	if m.RetryTier != "" {
-		attrs = append(attrs, attribute.String("hookrelay.retry_tier", m.RetryTier))
+		attrs = append(attrs, tracing.AttrRetryTier.String(m.RetryTier))
 		if !m.RetryAt.IsZero() {
 			// The copy's time in its tier, drawn after the fact: its
 			// publish to now.
 			_, wait := tr.Start(ctx, "wait in "+m.RetryTier, trace.WithTimestamp(m.RetryAt),
-				trace.WithAttributes(attribute.String("hookrelay.retry_tier", m.RetryTier), attribute.Int("hookrelay.attempt", m.Attempt)))
+				trace.WithAttributes(tracing.AttrRetryTier.String(m.RetryTier), tracing.AttrAttempt.Int(m.Attempt)))
 			wait.End(trace.WithTimestamp(d.now()))
 		}
 	}

@@ -84,12 +84,11 @@ type Config struct {
 	// RoutesFunc names the routes whose bindings match a routing key. Nil
 	// means none are recorded at ingest.
 	RoutesFunc func(routingKey string) []string
-	// Tracer, when set, makes the spans of verification and storage,
-	// children of the request's span (TracerProvider's, see Register),
-	// whose context is stored with the event. Nil: no spans, no trace
+	// Tracing, when on, gives each request a server span (see Register)
+	// with spans of verification and storage, and stores the request
+	// span's context with the event. Nil or off: no spans, no trace
 	// stored.
-	Tracer         trace.Tracer
-	TracerProvider trace.TracerProvider
+	Tracing *tracing.Tracing
 }
 
 // Handler serves POST /webhooks/{source}.
@@ -122,8 +121,9 @@ func New(cfg Config) (*Handler, error) {
 		now:          cfg.NowFunc,
 		storeTimeout: cfg.StoreTimeout,
 		routes:       cfg.RoutesFunc,
-		tracer:       cfg.Tracer,
-		provider:     cfg.TracerProvider,
+	}
+	if cfg.Tracing.On() {
+		h.tracer, h.provider = cfg.Tracing.Tracer, cfg.Tracing.Provider
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -156,7 +156,7 @@ func New(cfg Config) (*Handler, error) {
 // for a source that trusts it, and otherwise starts a trace of its own,
 // linked to the sender's.
 func (h *Handler) Register(mux *http.ServeMux) {
-	if h.tracer == nil || h.provider == nil {
+	if h.tracer == nil {
 		mux.Handle("/webhooks/{source}", h)
 		return
 	}
@@ -326,7 +326,7 @@ func (h *Handler) commit(w http.ResponseWriter, r *http.Request, ev *webhook.Eve
 	var span trace.Span
 	if h.tracer != nil {
 		_, span = h.tracer.Start(r.Context(), "store event", trace.WithAttributes(
-			attribute.String("hookrelay.event_id", ev.ID.String()), attribute.Int("hookrelay.routes", len(routes))))
+			tracing.AttrEventID.String(ev.ID.String()), attribute.Int("hookrelay.routes", len(routes))))
 	}
 	// The wall clock, not h.now: the deadline bounds real waits.
 	a := h.batcher.storeOne(Insert{Event: ev, Routes: routes}, time.Now().Add(h.storeTimeout))

@@ -36,7 +36,7 @@ func TestTheSendersTraceIsContinuedOnlyForASourceThatTrustsIt(t *testing.T) {
 			{Name: "outside", Verifier: v, Extractor: x},
 		},
 		Store: store, MaxBodyBytes: 1024, Metrics: NewMetrics(prometheus.NewRegistry()),
-		Tracer: tp.Tracer("test"), TracerProvider: tp,
+		Tracing: tracing.With(tp),
 	})
 	require.NoError(t, err)
 	mux := http.NewServeMux()

@@ -5,8 +5,19 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+)
+
+// Span attributes of ours, beside the semantic conventions' own, said by
+// the receiver, the publisher and the dispatcher alike.
+const (
+	AttrEventID   = attribute.Key("hookrelay.event_id")
+	AttrRoute     = attribute.Key("hookrelay.route")
+	AttrAttempt   = attribute.Key("hookrelay.attempt")
+	AttrRetryTier = attribute.Key("hookrelay.retry_tier")
+	AttrGen       = attribute.Key("hookrelay.gen")
 )
 
 // Header names of the W3C trace context, in HTTP and AMQP headers alike.

@@ -80,6 +80,11 @@ func Off() *Tracing {
 	return &Tracing{Tracer: p.Tracer(InstrumentationName), Provider: p}
 }
 
+// With is tracing on tp, a provider set up elsewhere (a test's).
+func With(tp *sdktrace.TracerProvider) *Tracing {
+	return &Tracing{Tracer: tp.Tracer(InstrumentationName), Provider: tp, sdk: tp}
+}
+
 // On says whether spans are exported.
 func (t *Tracing) On() bool { return t != nil && t.sdk != nil }
 
@@ -130,10 +135,6 @@ func Start(ctx context.Context, s Settings) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := newExporter(ctx, getenv)
-	if err != nil {
-		return nil, err
-	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName(s.Service)),
 		resource.WithTelemetrySDK(),
@@ -141,6 +142,10 @@ func Start(ctx context.Context, s Settings) (*Tracing, error) {
 	)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	exp, err := newExporter(ctx, getenv) // last: nothing after it can fail
+	if err != nil {
+		return nil, err
 	}
 	m := newMetrics(s.Registerer)
 	counted := &countingExporter{SpanExporter: exp, m: m}
@@ -161,7 +166,7 @@ func Start(ctx context.Context, s Settings) (*Tracing, error) {
 		s.Logger.Warn().Err(err).Msg("tracing")
 	}))
 	s.Logger.Info().Str("protocol", protocol(getenv)).Int("queue", queue).Msg("tracing on: exporting spans over OTLP")
-	return &Tracing{Tracer: tp.Tracer(InstrumentationName), Provider: tp, sdk: tp}, nil
+	return With(tp), nil
 }
 
 // Shutdown exports what is queued and stops, within ctx: a collector that
