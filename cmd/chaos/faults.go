@@ -34,12 +34,17 @@ type fault struct {
 
 // faultResult is one line of the report.
 type faultResult struct {
-	name       string
-	detail     string
-	at         time.Duration // since the start
-	non2xx     int           // answers senders saw that were not 2xx
-	recovery   time.Duration // restore → every pair accepted before it delivered
-	recovered  bool
+	name      string
+	detail    string
+	at        time.Duration // since the start
+	non2xx    int           // answers senders saw that were not 2xx
+	recovery  time.Duration // restore → every pair accepted before it delivered
+	recovered bool
+	// restored is when the restore returned; answering is from then to
+	// the first 2xx a sender got (answered is false when none came).
+	restored   time.Time
+	answering  time.Duration
+	answered   bool
 	reconciled int64 // pairs the reconciler re-sent during the fault and recovery
 	// resent is reconciled by reason, from the dispatchers' metrics (a
 	// dispatcher killed during the fault takes its count with it).
@@ -170,6 +175,19 @@ func (s *suite) faults() []fault {
 			inject:  func(context.Context) (string, error) { s.dest.down(); return "connections refused", nil },
 			restore: func(context.Context) error { return s.dest.up() },
 		},
+		{
+			// Last: from here on the promoted replica is the only Postgres
+			// (the faults above restart and crash the primary). The hold is
+			// a failover manager's detection time; every commit the relay
+			// made was on the replica before it returned (synchronous
+			// replication), and the processes must find the new primary
+			// through their multi-host URL, without a restart.
+			name: "Postgres failover", interrupts: true, hold: 5 * time.Second,
+			inject: func(context.Context) (string, error) {
+				return fmt.Sprintf("primary :%d pg_ctl stop -m immediate, synchronous replica :%d promoted after the hold", s.pg.port, s.replica.port), s.pg.kill()
+			},
+			restore: func(context.Context) error { return s.replica.promote() },
+		},
 	}
 }
 
@@ -291,6 +309,7 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 	restored := time.Now()
 	res.recovered, res.backlog = s.waitCaughtUp(ctx, restored, 3*time.Minute)
 	res.recovery = time.Since(restored)
+	res.restored = restored
 	if f.strands {
 		res.tiersSettleOK = s.waitTiersSettled(ctx, restored.Add(tiersSettleWithin))
 		res.tiersSettled = time.Since(restored)
@@ -351,6 +370,13 @@ func (c resentCounts) since(before resentCounts) map[string]float64 {
 		}
 	}
 	return out
+}
+
+func formatAnswering(r faultResult) string {
+	if !r.answered {
+		return "none"
+	}
+	return r.answering.Round(10 * time.Millisecond).String()
 }
 
 func formatResent(r map[string]float64) string {
@@ -513,6 +539,35 @@ func (s *suite) missing(t time.Time) []pair {
 	return out
 }
 
+// windowCounts are the events first sent in a fault's window and what
+// became of them.
+type windowCounts struct {
+	sent, answered, pairs, delivered, lost int
+}
+
+// window counts the events first sent in [from, to) against the
+// destination's POSTs per pair.
+func (s *suite) window(posts map[pair]int, from, to time.Time) windowCounts {
+	var w windowCounts
+	evs := s.load.startedBetween(from, to)
+	w.sent = len(evs)
+	for _, ev := range evs {
+		if ev.accepted.IsZero() {
+			continue
+		}
+		w.answered++
+		for _, r := range routesOf(ev.typ) {
+			w.pairs++
+			if posts[pair{event: ev.id, route: r}] > 0 {
+				w.delivered++
+			} else {
+				w.lost++
+			}
+		}
+	}
+	return w
+}
+
 // reconciled is the number of times the reconciler re-sent a pair, from
 // Postgres (dispatchers restart; their counters would not add up).
 func (s *suite) reconciled(ctx context.Context) (int64, error) {
@@ -585,6 +640,9 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 			until = results[i+1].injected
 		}
 		results[i].duplicates = s.dest.duplicatesBetween(results[i].injected, until)
+		if first := s.load.firstAcceptedAfter(results[i].restored); !first.IsZero() {
+			results[i].answering, results[i].answered = first.Sub(results[i].restored), true
+		}
 	}
 	for i, r := range results {
 		rec := r.recovery.Round(100 * time.Millisecond).String()
@@ -600,6 +658,25 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 		}
 		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%s\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled,
 			formatResent(r.resent), r.duplicates, formatBacklog(r.backlog))
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(s.out)
+	fmt.Fprintln(s.out, "events first sent from each fault's start to the next one's:")
+	tw = tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tfault\tevents sent\tanswered 2xx\tpairs delivered\tlost\tduplicate POSTs\tfirst 2xx after the restore\tall accepted delivered after the restore")
+	for i, r := range results {
+		until := time.Now()
+		if i+1 < len(results) {
+			until = results[i+1].injected
+		}
+		w := s.window(posts, r.injected, until)
+		rec := r.recovery.Round(100 * time.Millisecond).String()
+		if !r.recovered {
+			rec = "not within 3m"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d of %d\t%d\t%d\t%s\t%s\n", i+1, r.name, w.sent, w.answered, w.delivered, w.pairs, w.lost,
+			r.duplicates, formatAnswering(r), rec)
 	}
 	_ = tw.Flush()
 

@@ -23,6 +23,7 @@ type sentEvent struct {
 	id       string
 	typ      string
 	body     []byte
+	started  time.Time // first send
 	accepted time.Time // first 2xx; zero until then
 }
 
@@ -91,7 +92,7 @@ func (l *load) pick() *sentEvent {
 	n := l.seq.Add(1)
 	typ := eventTypes[rand.IntN(len(eventTypes))]
 	id := fmt.Sprintf("evt_%07d", n)
-	ev := &sentEvent{id: id, typ: typ, body: fmt.Appendf(nil, `{"id":%q,"type":%q,"amount":%d,"pad":"%s"}`, id, typ, n, padding)}
+	ev := &sentEvent{id: id, typ: typ, started: time.Now(), body: fmt.Appendf(nil, `{"id":%q,"type":%q,"amount":%d,"pad":"%s"}`, id, typ, n, padding)}
 	l.events = append(l.events, ev)
 	return ev
 }
@@ -147,6 +148,33 @@ func (l *load) counts() (sends, non2xx int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.sends, l.non2xx
+}
+
+// startedBetween returns the events first sent in [from, to).
+func (l *load) startedBetween(from, to time.Time) []*sentEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*sentEvent
+	for _, ev := range l.events {
+		if !ev.started.Before(from) && ev.started.Before(to) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// firstAcceptedAfter is the first 2xx answered after t (to any event),
+// zero when none was.
+func (l *load) firstAcceptedAfter(t time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for _, ev := range l.events {
+		if ev.accepted.After(t) && (first.IsZero() || ev.accepted.Before(first)) {
+			first = ev.accepted
+		}
+	}
+	return first
 }
 
 // accepted returns the events answered 2xx at or before t (all when t is

@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	fs.StringVar(&opts.cluster, "cluster", "scripts/cluster.sh", "the cluster script (its settings come from the environment)")
 	fs.StringVar(&opts.work, "work", "", "work folder for Postgres, configs and logs (default: a new temporary folder)")
 	fs.IntVar(&opts.rate, "rate", 0, fmt.Sprintf("events per second sent, open loop, split over both receivers (default: %d scaled to the share of the machine's CPU found free at the start, at least %d)", fullRate, minRate))
-	fs.IntVar(&opts.pgPort, "pg-port", defaultPGPort, "port of the suite's own Postgres")
+	fs.IntVar(&opts.pgPort, "pg-port", defaultPGPort, "port of the suite's own Postgres primary; its replica listens on the next one")
 	fs.DurationVar(&opts.settle, "settle", 0, "steady load before the first fault and between faults (default 8s)")
 	only := fs.String("only", "", "run only the faults whose names contain one of these comma-separated words (\"destination,alarm\"), to study them")
 	if err := fs.Parse(args); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,9 @@ type postgres struct {
 	// settings are the server's -c name=value settings besides the port,
 	// listen address and socket folder.
 	settings []string
+	// running is false once the server was stopped or killed (teardown
+	// then leaves it be).
+	running bool
 }
 
 // chaosSettings are the fault suite's: room for its connections, and no
@@ -33,6 +37,11 @@ var chaosSettings = []string{"max_connections=200", "fsync=off", "synchronous_co
 // findPostgresBin returns the folder of Debian's Postgres server binaries.
 func findPostgresBin() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		// Through a link (/usr/local/bin/pg_ctl here) to the folder
+		// that holds the other server tools too (pg_basebackup).
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		return filepath.Dir(p), nil
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
@@ -87,6 +96,7 @@ func (pg *postgres) start() error {
 	if err := pg.run("pg_ctl", "-D", pg.dir, "-l", pg.log, "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		return err
 	}
+	pg.running = true
 	return pg.waitReady(60 * time.Second)
 }
 
@@ -110,7 +120,80 @@ func (pg *postgres) crash() error {
 }
 
 func (pg *postgres) stop() error {
+	if !pg.running {
+		return nil
+	}
+	pg.running = false
 	return pg.run("pg_ctl", "-D", pg.dir, "-m", "fast", "-w", "-t", "60", "stop")
+}
+
+// kill stops the server the way a crashed host would (immediate mode:
+// every process gone at once, nothing flushed or checkpointed) and leaves
+// it down.
+func (pg *postgres) kill() error {
+	pg.running = false
+	return pg.run("pg_ctl", "-D", pg.dir, "-m", "immediate", "-w", "-t", "60", "stop")
+}
+
+// newReplica makes a streaming replica of pg in workDir/name
+// (pg_basebackup, which writes standby.signal and primary_conninfo) and
+// starts it on port. It does not make it synchronous: see syncStandby.
+func (pg *postgres) newReplica(workDir, name string, port int) (*postgres, error) {
+	r := &postgres{bin: pg.bin, dir: filepath.Join(workDir, name), port: port, log: filepath.Join(workDir, name+".log"), settings: pg.settings}
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := chownToPostgres(r.dir); err != nil {
+		return nil, err
+	}
+	if err := pg.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.port), "-U", "postgres", "-D", r.dir,
+		"-R", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pg_basebackup: %w", err)
+	}
+	if err := r.start(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// syncStandby makes every commit on pg wait for a standby's flush
+// (synchronous_standby_names, through ALTER SYSTEM so it survives pg's
+// restarts) and waits until the standby replicates synchronously. Set on
+// the primary only: a promoted replica without it commits alone.
+func (pg *postgres) syncStandby(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pg.url("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `ALTER SYSTEM SET synchronous_standby_names = '*'`); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return err
+	}
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'`).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no synchronous standby streaming from port %d: %w", pg.port, ctx.Err())
+		case <-time.After(100 * time.Millisecond): // polling the server's view
+		}
+	}
+}
+
+// promote ends a replica's recovery: it becomes a primary and accepts
+// writes.
+func (pg *postgres) promote() error {
+	return pg.run("pg_ctl", "-D", pg.dir, "-w", "-t", "60", "promote")
 }
 
 // url is the URL of database db, straight to the server.
@@ -119,6 +202,13 @@ func (pg *postgres) url(db string) string {
 }
 
 func (pg *postgres) addr() string { return "127.0.0.1:" + strconv.Itoa(pg.port) }
+
+// failoverURL is the URL of database db that lists hosts in order and
+// connects to the first that accepts writes, as a client of a primary and
+// its replica does.
+func failoverURL(db string, hosts ...string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&target_session_attrs=read-write", strings.Join(hosts, ","), db)
+}
 
 func (pg *postgres) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)

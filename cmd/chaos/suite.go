@@ -88,10 +88,13 @@ func matchRoutes(typ string) []string {
 }
 
 type suite struct {
-	opts      options
-	out       io.Writer
-	start     time.Time
-	pg        *postgres
+	opts  options
+	out   io.Writer
+	start time.Time
+	pg    *postgres // the primary
+	// replica streams from pg synchronously until the failover fault
+	// promotes it.
+	replica   *postgres
 	hole      *blackhole
 	dest      *destination
 	receivers []*proc
@@ -127,6 +130,17 @@ func setup(ctx context.Context, opts options, out io.Writer) (*suite, error) {
 		s.teardown()
 		return nil, err
 	}
+	// A synchronous streaming replica: every commit (a 200 to a sender
+	// among them) is on both before it returns, so promoting it loses
+	// none of them.
+	if s.replica, err = s.pg.newReplica(opts.work, "replica", opts.pgPort+1); err != nil {
+		s.teardown()
+		return nil, err
+	}
+	if err := s.pg.syncStandby(ctx); err != nil {
+		s.teardown()
+		return nil, err
+	}
 	if s.hole, err = newBlackhole(s.pg.addr()); err != nil {
 		s.teardown()
 		return nil, err
@@ -136,7 +150,10 @@ func setup(ctx context.Context, opts options, out io.Writer) (*suite, error) {
 		return nil, err
 	}
 	cfgPath := filepath.Join(opts.work, "config.yaml")
-	dbURL := fmt.Sprintf("postgres://postgres@%s/hookrelay?sslmode=disable", s.hole.addr())
+	// The relay reaches the primary through the forwarder, then the
+	// replica, and keeps the first that accepts writes: after the
+	// failover that is the promoted replica, with no restart.
+	dbURL := failoverURL("hookrelay", s.hole.addr(), s.replica.addr())
 	if err := os.WriteFile(cfgPath, []byte(s.config(dbURL)), 0o600); err != nil {
 		s.teardown()
 		return nil, err
@@ -146,7 +163,7 @@ func setup(ctx context.Context, opts options, out io.Writer) (*suite, error) {
 		s.teardown()
 		return nil, fmt.Errorf("hookrelay migrate: %w\n%s", err, b)
 	}
-	if s.db, err = pgxpool.New(ctx, s.pg.url("hookrelay")); err != nil {
+	if s.db, err = pgxpool.New(ctx, failoverURL("hookrelay", s.pg.addr(), s.replica.addr())); err != nil {
 		s.teardown()
 		return nil, err
 	}
@@ -172,8 +189,8 @@ func setup(ctx context.Context, opts options, out io.Writer) (*suite, error) {
 			return nil, err
 		}
 	}
-	s.logf("postgres on :%d (relay through a forwarder at %s), destination %s, %d receivers, %d dispatchers, cluster %s",
-		opts.pgPort, s.hole.addr(), s.dest.addr, len(s.receivers), len(s.dispatch), strings.Join(nodesOf(opts.amqpURLs), " "))
+	s.logf("postgres primary on :%d (relay through a forwarder at %s), synchronous replica on :%d, destination %s, %d receivers, %d dispatchers, cluster %s",
+		opts.pgPort, s.hole.addr(), s.replica.port, s.dest.addr, len(s.receivers), len(s.dispatch), strings.Join(nodesOf(opts.amqpURLs), " "))
 	return s, nil
 }
 
@@ -231,8 +248,11 @@ func (s *suite) teardown() {
 	if s.dest != nil {
 		s.dest.down()
 	}
-	if s.pg != nil {
-		if err := s.pg.stop(); err != nil {
+	for _, pg := range []*postgres{s.pg, s.replica} {
+		if pg == nil {
+			continue
+		}
+		if err := pg.stop(); err != nil {
 			s.logf("stopping postgres: %v", err)
 		}
 	}
