@@ -68,6 +68,11 @@ echo "test: the console's page-time benchmark, once, on 2,000 events" >&2
 HOOKRELAY_CONSOLE_BENCH_EVENTS=2000 go test -count=1 -run '^$' -bench '^BenchmarkConsolePages$' -benchtime 1x ./internal/console/ >"$work/bench.log" 2>&1 ||
 	{ status=1; cat "$work/bench.log" >&2; }
 
+# The Helm chart is a Go module of its own (the relay's go.mod does not carry
+# Helm): its test renders the chart and runs the relay's binaries on the result.
+echo "test: the Helm chart, deploy/kubernetes (its own module)" >&2
+(cd deploy/kubernetes && go vet ./... && go test -count=1 ./...) || status=$?
+
 # Counts over both runs: packages (of the main run) and tests passed,
 # skipped and failed.
 count() { # count FILE... JQ-SELECT
