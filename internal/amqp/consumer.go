@@ -411,7 +411,7 @@ func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g 
 		gated := cc.run(ctx, work, g.Handle, g.Gate, i)
 		stoppedConsuming(g.Gate, i)
 		if !gated {
-			return stopped(g.Queue, chClosed)
+			return stopped(g.Queue, chClosed, cc.cancelled)
 		}
 		_ = cc.ch.Close() // given back already; anything left goes back to the queue
 		cc.logger.Debug().Msg("stopped consuming: the route is paused, held or its circuit open")
@@ -419,15 +419,30 @@ func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g 
 	}
 }
 
-// stopped says why a consumer of queue stopped, with its channel's error
-// when there is one.
-func stopped(queue string, chClosed <-chan *amqp.Error) error {
+// stopped says why a consumer of queue stopped: the broker's basic.cancel
+// (its queue was deleted; 4.x also cancels on a quorum queue's consumer
+// timeout), which closes the deliveries and leaves the channel open, or
+// its channel's error (3.x's consumer timeout closes the channel with 406
+// PRECONDITION_FAILED).
+func stopped(queue string, chClosed <-chan *amqp.Error, cancelled <-chan string) error {
+	var closeErr *amqp.Error
 	select {
-	case e := <-chClosed:
-		if e != nil {
-			return fmt.Errorf("consumer of %s stopped: %w", queue, e)
-		}
+	case closeErr = <-chClosed:
 	default:
+	}
+	byBroker := false
+	select {
+	case _, byBroker = <-cancelled: // closed, it only says the channel closed
+	default:
+	}
+	const cancel = "cancelled by the broker (basic.cancel: the queue was deleted, or the consumer timed out)"
+	switch {
+	case byBroker && closeErr != nil:
+		return fmt.Errorf("consumer of %s %s, then its channel closed: %w", queue, cancel, closeErr)
+	case byBroker:
+		return fmt.Errorf("consumer of %s %s", queue, cancel)
+	case closeErr != nil:
+		return fmt.Errorf("consumer of %s stopped: %w", queue, closeErr)
 	}
 	return fmt.Errorf("consumer of %s stopped", queue)
 }
@@ -472,10 +487,12 @@ func drainBlocked(c <-chan amqp.Blocking, logger zerolog.Logger) {
 }
 
 type consumer struct {
-	ch           *amqp.Channel
-	tag          string
-	queue        string
-	deliveries   <-chan amqp.Delivery
+	ch         *amqp.Channel
+	tag        string
+	queue      string
+	deliveries <-chan amqp.Delivery
+	// cancelled receives the tag when the broker cancels the consumer.
+	cancelled    <-chan string
 	logger       zerolog.Logger
 	giveBackFunc func(ctx context.Context, queue string, d amqp.Delivery) error
 }
@@ -492,13 +509,17 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 		return nil, fmt.Errorf("setting prefetch: %w", err)
 	}
 	tag := fmt.Sprintf("%s#%d", c.cfg.ConnectionName, i)
+	// Before Consume, so that a cancel right after it is not missed. The
+	// library's send to it gives up after a while when nobody reads, so
+	// one slot (one consumer per channel) never holds the channel up.
+	cancelled := ch.NotifyCancel(make(chan string, 1))
 	// autoAck false: a message is acked only after its outcome is stored.
 	deliveries, err := ch.Consume(g.Queue, tag, false, false, false, false, nil)
 	if err != nil {
 		return nil, fmt.Errorf("consuming %s: %w", g.Queue, err)
 	}
 	return &consumer{
-		ch: ch, tag: tag, queue: g.Queue, deliveries: deliveries, giveBackFunc: c.cfg.GiveBack,
+		ch: ch, tag: tag, queue: g.Queue, deliveries: deliveries, cancelled: cancelled, giveBackFunc: c.cfg.GiveBack,
 		logger: c.logger.With().Str("queue", g.Queue).Str("consumer", tag).Logger(),
 	}, nil
 }

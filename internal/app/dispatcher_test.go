@@ -135,7 +135,11 @@ func (h *harness) startDispatcherWith(cfg *config.Config, opts app.DispatcherOpt
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(h.t, err)
 	opts.Listener = ln
-	opts.Logger = zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
+	var logs io.Writer = zerolog.NewTestWriter(h.t)
+	if h.dispatcherLogs != nil {
+		logs = h.dispatcherLogs
+	}
+	opts.Logger = zerolog.New(logs).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- app.RunDispatcher(ctx, cfg, opts) }()
@@ -510,11 +514,16 @@ func TestDispatcherRecoversWhenItsQueueIsDeleted(t *testing.T) {
 	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
 	h.cfg.Routes[0].URL = dest.url("billing")
 	h.cfg.Routes[0].Concurrency = 1
+	logs := newLogWatch(t)
+	h.dispatcherLogs = logs
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
 
 	_, err := h.ch.QueueDelete(h.names.RouteQueue("billing"), false, false, false)
 	require.NoError(t, err)
+	// Nobody declares it again at once here: the broker cancels the
+	// consumer (basic.cancel), which says so.
+	logs.waitFor("cancelled by the broker (basic.cancel", 0, 15*time.Second)
 	// The receiver re-declares on its next connect; make sure the queue is
 	// back before posting, so the event is routed there and not unrouted.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

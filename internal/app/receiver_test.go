@@ -52,6 +52,9 @@ type harness struct {
 	dispatcherBase string // dispatcher base URL once started
 
 	logs io.Writer // where start sends the receiver's log; nil means the test log
+	// dispatcherLogs is where startDispatcher sends the dispatcher's log;
+	// nil means the test log.
+	dispatcherLogs io.Writer
 
 	client *http.Client // the senders' client
 }
