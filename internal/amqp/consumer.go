@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/backoff"
@@ -105,6 +106,9 @@ type ConsumersConfig struct {
 	// .dead without one attempt. Nil, or when it fails (a broker alarm),
 	// the message is requeued.
 	GiveBack func(ctx context.Context, queue string, d amqp.Delivery) error
+	// IdleCheck is how often a session looks for consumers the broker no
+	// longer serves (see watchIdle). Default 10s.
+	IdleCheck time.Duration
 }
 
 // abortGrace is how long Run waits for cancelled deliveries to return
@@ -137,6 +141,9 @@ func NewConsumers(cfg ConsumersConfig) *Consumers {
 	}
 	if cfg.TopologyFunc == nil {
 		cfg.TopologyFunc = func() Topology { return Topology{} }
+	}
+	if cfg.IdleCheck <= 0 {
+		cfg.IdleCheck = 10 * time.Second
 	}
 	return &Consumers{cfg: cfg, logger: cfg.Logger.With().Str("component", "amqp_consumers").Logger(),
 		groups: cfg.Groups, changed: make(chan struct{}, 1)}
@@ -220,7 +227,11 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 		return err
 	}
 	conn := node.Connection
-	defer func() { _ = closeConn(conn) }() // gone or abandoned either way
+	var watching sync.WaitGroup
+	defer func() {
+		_ = closeConn(conn) // gone or abandoned either way
+		watching.Wait()     // its reads end with the connection
+	}()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go drainBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 4)), c.logger)
 
@@ -243,7 +254,8 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 	var wg sync.WaitGroup
 	lost := make(chan error, 1)
 	running := map[string]*groupRun{}
-	if err := c.sync(sctx, work, conn, &wg, running, lost); err != nil {
+	idle := &idleWatch{live: map[*consumer]bool{}}
+	if err := c.sync(sctx, work, conn, &wg, running, idle, lost); err != nil {
 		stop()
 		wg.Wait()
 		return err
@@ -258,6 +270,11 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 	}()
 	connected()
 	c.logger.Info().Int("groups", len(running)).Msg("consuming")
+	watching.Add(1)
+	go func() {
+		defer watching.Done()
+		c.watchIdle(sctx, conn, idle, lost)
+	}()
 
 	for {
 		select {
@@ -277,7 +294,7 @@ func (c *Consumers) session(ctx, work context.Context, abort func(), connected f
 			wg.Wait()
 			return err
 		case <-c.changed:
-			if err := c.sync(sctx, work, conn, &wg, running, lost); err != nil {
+			if err := c.sync(sctx, work, conn, &wg, running, idle, lost); err != nil {
 				stop()
 				wg.Wait()
 				return err
@@ -296,7 +313,8 @@ type groupRun struct {
 // those gone or changed (their consumers finish the message in hand) and
 // starts those new or changed. Stopped consumers stay counted in wg until
 // they return.
-func (c *Consumers) sync(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup, running map[string]*groupRun, lost chan<- error) error {
+func (c *Consumers) sync(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup, running map[string]*groupRun,
+	idle *idleWatch, lost chan<- error) error {
 	want := map[string]ConsumerGroup{}
 	var start []ConsumerGroup
 	for _, g := range c.currentGroups() {
@@ -313,7 +331,7 @@ func (c *Consumers) sync(ctx, work context.Context, conn *amqp.Connection, wg *s
 			c.logger.Info().Str("queue", queue).Msg("stopped consuming: the route was removed or changed")
 		}
 	}
-	return c.startConsumers(ctx, work, conn, wg, start, running, lost)
+	return c.startConsumers(ctx, work, conn, wg, start, running, idle, lost)
 }
 
 // startConsumers starts groups' consumers on conn, each in a goroutine
@@ -323,7 +341,7 @@ func (c *Consumers) sync(ctx, work context.Context, conn *amqp.Connection, wg *s
 // deleted) must not vanish while the connection looks healthy: it says so
 // on lost, and the session starts over.
 func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connection, wg *sync.WaitGroup, groups []ConsumerGroup,
-	running map[string]*groupRun, lost chan<- error) error {
+	running map[string]*groupRun, idle *idleWatch, lost chan<- error) error {
 	// Open the consumers whose gate is open several at a time: each is
 	// three round trips to the broker (channel, prefetch, consume), and
 	// opened one after another, 600 of them took seconds, during which
@@ -355,7 +373,7 @@ func (c *Consumers) startConsumers(ctx, work context.Context, conn *amqp.Connect
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := c.consume(gctx, work, conn, g, i, cc)
+				err := c.consume(gctx, work, conn, g, i, cc, idle)
 				if gctx.Err() == nil {
 					select {
 					case lost <- err: // the first loss restarts the session
@@ -385,7 +403,7 @@ func gateOpen(g Gate, i int) (bool, <-chan struct{}) {
 // finishes and is acked first) and closes its channel, which returns a
 // message prefetched but not started to the queue; when the gate opens
 // again it consumes on a new channel.
-func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g ConsumerGroup, i int, cc *consumer) error {
+func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g ConsumerGroup, i int, cc *consumer, idle *idleWatch) error {
 	defer stoppedConsuming(g.Gate, i)
 	for {
 		if cc == nil {
@@ -408,7 +426,9 @@ func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g 
 		}
 		chClosed := cc.ch.NotifyClose(make(chan *amqp.Error, 1))
 		consuming(g.Gate, i, false)
+		idle.add(cc)
 		gated := cc.run(ctx, work, g.Handle, g.Gate, i)
+		idle.remove(cc)
 		stoppedConsuming(g.Gate, i)
 		if !gated {
 			return stopped(g.Queue, chClosed, cc.cancelled)
@@ -492,7 +512,10 @@ type consumer struct {
 	queue      string
 	deliveries <-chan amqp.Delivery
 	// cancelled receives the tag when the broker cancels the consumer.
-	cancelled    <-chan string
+	cancelled <-chan string
+	// idleSince is when the consumer began to wait for a message, in
+	// Unix nanoseconds; 0 while it handles one or does not consume.
+	idleSince    atomic.Int64
 	logger       zerolog.Logger
 	giveBackFunc func(ctx context.Context, queue string, d amqp.Delivery) error
 }
@@ -528,6 +551,7 @@ func (c *Consumers) openConsumer(conn *amqp.Connection, g ConsumerGroup, i int) 
 // consumer i (it then cancels the consumer and returns true); handle runs
 // under work.
 func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate, i int) (gated bool) {
+	defer cc.idleSince.Store(0)
 	for {
 		open, changed := gateOpen(gate, i)
 		if !open {
@@ -543,6 +567,7 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate,
 			}
 			return true
 		}
+		cc.idleSince.CompareAndSwap(0, time.Now().UnixNano())
 		select {
 		case <-ctx.Done():
 			// Stop receiving; a message already prefetched but not handled
@@ -554,6 +579,7 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate,
 			if !ok {
 				return false // channel or connection closed
 			}
+			cc.idleSince.Store(0)
 			consuming(gate, i, true)
 			cc.handle(ctx, work, d, handle)
 			consuming(gate, i, false)
@@ -631,4 +657,108 @@ func safeHandle(ctx context.Context, m webhook.RouteMessage, stopping <-chan str
 		}
 	}()
 	return handle(ctx, m, stopping)
+}
+
+// idleWatch is a session's consumers that are subscribed, for watchIdle.
+type idleWatch struct {
+	mu   sync.Mutex
+	live map[*consumer]bool
+}
+
+func (w *idleWatch) add(cc *consumer) {
+	w.mu.Lock()
+	w.live[cc] = true
+	w.mu.Unlock()
+}
+
+func (w *idleWatch) remove(cc *consumer) {
+	w.mu.Lock()
+	delete(w.live, cc)
+	w.mu.Unlock()
+}
+
+// idleBefore returns the consumers waiting for a message since before
+// cutoff, with since when.
+func (w *idleWatch) idleBefore(cutoff time.Time) map[*consumer]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[*consumer]int64{}
+	for cc := range w.live {
+		if since := cc.idleSince.Load(); since != 0 && since <= cutoff.UnixNano() {
+			out[cc] = since
+		}
+	}
+	return out
+}
+
+// watchIdle reports on lost, every IdleCheck until ctx is done, a consumer
+// the broker no longer delivers to: one that waited for a message all
+// through two readings of its queue, IdleCheck apart, that both counted
+// ready messages. The broker gives a ready message to a consumer with room
+// (prefetch 1, none in hand) at once, so such a consumer is one it has
+// lost track of, and nothing else says so: RabbitMQ 3.10 sends no
+// basic.cancel to the consumers of a quorum queue deleted and declared
+// again at once, and attaches them to the new queue, which gives each one
+// message that never reaches it and keeps the rest ready. The session
+// then starts over: closing the channels gives those messages back, and
+// new consumers take them.
+func (c *Consumers) watchIdle(ctx context.Context, conn *amqp.Connection, w *idleWatch, lost chan<- error) {
+	t := time.NewTicker(c.cfg.IdleCheck)
+	defer t.Stop()
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			_ = ch.Close() // a reading's channel; the connection may be gone
+		}
+	}()
+	// suspects are the consumers idle all through the last reading, of
+	// a queue that counted ready messages, with since when.
+	suspects := map[*consumer]int64{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		idle := w.idleBefore(time.Now().Add(-c.cfg.IdleCheck))
+		ready := map[string]int{}
+		for cc := range idle {
+			if _, read := ready[cc.queue]; read {
+				continue
+			}
+			if ch == nil {
+				var err error
+				if ch, err = conn.Channel(); err != nil {
+					return // the connection is going; the session knows
+				}
+			}
+			q, err := ch.QueueDeclarePassive(cc.queue, true, false, false, false, nil)
+			if err != nil {
+				// Gone (which closes the channel) or not answering: its
+				// consumers learn of it otherwise.
+				_ = ch.Close()
+				ch = nil
+				ready[cc.queue] = 0
+				continue
+			}
+			ready[cc.queue] = q.Messages
+		}
+		next := map[*consumer]int64{}
+		for cc, since := range idle {
+			if ready[cc.queue] == 0 || cc.idleSince.Load() != since {
+				continue // nothing for it, or it took a message meanwhile
+			}
+			if suspects[cc] == since {
+				err := fmt.Errorf("consumer of %s received nothing for %s while its queue held %d ready message(s): the broker no longer delivers to it (its queue deleted and declared again at once?)",
+					cc.queue, time.Since(time.Unix(0, since)).Round(time.Second), ready[cc.queue])
+				select {
+				case lost <- err:
+				default:
+				}
+				return
+			}
+			next[cc] = since
+		}
+		suspects = next
+	}
 }

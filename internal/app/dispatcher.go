@@ -41,6 +41,10 @@ type DispatcherOptions struct {
 	// AfterRecordFunc, when set, runs after each attempt's outcome is
 	// recorded, before the ack; tests use it to kill the process there.
 	AfterRecordFunc func(outcome webhook.DeliveryState)
+	// ConsumerIdleCheck is how often the consumers look for one the
+	// broker no longer delivers to (amqp.ConsumersConfig.IdleCheck); 0
+	// means its default.
+	ConsumerIdleCheck time.Duration
 }
 
 // RunDispatcher consumes every route queue and delivers until ctx is done.
@@ -200,7 +204,8 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		// A message given back for the route's controls (paused, circuit
 		// open, held) is republished, not requeued: a requeue counts
 		// toward the delivery limit.
-		GiveBack: publisher.GiveBack,
+		GiveBack:  publisher.GiveBack,
+		IdleCheck: opts.ConsumerIdleCheck,
 	})
 	inspector := amqp.NewInspector(dialer, connectionName(cfg, "hookrelay-dispatcher-inspector"))
 	defer func() { _ = inspector.Close() }() // a question's connection; nothing to flush
