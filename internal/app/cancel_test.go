@@ -5,14 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
@@ -151,4 +155,148 @@ func TestDispatcherResumesWhenItsQueueIsDeletedAndDeclaredAgain(t *testing.T) {
 		require.Equal(c, 1, n)
 	}, 10*time.Second, 20*time.Millisecond, "the dispatcher consumes the new queue")
 	h.waitQueuesEmpty(10 * time.Second)
+}
+
+// brokerEnv reads the broker's application setting rabbit.key with
+// rabbitmqctl eval: the Erlang term of {ok, Value}, or "" when it is
+// undefined.
+func brokerEnv(t *testing.T, key string) string {
+	t.Helper()
+	out, err := rabbitmqEval(fmt.Sprintf("application:get_env(rabbit, %s).", key))
+	require.NoError(t, err)
+	if v, ok := strings.CutPrefix(out, "{ok,"); ok {
+		return strings.TrimSuffix(v, "}")
+	}
+	require.Equal(t, "undefined", out, "rabbit.%s", key)
+	return ""
+}
+
+// setBrokerEnv sets rabbit.key to the Erlang term value, or unsets it when
+// value is "".
+func setBrokerEnv(t *testing.T, key, value string) {
+	t.Helper()
+	expr := fmt.Sprintf("application:set_env(rabbit, %s, %s).", key, value)
+	if value == "" {
+		expr = fmt.Sprintf("application:unset_env(rabbit, %s).", key)
+	}
+	out, err := rabbitmqEval(expr)
+	require.NoError(t, err)
+	require.Equal(t, "ok", out, expr)
+}
+
+// overrideBrokerEnv sets rabbit.key to value and returns the function
+// that puts back the value it had, also registered as a cleanup (either
+// may run first; the second does nothing).
+func overrideBrokerEnv(t *testing.T, key, value string) (restore func()) {
+	t.Helper()
+	orig := brokerEnv(t, key)
+	done := false
+	restore = func() {
+		if !done {
+			done = true
+			setBrokerEnv(t, key, orig)
+		}
+	}
+	t.Cleanup(restore)
+	setBrokerEnv(t, key, value)
+	return restore
+}
+
+// rabbitmqEval runs rabbitmqctl eval expr on the local broker (the
+// Debian wrapper switches to the rabbitmq user and its cookie) and returns
+// what it printed, trimmed.
+func rabbitmqEval(expr string) (string, error) {
+	path, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		path = "/usr/sbin/rabbitmqctl"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "-q", "eval", expr).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("rabbitmqctl eval %q: %w: %s", expr, err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Issue 24: a delivery held past the broker's consumer timeout. RabbitMQ
+// 3.x closes the consumer's channel with 406 PRECONDITION_FAILED
+// ("delivery acknowledgement ... timed out") and requeues the message. The
+// other consumer takes the copy and waits for the held delivery's lease;
+// the held delivery finishes and records, its ack fails on the dead
+// channel, and the dispatcher reconnects and goes on. The copy is known to
+// be delivered and acked without a POST: the event reaches the
+// destination once, and the later ones are delivered.
+//
+// The broker's consumer_timeout is lowered to 5s for the channels the
+// dispatcher opens at its start (3.x reads it when a channel opens), and
+// put back as soon as they are open, so that other packages' tests running
+// meanwhile keep the 30 minutes; its check runs at every channel tick,
+// lowered from 60s to 1s until the channel is closed. Not parallel: the
+// window must stay short.
+func TestDispatcherResumesAfterTheBrokersConsumerTimeout(t *testing.T) {
+	testenv.Require(t, "rabbitmqctl for the local broker", func() error {
+		_, err := rabbitmqEval("application:get_env(rabbit, consumer_timeout).")
+		return err
+	})
+	h := newHarness(t)
+	dest, arrived, release := heldDestination(t, "evt_held")
+	route := &h.cfg.Routes[0]
+	route.URL = dest.url("billing")
+	route.Concurrency = 2
+	route.Timeout = 45 * time.Second // far past the hold: the broker acts first
+	logs := newLogWatch(t)
+	h.dispatcherLogs = logs
+	h.start(app.ReceiverOptions{})
+
+	restoreTick := overrideBrokerEnv(t, "channel_tick_interval", "1000")
+	restoreTimeout := overrideBrokerEnv(t, "consumer_timeout", "5000")
+	h.startDispatcher(app.DispatcherOptions{}) // ready: its consumers' channels are open
+	restoreTimeout()
+	queue := h.names.RouteQueue("billing")
+
+	held := h.postSigned("evt_held", "invoice.paid")
+	require.Equal(t, http.StatusOK, held.status, held.Error)
+	<-arrived
+	heldAt := time.Now()
+	// The broker closes the holding consumer's channel: one consumer left.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		n, err := queueConsumers(h.ch, queue)
+		require.NoError(c, err)
+		require.Equal(c, 1, n)
+	}, 30*time.Second, 20*time.Millisecond, "the broker closes the channel of the consumer holding the message")
+	closedAfter := time.Since(heldAt)
+	restoreTick()
+	t.Logf("the broker closed the holding consumer's channel %s after the POST began (consumer_timeout 5s, ticks every 1s)", closedAfter.Round(10*time.Millisecond))
+	require.Greater(t, closedAfter, 4500*time.Millisecond, "not before the timeout (less the claim before the POST)")
+	// The requeued copy went to the other consumer, which waits for the
+	// held delivery's lease instead of POSTing.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_delivery_leases_total{event="waited",route="billing"}`])
+	}, 15*time.Second, 20*time.Millisecond, "the requeued copy waits for the held delivery's lease")
+
+	release()
+	logs.waitFor("delivery acknowledgement on channel", 0, 30*time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`])
+	}, 30*time.Second, 20*time.Millisecond, "the requeued copy is acked without a POST")
+
+	ids := []string{held.ID}
+	for i := range 3 {
+		r := h.postSigned(fmt.Sprintf("evt_later_%d", i), "invoice.paid")
+		require.Equal(t, http.StatusOK, r.status, r.Error)
+		ids = append(ids, r.ID)
+	}
+	dest.waitFor(30*time.Second, "the later events", func([]received) bool { return len(dest.successes()) == len(ids) })
+	requireOnceEach(t, dest, ids)
+	state, attempts, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(held.ID), "billing")
+	require.NoError(t, err)
+	require.Equal(t, webhook.StateDelivered, state)
+	require.Equal(t, 1, attempts, "one attempt recorded for the held event")
+	h.waitQueuesEmpty(10 * time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		n, err := queueConsumers(h.ch, queue)
+		require.NoError(c, err)
+		require.Equal(c, 2, n)
+	}, 10*time.Second, 20*time.Millisecond, "both consumers back")
 }
