@@ -641,7 +641,10 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 			}
 		}
 		started := time.Now()
-		t := time.NewTimer(hold)
+		// Never past the deadline: a hold begun just before it (the route
+		// slowed again, a slow rate's turn) would stretch the message's
+		// time in hand by up to MaxSlow.
+		t := time.NewTimer(min(hold, time.Until(deadline)+time.Millisecond))
 		select {
 		case <-t.C:
 		case <-changed:
