@@ -26,6 +26,9 @@ func newController(cfg *config.Config, db *store.DB, routes []control.Route, reg
 		ListenFunc: func(ctx context.Context, wake chan<- struct{}) error {
 			return db.Listen(ctx, store.RouteStateChannel, wake, logger)
 		},
+		// The hold a Retry-After puts on the route is part of the longest
+		// hold config checks against amqp.consumer_timeout.
+		MaxSlow:    config.RetryAfterMax,
 		Registerer: reg,
 		Logger:     logger,
 	})

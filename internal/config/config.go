@@ -74,6 +74,15 @@ type AMQP struct {
 	// ManagementURLs are the management APIs of the cluster's nodes, tried
 	// in order until one answers.
 	ManagementURLs []string `mapstructure:"management_urls" validate:"dive,http_url"`
+	// ConsumerTimeout is the brokers' consumer timeout (RabbitMQ's
+	// consumer_timeout): how long a delivery may stay unacked before the
+	// broker takes it back (3.x closes the channel, 4.3 cancels a quorum
+	// queue's consumer) and requeues it. hookrelay does not read it from
+	// the brokers: give theirs. Every route's longest hold (Config.RouteHold)
+	// must stay a minute under it, and a delivery that waits for a failing
+	// dependency gives its message back before it (Config.HoldBudget).
+	// Default 30m, RabbitMQ's.
+	ConsumerTimeout time.Duration `mapstructure:"consumer_timeout" validate:"gt=0"`
 }
 
 // AMQPTLS names the TLS files for amqps:// brokers; all optional (without
@@ -488,7 +497,9 @@ type Route struct {
 	// Bindings are topic patterns over "<source>.<event_type>".
 	Bindings []string `mapstructure:"bindings" validate:"required,min=1,dive,topic_pattern"`
 	// Timeout bounds one delivery attempt. Default 10s, at most 5m: a
-	// delivery must finish far inside RabbitMQ's 30-minute consumer timeout.
+	// delivery must finish far inside the broker's consumer timeout (with
+	// the lease it may wait out and the route controls' wait, it must fit
+	// under amqp.consumer_timeout: Config.RouteHold).
 	Timeout time.Duration `mapstructure:"timeout" validate:"gt=0,lte=5m"`
 	// Concurrency is the number of consumers, each with prefetch 1. Default 1.
 	Concurrency int `mapstructure:"concurrency" validate:"gte=1,lte=256"`
@@ -571,6 +582,7 @@ func setDefaults(set func(key string, value any)) {
 	set("database.max_conns", 10)
 	set("database.query_timeout", "5s")
 	set("amqp.prefix", "hookrelay")
+	set("amqp.consumer_timeout", "30m")
 	set("receiver.listen", "127.0.0.1:8080")
 	set("receiver.metrics_listen", "127.0.0.1:8083")
 	set("receiver.max_body_bytes", 1<<20)

@@ -55,6 +55,9 @@ func (c *Config) CheckRoute(r Route) error {
 	if p := rateProblem(r); p != "" {
 		problems = append(problems, "rate_limit: "+p)
 	}
+	if p := c.holdProblem(r); p != "" {
+		problems = append(problems, "timeout: "+p)
+	}
 	for _, d := range c.Routes {
 		if d.Name == r.Name {
 			problems = append(problems, fmt.Sprintf("name: %q is a route of config.yaml", r.Name))

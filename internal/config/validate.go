@@ -253,6 +253,7 @@ func crossCheck(cfg *Config, operator bool) []string {
 	problems = append(problems, checkTimeouts(cfg)...)
 	problems = append(problems, checkReconcile(cfg)...)
 	problems = append(problems, checkRateLimits(cfg)...)
+	problems = append(problems, checkHolds(cfg)...)
 
 	seen = map[string]int{}
 	for i, r := range cfg.Routes {
