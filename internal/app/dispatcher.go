@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -198,7 +199,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		OnConnect: func(ctx context.Context, ch *amqp091.Channel) error {
 			return engine.unbindStale(ctx, ch)
 		},
-		Groups:          consumerGroups(follower.Current(), names, handler, controls),
+		Groups:          consumerGroups(cfg, follower.Current(), names, handler, controls),
 		ShutdownTimeout: cfg.Dispatcher.ShutdownTimeout,
 		Logger:          logger,
 		// A message given back for the route's controls (paused, circuit
@@ -353,8 +354,12 @@ func deliverTiers(cfg *config.Config) []deliver.Tier {
 // consumerGroups consume each route's queue with the route's concurrency,
 // while controls let them (pause, circuit); each delivery first waits for
 // the route's rate limit and Retry-After hold. A route this dispatcher
-// cannot deliver (broken) is not consumed: its messages wait.
-func consumerGroups(set *routeset.Set, names amqp.Names, handler *deliver.Handler, controls *control.Controller) []amqp.ConsumerGroup {
+// cannot deliver (broken) is not consumed: its messages wait. Every wait
+// of a delivery (the controls, another holder's lease, a failing
+// dependency) ends when the route's cfg.HoldBudget is spent, so the
+// message is acked or back in the queue before the broker's consumer
+// timeout.
+func consumerGroups(cfg *config.Config, set *routeset.Set, names amqp.Names, handler *deliver.Handler, controls *control.Controller) []amqp.ConsumerGroup {
 	var groups []amqp.ConsumerGroup
 	for _, r := range set.All() {
 		if r.Broken != nil {
@@ -362,6 +367,7 @@ func consumerGroups(set *routeset.Set, names amqp.Names, handler *deliver.Handle
 		}
 		route := r.Name
 		gate := controls.Gate(route)
+		budget := cfg.HoldBudget(r.Route)
 		groups = append(groups, amqp.ConsumerGroup{
 			Queue:       names.RouteQueue(route),
 			Concurrency: r.Concurrency,
@@ -369,20 +375,59 @@ func consumerGroups(set *routeset.Set, names amqp.Names, handler *deliver.Handle
 			// take the new gate (its controls' settings may have changed).
 			Version: r.Version,
 			Handle: func(ctx context.Context, m webhook.RouteMessage, stopping <-chan struct{}) error {
-				if err := controls.Admit(ctx, route, stopping); err != nil {
-					if errors.Is(err, control.ErrGateClosed) || errors.Is(err, control.ErrStopping) {
-						// Paused, tripped or stopping while held: not a
-						// failure, and nothing was sent.
-						return fmt.Errorf("%w: %w", amqp.ErrGiveBack, err)
-					}
-					return err
+				stop, done := holdBudget(stopping, budget)
+				err := admitAndHandle(ctx, route, m, stop, handler, controls)
+				if spent := done(); err != nil && spent {
+					err = fmt.Errorf("held for %s, what amqp.consumer_timeout leaves the route's waits; given back: %w", budget, err)
 				}
-				return handler.Handle(ctx, route, m, stopping)
+				return err
 			},
 			Gate: gate,
 		})
 	}
 	return groups
+}
+
+// admitAndHandle delivers m once the route's controls admit it.
+func admitAndHandle(ctx context.Context, route string, m webhook.RouteMessage, stopping <-chan struct{}, handler *deliver.Handler, controls *control.Controller) error {
+	if err := controls.Admit(ctx, route, stopping); err != nil {
+		if errors.Is(err, control.ErrGateClosed) || errors.Is(err, control.ErrStopping) {
+			// Paused, tripped or stopping while held: not a failure, and
+			// nothing was sent.
+			return fmt.Errorf("%w: %w", amqp.ErrGiveBack, err)
+		}
+		return err
+	}
+	return handler.Handle(ctx, route, m, stopping)
+}
+
+// holdBudget returns a channel that closes when stopping does or budget
+// has passed (never for a budget of 0), which ends a delivery's waits, and
+// done, which lets the timer go and reports whether budget passed first.
+// Call done once the delivery is over, whatever its outcome.
+func holdBudget(stopping <-chan struct{}, budget time.Duration) (<-chan struct{}, func() bool) {
+	if budget <= 0 {
+		return stopping, func() bool { return false }
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var spent atomic.Bool
+	go func() {
+		t := time.NewTimer(budget)
+		defer t.Stop()
+		select {
+		case <-stopping:
+		case <-t.C:
+			spent.Store(true)
+		case <-done:
+			return
+		}
+		close(stop)
+	}()
+	return stop, func() bool {
+		close(done)
+		return spent.Load()
+	}
 }
 
 // newReconciler re-sends overdue pairs of cfg's routes that no copy in the

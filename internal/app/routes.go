@@ -117,7 +117,7 @@ func (e *routeEngine) apply(ctx context.Context, old, set *routeset.Set) {
 		e.logger.Error().Err(err).Msg("applying the routes' controls")
 		return
 	}
-	e.consumers.SetGroups(consumerGroups(set, e.names, e.handler, e.controls))
+	e.consumers.SetGroups(consumerGroups(e.cfg, set, e.names, e.handler, e.controls))
 	for _, r := range set.All() {
 		if o := old.Get(r.Name); o == nil || o.Version != r.Version || o.Retiring != r.Retiring {
 			ev := e.logger.Info().Str("route", r.Name).Int64("version", r.Version).Strs("bindings", bindingsOf(r))
