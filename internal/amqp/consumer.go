@@ -611,8 +611,14 @@ func (cc *consumer) handle(ctx, work context.Context, d amqp.Delivery, handle Ha
 	// A pause before the requeue keeps a failing dependency from turning
 	// into a hot loop; shutdown cuts it short.
 	backoff.Sleep(ctx, time.Second)
-	if err := d.Nack(false, true); err != nil {
-		cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("nack failed; message will be redelivered")
+	// basic.reject, not basic.nack: since RabbitMQ 4.3 only a reject
+	// counts toward a quorum queue's delivery-limit (a nack says "not
+	// processed", not "failed"), and a message that keeps failing here (a
+	// poison message) must still be parked after dispatcher.delivery_limit
+	// tries, as 3.x, which counts both, parks it. A message given back
+	// for our own reasons (giveBack) is nacked: it did not fail.
+	if err := d.Reject(true); err != nil {
+		cc.logger.Warn().Err(err).Str("message_id", d.MessageId).Msg("reject failed; message will be redelivered")
 	}
 }
 
