@@ -131,8 +131,11 @@ func (pg *postgres) stop() error {
 // every process gone at once, nothing flushed or checkpointed) and leaves
 // it down.
 func (pg *postgres) kill() error {
+	if err := pg.run("pg_ctl", "-D", pg.dir, "-m", "immediate", "-w", "-t", "60", "stop"); err != nil {
+		return err // maybe still running: teardown stops it
+	}
 	pg.running = false
-	return pg.run("pg_ctl", "-D", pg.dir, "-m", "immediate", "-w", "-t", "60", "stop")
+	return nil
 }
 
 // newReplica makes a streaming replica of pg in workDir/name

@@ -1,12 +1,10 @@
 package app_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -52,9 +50,6 @@ func TestDeliveryGivesItsMessageBackBeforeTheConsumerTimeout(t *testing.T) {
 
 	proxy.Restore()
 	dest.waitFor(60*time.Second, "the delivery after Postgres is back", func(rs []received) bool { return len(rs) == 1 })
-	require.Eventually(t, func() bool {
-		state, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(r.ID), "billing")
-		return err == nil && state == webhook.StateDelivered
-	}, 15*time.Second, 20*time.Millisecond)
+	h.waitPair(r.ID, "billing", webhook.StateDelivered)
 	require.Len(t, dest.snapshot(), 1)
 }
