@@ -222,11 +222,12 @@ func rabbitmqEval(expr string) (string, error) {
 // Issue 24: a delivery held past the broker's consumer timeout. RabbitMQ
 // 3.x closes the consumer's channel with 406 PRECONDITION_FAILED
 // ("delivery acknowledgement ... timed out") and requeues the message. The
-// other consumer takes the copy and waits for the held delivery's lease;
-// the held delivery finishes and records, its ack fails on the dead
-// channel, and the dispatcher reconnects and goes on. The copy is known to
-// be delivered and acked without a POST: the event reaches the
-// destination once, and the later ones are delivered.
+// held delivery finishes and records, its ack fails on the dead channel,
+// and the dispatcher reconnects and goes on. The copy, taken by the other
+// consumer while the held delivery runs (it waits for that lease) or after
+// the consumers start over, is known to be delivered and acked without a
+// POST: the event reaches the destination once, and the later ones are
+// delivered.
 //
 // The broker's consumer_timeout is lowered to 5s for the channels the
 // dispatcher opens at its start (3.x reads it when a channel opens), and
@@ -269,12 +270,13 @@ func TestDispatcherResumesAfterTheBrokersConsumerTimeout(t *testing.T) {
 	restoreTick()
 	t.Logf("the broker closed the holding consumer's channel %s after the POST began (consumer_timeout 5s, ticks every 1s)", closedAfter.Round(10*time.Millisecond))
 	require.Greater(t, closedAfter, 4500*time.Millisecond, "not before the timeout (less the claim before the POST)")
-	// The requeued copy went to the other consumer, which waits for the
-	// held delivery's lease instead of POSTing.
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.GreaterOrEqual(c, scrape(c, h.dispatcherBase)[`hookrelay_delivery_leases_total{event="waited",route="billing"}`], 1.0)
-	}, 15*time.Second, 20*time.Millisecond, "the requeued copy waits for the held delivery's lease")
-
+	// The copy the broker requeued meets the held delivery one of two
+	// ways, by a race this test does not control: the other consumer
+	// takes it before the session, told of the closed channel, cancels
+	// its consumers, and it waits for the held delivery's lease; or it
+	// stays in the queue (or in a cancelled consumer's prefetch) until the
+	// consumers start over, after the held delivery ends, and finds the
+	// outcome recorded. Either way it is acked without a POST.
 	release()
 	// The consumers start over. The reconnect line usually names the
 	// broker's reason (406 "delivery acknowledgement on channel ... timed
@@ -288,6 +290,8 @@ func TestDispatcherResumesAfterTheBrokersConsumerTimeout(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`])
 	}, 30*time.Second, 20*time.Millisecond, "the requeued copy is acked without a POST")
+	t.Logf("the copy waited for the held delivery's lease: %v",
+		scrape(t, h.dispatcherBase)[`hookrelay_delivery_leases_total{event="waited",route="billing"}`] >= 1)
 
 	ids := []string{held.ID}
 	for i := range 3 {
