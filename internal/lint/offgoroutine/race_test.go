@@ -1,0 +1,5 @@
+//go:build race
+
+package offgoroutine_test
+
+var buildFlags = []string{"-race"}
