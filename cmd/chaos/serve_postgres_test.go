@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
@@ -71,7 +72,7 @@ func TestServePostgres(t *testing.T) {
 		require.True(t, ok, "announced %q", line)
 	case err := <-done:
 		t.Fatalf("exited before ready: %v", err)
-	case <-time.After(90 * time.Second):
+	case <-time.After(testenv.Scaled(90 * time.Second)):
 		t.Fatal("not ready within 90s")
 	}
 	conn, err := pgx.Connect(context.Background(), url)
@@ -87,7 +88,7 @@ func TestServePostgres(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(90 * time.Second):
+	case <-time.After(testenv.Scaled(90 * time.Second)):
 		t.Fatal("not stopped within 90s")
 	}
 	_, err = pgx.Connect(context.Background(), url)

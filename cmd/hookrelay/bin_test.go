@@ -83,6 +83,12 @@ func (s *shell) run(name string, args ...string) result {
 // runInput is run with stdin (not a terminal).
 func (s *shell) runInput(stdin, name string, args ...string) result {
 	s.t.Helper()
+	return s.runFor(s.t, stdin, name, args...)
+}
+
+// runFor is runInput failing t: the test, or EventuallyWithT's collector
+// inside a condition (which must not fail the test itself).
+func (s *shell) runFor(t require.TestingT, stdin, name string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, name), args...)
@@ -98,9 +104,9 @@ func (s *shell) runInput(stdin, name string, args ...string) result {
 	case errors.As(err, &exit):
 		res.code = exit.ExitCode()
 	default:
-		s.t.Fatalf("running %s %v: %v", name, args, err)
+		require.FailNow(t, fmt.Sprintf("running %s %v: %v", name, args, err))
 	}
-	require.NoError(s.t, ctx.Err(), "%s %v did not finish within a minute", name, args)
+	require.NoError(t, ctx.Err(), "%s %v did not finish within a minute", name, args)
 	return res
 }
 
@@ -162,7 +168,7 @@ func (p *proc) output() string {
 // returns it.
 func (p *proc) waitLine(t *testing.T, want string, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
+	deadline := time.NewTimer(testenv.Scaled(timeout))
 	defer deadline.Stop()
 	for {
 		select {
@@ -195,7 +201,7 @@ func (p *proc) exited(t *testing.T, timeout time.Duration) int {
 	select {
 	case <-p.done:
 		return p.code
-	case <-time.After(timeout):
+	case <-time.After(testenv.Scaled(timeout)):
 		t.Fatalf("still running after %s:\n%s", timeout, p.output())
 		return 0
 	}
@@ -210,7 +216,7 @@ func (p *proc) stop(t *testing.T) {
 	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
-	case <-time.After(40 * time.Second):
+	case <-time.After(testenv.Scaled(40 * time.Second)):
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		t.Errorf("did not stop within 40s of SIGINT; killed")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,7 +45,7 @@ func TestReadmeTryIt(t *testing.T) {
 		require.NoError(t, err, "%s", out)
 		require.Contains(t, string(out), want)
 	}
-	require.Eventually(t, func() bool { return len(dest.posts()) == 1 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(dest.posts()) == 1 }, testenv.Scaled(20*time.Second), 20*time.Millisecond)
 
 	ask := readmeBlock(t, "Then ask the relay what happened to it:")
 	var ran int
@@ -52,10 +54,14 @@ func TestReadmeTryIt(t *testing.T) {
 		fields := strings.Fields(line)
 		require.Equal(t, "bin/hookrelay", fields[0], line)
 		var res result
-		require.Eventually(t, func() bool {
-			res = r.op.run("hookrelay", fields[1:]...)
-			return res.code == 0 && (fields[1] != "events" || strings.Contains(res.stdout, "billing:delivered(1)"))
-		}, 10*time.Second, 50*time.Millisecond, "%s: %v", line, res)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			got := r.op.runFor(c, "", "hookrelay", fields[1:]...)
+			require.Equal(c, 0, got.code, "%s: %v", line, got)
+			if fields[1] == "events" {
+				require.Contains(c, got.stdout, "billing:delivered(1)", "%s: %v", line, got)
+			}
+			res = got
+		}, testenv.Scaled(10*time.Second), 50*time.Millisecond, line)
 		if fields[1] == "routes" {
 			require.Regexp(t, `billing\s+.*\s+active\s+4\s+0\s+-\n`, res.stdout)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -112,7 +113,7 @@ func TestReplayPacesBatchesAndPrintsProgress(t *testing.T) {
 	require.Regexp(t, `^replay: \d+ of 3000 event\(s\) scanned, \d+ pair\(s\) enqueued, \d+ delivered so far`, lines[0])
 	require.LessOrEqual(t, d.maxPending.Load(), int64(batch+batch/10),
 		"never more than a batch (and a tenth of the last) waiting ahead of live events")
-	require.Eventually(t, func() bool { return d.delivered.Load() == n }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return d.delivered.Load() == n }, testenv.Scaled(20*time.Second), 20*time.Millisecond)
 }
 
 // A replay whose batch nobody takes (no dispatcher) fails loudly after the

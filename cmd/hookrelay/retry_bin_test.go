@@ -22,6 +22,8 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -97,7 +99,7 @@ func startRelay(t *testing.T, dest *destination, env map[string]string) *relay {
 			}
 			resp.Body.Close()
 			return resp.StatusCode == http.StatusOK
-		}, 30*time.Second, 50*time.Millisecond, "%s never ready", u)
+		}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "%s never ready", u)
 	}
 	return r
 }
@@ -123,9 +125,9 @@ func (r *relay) send(t *testing.T, key string) string {
 }
 
 // show is `hookrelay events show ID --json`.
-func (r *relay) show(t *testing.T, id string) ops.EventDetail {
-	t.Helper()
-	res := r.op.run("hookrelay", "events", "show", id, "--json")
+// t is the test, or EventuallyWithT's collector inside a condition.
+func (r *relay) show(t require.TestingT, id string) ops.EventDetail {
+	res := r.op.runFor(t, "", "hookrelay", "events", "show", id, "--json")
 	require.Equal(t, 0, res.code, res)
 	var ev ops.EventDetail
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &ev), res.stdout)
@@ -133,8 +135,8 @@ func (r *relay) show(t *testing.T, id string) ops.EventDetail {
 }
 
 // metric reads one sample of the dispatcher's /metrics, 0 when absent.
-func (r *relay) metric(t *testing.T, series string) float64 {
-	t.Helper()
+// t is the test, or EventuallyWithT's collector inside a condition.
+func (r *relay) metric(t require.TestingT, series string) float64 {
 	resp, err := http.Get(r.dispatchURL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -162,10 +164,11 @@ func TestRetryNowSupersedesTheTierCopyAndReplayStartsASeries(t *testing.T) {
 	id := r.send(t, "evt_retry_now")
 
 	// Attempt 1 fails; its copy waits in the 10s tier.
-	require.Eventually(t, func() bool {
-		ev := r.show(t, id)
-		return len(ev.Deliveries) == 1 && ev.Deliveries[0].State == "retrying"
-	}, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ev := r.show(c, id)
+		require.Len(c, ev.Deliveries, 1)
+		assert.Equal(c, "retrying", ev.Deliveries[0].State)
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	res := r.op.run("hookrelay", "events", "show", id)
 	require.Equal(t, 0, res.code, res)
 	t.Log("\n" + res.stdout)
@@ -184,12 +187,16 @@ func TestRetryNowSupersedesTheTierCopyAndReplayStartsASeries(t *testing.T) {
 	t.Log("\n" + res.stdout)
 	require.Contains(t, res.stdout, "billing")
 	require.Contains(t, res.stdout, "retried 1 pair(s) now, skipped 0")
-	require.Eventually(t, func() bool { return r.show(t, id).Deliveries[0].State == "delivered" }, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ev := r.show(c, id)
+		require.NotEmpty(c, ev.Deliveries)
+		assert.Equal(c, "delivered", ev.Deliveries[0].State)
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	require.Equal(t, []string{"1", "2"}, dest.posts(), "retry-now is attempt 2 of the series, delivered once")
 
 	// The tier copy comes back after its 10s and is dropped.
 	superseded := `hookrelay_deliveries_total{outcome="superseded",route="billing"}`
-	require.Eventually(t, func() bool { return r.metric(t, superseded) == 1 }, 30*time.Second, 100*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 1.0, r.metric(c, superseded)) }, testenv.Scaled(30*time.Second), 100*time.Millisecond)
 	require.Equal(t, []string{"1", "2"}, dest.posts(), "the superseded copy is not delivered")
 	res = r.op.run("hookrelay", "retry", "--event", id)
 	require.Equal(t, 0, res.code, res)
@@ -199,12 +206,15 @@ func TestRetryNowSupersedesTheTierCopyAndReplayStartsASeries(t *testing.T) {
 	// A replay starts series 2.
 	res = r.op.run("hookrelay", "replay", "--event", id, "--include-delivered")
 	require.Equal(t, 0, res.code, res)
-	require.Eventually(t, func() bool { return len(dest.posts()) == 3 }, 20*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return len(dest.posts()) == 3 }, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	require.Equal(t, "1", dest.posts()[2], "a new series starts at attempt 1")
-	require.Eventually(t, func() bool {
-		d := r.show(t, id).Deliveries[0]
-		return d.State == "delivered" && len(d.AttemptRows) == 3
-	}, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ev := r.show(c, id)
+		require.NotEmpty(c, ev.Deliveries)
+		d := ev.Deliveries[0]
+		assert.Equal(c, "delivered", d.State)
+		assert.Len(c, d.AttemptRows, 3)
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	d := r.show(t, id).Deliveries[0]
 	require.Equal(t, 2, d.Series)
 	var series []string
@@ -228,10 +238,10 @@ func TestRetryRouteRetryingPairs(t *testing.T) {
 	for i := range 3 {
 		ids = append(ids, r.send(t, fmt.Sprint("evt_route_", i)))
 	}
-	require.Eventually(t, func() bool {
-		res := r.op.run("hookrelay", "events", "list", "--state", "retrying")
-		return lastLine(res.stdout) == "3 event(s)"
-	}, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := r.op.runFor(c, "", "hookrelay", "events", "list", "--state", "retrying")
+		assert.Equal(c, "3 event(s)", lastLine(res.stdout))
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 
 	res := r.op.run("hookrelay", "retry", "--route", "billing")
 	require.Equal(t, 2, res.code, res)
@@ -242,9 +252,9 @@ func TestRetryRouteRetryingPairs(t *testing.T) {
 	require.Equal(t, 0, res.code, res)
 	require.Contains(t, res.stdout, "retried 3 pair(s) now, skipped 0")
 	require.Contains(t, res.stderr, "retry: 3 of 3 pair(s)", "progress on stderr")
-	require.Eventually(t, func() bool {
-		res := r.op.run("hookrelay", "events", "list", "--state", "delivered")
-		return lastLine(res.stdout) == "3 event(s)"
-	}, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := r.op.runFor(c, "", "hookrelay", "events", "list", "--state", "delivered")
+		assert.Equal(c, "3 event(s)", lastLine(res.stdout))
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	require.Len(t, dest.posts(), 6, "each pair once more, not twice")
 }

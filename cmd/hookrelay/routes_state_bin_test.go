@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,11 +25,11 @@ func TestRoutesSayWhatTheDispatchersDo(t *testing.T) {
 	t.Parallel()
 	s, db, _ := opsShell(t)
 	require.Equal(t, 0, s.run("hookrelay", "topology", "apply").code)
-	routes := func() (string, ops.RouteSummary) {
-		t.Helper()
-		res := s.run("hookrelay", "routes")
+	// routes fails t: the test, or EventuallyWithT's collector.
+	routes := func(t require.TestingT) (string, ops.RouteSummary) {
+		res := s.runFor(t, "", "hookrelay", "routes")
 		require.Equal(t, 0, res.code, res)
-		js := s.run("hookrelay", "routes", "--json")
+		js := s.runFor(t, "", "hookrelay", "routes", "--json")
 		require.Equal(t, 0, js.code, js)
 		var list ops.RouteList
 		dec := json.NewDecoder(strings.NewReader(js.stdout))
@@ -36,7 +38,7 @@ func TestRoutesSayWhatTheDispatchersDo(t *testing.T) {
 		return res.stdout, list.Routes[0]
 	}
 
-	out, b := routes()
+	out, b := routes(t)
 	t.Log("\n" + out)
 	require.Regexp(t, `STATE\s+CONSUMERS\s+READY`, out)
 	require.Regexp(t, `billing\s+.*\s+no-consumers\s+0\s+0\s+-\n`, out)
@@ -52,28 +54,28 @@ func TestRoutesSayWhatTheDispatchersDo(t *testing.T) {
 		require.NoError(t, err)
 	}
 	set(`circuit = 'open', consecutive_failures = 5, opened_until = now() + interval '90 seconds'`)
-	out, b = routes()
+	out, b = routes(t)
 	require.Regexp(t, regexp.MustCompile(`billing\s+.*\s+circuit-open, probe in 1m[23]\ds\s+0\s+0`), out)
 	require.Equal(t, "circuit-open", b.State)
 	require.WithinDuration(t, time.Now().Add(90*time.Second), *b.CircuitOpenUntil, 10*time.Second)
 	set(`opened_until = now() - interval '1 second'`)
-	out, _ = routes()
+	out, _ = routes(t)
 	require.Regexp(t, `billing\s+.*\s+circuit-open, probe due\s+0\s+0`, out)
 
 	set(`circuit = 'closed', opened_until = NULL, held_until = now() + interval '40 seconds'`)
-	out, b = routes()
+	out, b = routes(t)
 	require.Regexp(t, `billing\s+.*\s+held [34]\ds\s+0\s+0`, out, "a hold, of a route without a rate limit")
 	require.Equal(t, "held", b.State)
 	path := filepath.Join(s.dir, "config.yaml")
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	s.writeConfig("config.yaml", strings.Replace(string(raw), "concurrency: 4\n", "concurrency: 4\n    rate_limit: 5\n", 1))
-	out, b = routes()
+	out, b = routes(t)
 	require.Regexp(t, `billing\s+.*\s+held\(rate-limit\) [34]\ds\s+0\s+0`, out)
 	require.Equal(t, "held(rate-limit)", b.State)
 	require.NotNil(t, b.HeldUntil)
 	set(`slow_until = now() + interval '50 seconds'`)
-	out, b = routes()
+	out, b = routes(t)
 	require.Regexp(t, `billing\s+.*\s+held\(retry-after\) [45]\ds\s+0\s+0`, out, "the destination's Retry-After wins")
 	require.Equal(t, "held(retry-after)", b.State)
 	set(`slow_until = NULL, held_until = NULL`)
@@ -85,12 +87,13 @@ func TestRoutesSayWhatTheDispatchersDo(t *testing.T) {
 	}
 	d := s.start("dispatcher")
 	d.waitLine(t, "ready: delivering billing", 30*time.Second)
-	require.Eventually(t, func() bool {
-		_, b = routes()
-		return b.State == "active"
-	}, 20*time.Second, 100*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, got := routes(c)
+		require.Equal(c, "active", got.State)
+		b = got
+	}, testenv.Scaled(20*time.Second), 100*time.Millisecond)
 	require.Equal(t, 4, *b.Consumers)
-	out, _ = routes()
+	out, _ = routes(t)
 	require.Regexp(t, `billing\s+.*\s+active\s+4\s+0\s+-\n`, out)
 }
 

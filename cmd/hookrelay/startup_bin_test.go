@@ -79,7 +79,7 @@ func TestStartupUnreachableBrokerSaysSoEveryFewSeconds(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.JSONEq(t, `{"status":"starting","postgres":"ok","rabbitmq":"waiting"}`, string(body))
-	require.Eventually(t, func() bool { return strings.Count(d.output(), "rabbitmq does not answer") >= 3 }, 20*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return strings.Count(d.output(), "rabbitmq does not answer") >= 3 }, testenv.Scaled(20*time.Second), 50*time.Millisecond,
 		"said again every few seconds")
 	require.NotContains(t, d.output(), `"level":"error"`, "waiting is no error")
 	require.NotContains(t, d.output(), "ready")

@@ -48,7 +48,7 @@ func TestDialerSkipsDeadNodes(t *testing.T) {
 		// The series goes when the library reports the close, which it
 		// does on its reader goroutine, after Close has returned.
 		require.Eventually(t, func() bool { return testutil.CollectAndCount(reg, "hookrelay_rabbitmq_connected_node") == 0 },
-			5*time.Second, 5*time.Millisecond, "a closed connection is on no node")
+			testenv.Scaled(5*time.Second), 5*time.Millisecond, "a closed connection is on no node")
 	}
 }
 

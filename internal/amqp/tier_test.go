@@ -88,7 +88,7 @@ func TestQueueStatsCountDeadLettering(t *testing.T) {
 		require.Equal(c, names.Retry(100*time.Millisecond), stats[0].Name)
 		require.Equal(c, 3, stats[0].DeadLettering)
 		require.Zero(c, stats[0].Ready)
-	}, 30*time.Second, 500*time.Millisecond)
+	}, testenv.Scaled(30*time.Second), 500*time.Millisecond)
 }
 
 // Issue 18, item 11: a management API that does not answer is named by

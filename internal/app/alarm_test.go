@@ -30,10 +30,10 @@ func raiseMemoryAlarm(t *testing.T) (clear func()) {
 	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") // fail early if it cannot be restored
 	t.Cleanup(func() { rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") })
 	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.0000001")
-	require.Eventually(t, memAlarm(t), 30*time.Second, 50*time.Millisecond, "the memory alarm never went off")
+	require.Eventually(t, memAlarm(t), testenv.Scaled(30*time.Second), 50*time.Millisecond, "the memory alarm never went off")
 	return func() {
 		rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
-		require.Eventually(t, func() bool { return !memAlarm(t)() }, 30*time.Second, 50*time.Millisecond, "the memory alarm never cleared")
+		require.Eventually(t, func() bool { return !memAlarm(t)() }, testenv.Scaled(30*time.Second), 50*time.Millisecond, "the memory alarm never cleared")
 	}
 }
 
@@ -153,7 +153,7 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 	for range 2 {
 		select {
 		case <-arrived:
-		case <-time.After(20 * time.Second):
+		case <-time.After(testenv.Scaled(20 * time.Second)):
 			t.Fatal("the first deliveries never reached the destination")
 		}
 	}
@@ -178,7 +178,7 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 		status, body := readyz(c, h.base)
 		require.Equal(c, http.StatusOK, status)
 		require.Equal(c, "blocked", body["rabbitmq"])
-	}, 10*time.Second, 50*time.Millisecond, "the receiver stays ready and shows the block")
+	}, testenv.Scaled(10*time.Second), 50*time.Millisecond, "the receiver stays ready and shows the block")
 	require.Equal(t, 1.0, scrape(t, h.metricsBase)[`hookrelay_rabbitmq_blocked{connection="receiver_publisher"}`])
 
 	// evt_retry fails: its retry copy waits in the outbox with the events,
@@ -202,7 +202,7 @@ func TestBrokerAlarmHoldsPublishesAndLosesNothing(t *testing.T) {
 		status, body := readyz(c, h.dispatcherBase)
 		require.Equal(c, http.StatusOK, status)
 		require.Equal(c, "blocked", body["rabbitmq"])
-	}, 10*time.Second, 50*time.Millisecond, "the dispatcher shows the block")
+	}, testenv.Scaled(10*time.Second), 50*time.Millisecond, "the dispatcher shows the block")
 	require.Equal(t, 1.0, scrape(t, h.dispatcherBase)[`hookrelay_rabbitmq_blocked{connection="dispatcher_publisher"}`])
 	require.True(t, memAlarm(t)(), "the alarm was still on")
 	posts := map[string]int{}

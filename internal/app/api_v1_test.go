@@ -22,6 +22,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
 	"github.com/pb33f/libopenapi"
@@ -109,8 +110,12 @@ type apiAnswer struct {
 	Body   []byte
 }
 
-func (a apiAnswer) decode(t *testing.T, v any) {
-	t.Helper()
+// decode reads the answer's JSON into v; t is the test, or
+// EventuallyWithT's collector inside a condition.
+func (a apiAnswer) decode(t require.TestingT, v any) {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	require.NoError(t, json.Unmarshal(a.Body, v), "%s", a.Body)
 }
 
@@ -125,15 +130,21 @@ type apiErrorBody struct {
 // validates the answer against the document; a 2xx marks op reached.
 func (c *apiClient) call(op, method, path, token string, body any, header ...string) apiAnswer {
 	c.t.Helper()
+	return c.try(c.t, op, method, path, token, body, header...)
+}
+
+// try is call failing t: the test, or EventuallyWithT's collector inside a
+// condition (which must not fail the test from testify's goroutine).
+func (c *apiClient) try(t require.TestingT, op, method, path, token string, body any, header ...string) apiAnswer {
 	var raw []byte
 	if body != nil {
 		var err error
 		raw, err = json.Marshal(body)
-		require.NoError(c.t, err)
+		require.NoError(t, err)
 	}
 	build := func() *http.Request {
 		req, err := http.NewRequest(method, c.base+path, bytes.NewReader(raw))
-		require.NoError(c.t, err)
+		require.NoError(t, err)
 		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
@@ -146,21 +157,21 @@ func (c *apiClient) call(op, method, path, token string, body any, header ...str
 		return req
 	}
 	resp, err := http.DefaultClient.Do(build())
-	require.NoError(c.t, err)
+	require.NoError(t, err)
 	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.NoError(c.t, err)
+	require.NoError(t, err)
 	// The validator reads the answer's body: hand it a fresh copy.
 	resp.Body = io.NopCloser(bytes.NewReader(got))
 	ok, verrs := c.v.ValidateHttpResponse(build(), resp)
 	if !ok {
 		for _, e := range verrs {
-			c.t.Errorf("%s %s %s answered %d against the document: %s: %s", op, method, path, resp.StatusCode, e.Message, e.Reason)
+			t.Errorf("%s %s %s answered %d against the document: %s: %s", op, method, path, resp.StatusCode, e.Message, e.Reason)
 			for _, se := range e.SchemaValidationErrors {
-				c.t.Errorf("    %s at %s", se.Reason, se.FieldPath)
+				t.Errorf("    %s at %s", se.Reason, se.FieldPath)
 			}
 		}
-		c.t.Logf("body: %s", got)
+		t.Errorf("body: %s", got)
 	}
 	if resp.StatusCode < 300 {
 		c.mu.Lock()
@@ -176,15 +187,17 @@ func (c *apiClient) waitJob(token, id string, timeout time.Duration) (ops.Job, [
 	c.t.Helper()
 	var job ops.Job
 	var seen []string
-	require.Eventually(c.t, func() bool {
-		a := c.call("get-job", http.MethodGet, "/api/v1/jobs/"+id, token, nil)
-		require.Equal(c.t, http.StatusOK, a.Status, "%s", a.Body)
-		a.decode(c.t, &job)
+	require.EventuallyWithT(c.t, func(col *assert.CollectT) {
+		a := c.try(col, "get-job", http.MethodGet, "/api/v1/jobs/"+id, token, nil)
+		require.Equal(col, http.StatusOK, a.Status, "%s", a.Body)
+		var got ops.Job
+		a.decode(col, &got)
+		job = got
 		if p := string(job.Progress); len(seen) == 0 || seen[len(seen)-1] != p {
 			seen = append(seen, p)
 		}
-		return job.State != "running"
-	}, timeout, 50*time.Millisecond, "job %s ends", id)
+		assert.NotEqual(col, "running", job.State)
+	}, testenv.Scaled(timeout), 50*time.Millisecond, "job %s ends", id)
 	return job, seen
 }
 
@@ -561,9 +574,9 @@ func TestAPISuite(t *testing.T) {
 	a = c.call("revoke-token", http.MethodDelete, "/api/v1/tokens/short-lived", admin, nil)
 	require.Equal(t, http.StatusNoContent, a.Status, "%s", a.Body)
 	revoked := time.Now()
-	require.Eventually(t, func() bool {
-		return c.call("list-routes", http.MethodGet, "/api/v1/routes", tok.Secret, nil).Status == http.StatusUnauthorized
-	}, time.Second, 10*time.Millisecond, "a revoked token is refused within a second")
+	require.EventuallyWithT(t, func(col *assert.CollectT) {
+		assert.Equal(col, http.StatusUnauthorized, c.try(col, "list-routes", http.MethodGet, "/api/v1/routes", tok.Secret, nil).Status)
+	}, testenv.Scaled(time.Second), 10*time.Millisecond, "a revoked token is refused within a second")
 	t.Logf("revoked token refused %s after the revoke answered", time.Since(revoked).Round(time.Millisecond))
 	a = c.call("list-tokens", http.MethodGet, "/api/v1/tokens", admin, nil)
 	var tokens struct {
@@ -729,7 +742,7 @@ func TestAPIActivity(t *testing.T) {
 	bad := h.post("acme", []byte(`{"id":"evt_forged","type":"invoice.paid"}`), http.Header{"X-Acme-Signature": {"sha256=00"}})
 	require.Equal(t, http.StatusUnauthorized, bad.status)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		a := h.api.call("get-activity", http.MethodGet, "/api/v1/activity", h.tokens["viewer"], nil)
+		a := h.api.try(c, "get-activity", http.MethodGet, "/api/v1/activity", h.tokens["viewer"], nil)
 		require.Equal(c, http.StatusOK, a.Status)
 		var act ops.Activity
 		require.NoError(c, json.Unmarshal(a.Body, &act))
@@ -744,5 +757,5 @@ func TestAPIActivity(t *testing.T) {
 		assert.Equal(c, "acme", act.Sources[0].Source)
 		assert.EqualValues(c, 1, act.Sources[0].Accepted)
 		assert.EqualValues(c, 1, act.Sources[0].RejectedTotal())
-	}, 15*time.Second, 100*time.Millisecond)
+	}, testenv.Scaled(15*time.Second), 100*time.Millisecond)
 }

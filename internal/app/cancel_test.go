@@ -153,7 +153,7 @@ func TestDispatcherResumesWhenItsQueueIsDeletedAndDeclaredAgain(t *testing.T) {
 		n, err := queueConsumers(h.ch, queue)
 		require.NoError(c, err)
 		require.Equal(c, 1, n)
-	}, 10*time.Second, 20*time.Millisecond, "the dispatcher consumes the new queue")
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond, "the dispatcher consumes the new queue")
 	h.waitQueuesEmpty(10 * time.Second)
 }
 
@@ -265,7 +265,7 @@ func TestDispatcherResumesAfterTheBrokersConsumerTimeout(t *testing.T) {
 		n, err := queueConsumers(h.ch, queue)
 		require.NoError(c, err)
 		require.Equal(c, 1, n)
-	}, 30*time.Second, 20*time.Millisecond, "the broker closes the channel of the consumer holding the message")
+	}, testenv.Scaled(30*time.Second), 20*time.Millisecond, "the broker closes the channel of the consumer holding the message")
 	closedAfter := time.Since(heldAt)
 	restoreTick()
 	t.Logf("the broker closed the holding consumer's channel %s after the POST began (consumer_timeout 5s, ticks every 1s)", closedAfter.Round(10*time.Millisecond))
@@ -289,7 +289,7 @@ func TestDispatcherResumesAfterTheBrokersConsumerTimeout(t *testing.T) {
 	t.Logf("reconnects naming the consumer timeout: %d", logs.count("delivery acknowledgement on channel"))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`])
-	}, 30*time.Second, 20*time.Millisecond, "the requeued copy is acked without a POST")
+	}, testenv.Scaled(30*time.Second), 20*time.Millisecond, "the requeued copy is acked without a POST")
 	t.Logf("the copy waited for the held delivery's lease: %v",
 		scrape(t, h.dispatcherBase)[`hookrelay_delivery_leases_total{event="waited",route="billing"}`] >= 1)
 
@@ -310,5 +310,5 @@ func TestDispatcherResumesAfterTheBrokersConsumerTimeout(t *testing.T) {
 		n, err := queueConsumers(h.ch, queue)
 		require.NoError(c, err)
 		require.Equal(c, 2, n)
-	}, 10*time.Second, 20*time.Millisecond, "both consumers back")
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond, "both consumers back")
 }

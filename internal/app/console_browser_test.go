@@ -21,6 +21,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/console"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,7 +34,7 @@ func (h *harness) waitPair(id, route string, state webhook.DeliveryState) {
 		st, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(id), route)
 		require.NoError(c, err)
 		require.Equal(c, state, st, "%s on %s", id, route)
-	}, 20*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(20*time.Second), 20*time.Millisecond)
 }
 
 // browser starts Debian's chromium headless for the test (scripts/test.sh
@@ -94,7 +95,7 @@ func signIn(t *testing.T, ctx context.Context, base, token string) {
 		done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
 			`document.readyState === "complete" && !!(document.querySelector("header form.who") || document.querySelector("p.error"))`))
 		return err == nil && done
-	}, 10*time.Second, 20*time.Millisecond, "the sign-in answered")
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond, "the sign-in answered")
 }
 
 // browserCookies are the browser's cookies for base.
@@ -124,7 +125,7 @@ func waitURL(t *testing.T, ctx context.Context, part string) {
 		}
 		st, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState`))
 		return err == nil && st == "complete"
-	}, 10*time.Second, 20*time.Millisecond, "a page at %s", part)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond, "a page at %s", part)
 }
 
 // waitText waits until the first node sel selects says want.
@@ -133,7 +134,7 @@ func waitText(t *testing.T, ctx context.Context, sel, want string) {
 	require.Eventually(t, func() bool {
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
 		return err == nil && strings.Contains(s, want)
-	}, 10*time.Second, 20*time.Millisecond, "%s says %q", sel, want)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond, "%s says %q", sel, want)
 }
 
 // count counts the nodes sel selects.
@@ -224,7 +225,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		st, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`section.delivery[data-route="billing"] .state`)))
 		require.NoError(c, err)
 		require.Equal(c, "delivered", strings.TrimSpace(st))
-	}, 20*time.Second, 200*time.Millisecond)
+	}, testenv.Scaled(20*time.Second), 200*time.Millisecond)
 	posts := 0
 	for _, q := range h.dest.snapshot() {
 		if q.eventID == id {
@@ -260,7 +261,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		assert.Regexp(c, `signature_\w+: 1`, got["reasons"])
 		assert.Equal(c, "2", got["delivered"])
 		assert.Equal(c, "66.7%", got["success"], "two of three attempts succeeded")
-	}, 20*time.Second, 250*time.Millisecond)
+	}, testenv.Scaled(20*time.Second), 250*time.Millisecond)
 	require.Equal(t, 1, count(t, ctx, `#routes tr[data-route="billing"] svg.chart`))
 	screenshot(t, ctx, "console-overview")
 
@@ -285,7 +286,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a cross-site POST")
-	require.False(t, h.routeState("billing").Paused)
+	require.False(t, h.routeState(t, "billing").Paused)
 
 	// Sign out; a viewer sees no action, and a forged one is refused.
 	require.NoError(t, chromedp.Do(ctx,
@@ -357,7 +358,7 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 		st, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#job-state`)))
 		require.NoError(c, err)
 		require.Equal(c, "succeeded", strings.TrimSpace(st))
-	}, 30*time.Second, 250*time.Millisecond)
+	}, testenv.Scaled(30*time.Second), 250*time.Millisecond)
 	require.Equal(t, "1", text(t, ctx, `#result dd[data-key="moved"]`))
 	h.dest.waitFor(20*time.Second, "the requeued letter delivered", func([]received) bool { return h.dest.successes()["billing "+first] == 1 })
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 3, 10*time.Second)
@@ -386,7 +387,7 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 		st, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#job-state`)))
 		require.NoError(c, err)
 		require.Equal(c, "succeeded", strings.TrimSpace(st))
-	}, 60*time.Second, 250*time.Millisecond)
+	}, testenv.Scaled(60*time.Second), 250*time.Millisecond)
 	require.Equal(t, preview, text(t, ctx, `#result dd[data-key="replayed_count"]`), "the preview's count is what the job replayed")
 	screenshot(t, ctx, "console-replay-job")
 	for _, id := range ids {
@@ -424,7 +425,7 @@ func TestConsolePauseAndResume(t *testing.T) {
 	base := h.api.base
 	queue := h.names.RouteQueue("billing")
 	consumers := 2 * h.cfg.Routes[0].Concurrency
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == consumers }, 10*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, consumers, h.queueConsumers(c, queue)) }, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	ctx := browser(t)
 	signIn(t, ctx, base, h.tokens["operator"])
 
@@ -438,12 +439,12 @@ func TestConsolePauseAndResume(t *testing.T) {
 	))
 	waitText(t, ctx, ".flash", "route billing paused")
 	paused := time.Now()
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 0, h.queueConsumers(c, queue)) }, testenv.Scaled(2*time.Second), 10*time.Millisecond,
 		"both dispatchers stop consuming within 2s of the pause")
 	t.Logf("consumers gone %s after the pause answered", time.Since(paused).Round(time.Millisecond))
 	require.Equal(t, reason, text(t, ctx, `#route-facts .reason`))
 	require.Contains(t, text(t, ctx, `#route-facts .paused`), "by token:t-operator")
-	require.Equal(t, reason, h.routeState("billing").PausedReason)
+	require.Equal(t, reason, h.routeState(t, "billing").PausedReason)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#routes`))))
 	require.Equal(t, "paused", text(t, ctx, `#routes tr[data-route="billing"] .state`))
 	screenshot(t, ctx, "console-paused")
@@ -457,7 +458,7 @@ func TestConsolePauseAndResume(t *testing.T) {
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routes tr[data-route="billing"] form button`))))
 	waitText(t, ctx, ".flash", "route billing resumed")
-	require.Empty(t, h.routeState("billing").PausedReason, "a resume clears the reason")
+	require.Empty(t, h.routeState(t, "billing").PausedReason, "a resume clears the reason")
 	h.dest.waitFor(20*time.Second, "the backlog", func(rs []received) bool { return len(h.dest.successes()) == 5 })
 	h.waitQueuesEmpty(10 * time.Second)
 	for _, id := range ids {

@@ -15,30 +15,31 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // queueConsumers returns how many consumers queue has, from a passive
 // declare.
-func (h *harness) queueConsumers(queue string) int {
-	h.t.Helper()
+// t is the test, or EventuallyWithT's collector inside a condition.
+func (h *harness) queueConsumers(t require.TestingT, queue string) int {
 	q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	require.NoError(h.t, err)
+	require.NoError(t, err)
 	return q.Consumers
 }
 
-// routeState reads route's row of route_state.
-func (h *harness) routeState(route string) store.RouteState {
-	h.t.Helper()
+// routeState reads route's row of route_state; t is the test, or
+// EventuallyWithT's collector inside a condition.
+func (h *harness) routeState(t require.TestingT, route string) store.RouteState {
 	list, err := h.db.RouteStateList(context.Background())
-	require.NoError(h.t, err)
+	require.NoError(t, err)
 	for _, s := range list {
 		if s.Route == route {
 			return s
 		}
 	}
-	h.t.Fatalf("no route_state row for %s", route)
+	require.Fail(t, "no route_state row for "+route)
 	return store.RouteState{}
 }
 
@@ -57,7 +58,7 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	first := h.startDispatcherProcess().base
 	second := h.startDispatcherProcess().base
 	queue := h.names.RouteQueue("billing")
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 4 }, 10*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 4, h.queueConsumers(c, queue)) }, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 
 	for i := range 3 {
 		h.postSigned(fmt.Sprintf("evt_before_%d", i), "invoice.paid")
@@ -68,7 +69,7 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, changed)
 	paused := time.Now()
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 0, h.queueConsumers(c, queue)) }, testenv.Scaled(2*time.Second), 10*time.Millisecond,
 		"both dispatchers stop consuming within 2s of the pause")
 	t.Logf("consumers gone %s after the pause", time.Since(paused))
 	for _, base := range []string{first, second} {
@@ -88,7 +89,7 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	// still has none and keeps its messages.
 	third := h.startDispatcherProcess().base
 	require.Equal(t, 1.0, scrape(t, third)[`hookrelay_route_paused{route="billing"}`])
-	require.Equal(t, 0, h.queueConsumers(queue))
+	require.Equal(t, 0, h.queueConsumers(t, queue))
 	require.Len(t, dest.snapshot(), 3, "nothing delivered while paused")
 
 	changed, err = h.db.RoutePause(context.Background(), "billing", false, "")
@@ -98,7 +99,7 @@ func TestPauseStopsBothDispatchersWithinTwoSeconds(t *testing.T) {
 	dest.waitFor(15*time.Second, "the backlog", func(rs []received) bool { return len(rs) >= 13 })
 	t.Logf("backlog delivered %s after the resume", time.Since(resumed))
 	h.waitQueuesEmpty(10 * time.Second)
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 6 }, 5*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 6, h.queueConsumers(c, queue)) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
 	got := dest.successes()
 	require.Len(t, got, 13)
 	for pair, n := range got {
@@ -115,7 +116,7 @@ func waitCountCh(t *testing.T, h *harness, queue string, want int, timeout time.
 	require.Eventually(t, func() bool {
 		q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err == nil && q.Messages == want
-	}, timeout, 20*time.Millisecond, "queue %s never held %d messages", queue, want)
+	}, testenv.Scaled(timeout), 20*time.Millisecond, "queue %s never held %d messages", queue, want)
 }
 
 // After circuit.failures consecutive failed attempts across two
@@ -149,10 +150,11 @@ func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
 		h.postSigned(fmt.Sprintf("evt_circuit_%d", i), "invoice.paid")
 	}
 	var opened store.RouteState
-	require.Eventually(t, func() bool {
-		opened = h.routeState("billing")
-		return opened.Circuit == store.CircuitOpen
-	}, 15*time.Second, 10*time.Millisecond, "the circuit opens")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st := h.routeState(c, "billing")
+		require.Equal(c, store.CircuitOpen, st.Circuit)
+		opened = st
+	}, testenv.Scaled(15*time.Second), 10*time.Millisecond, "the circuit opens")
 	require.NotNil(t, opened.OpenedUntil)
 	openedAt := time.Now()
 	failed := len(dest.snapshot())
@@ -162,13 +164,13 @@ func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
 	for _, base := range []string{first, second} {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			require.Equal(c, 2.0, scrape(c, base)[`hookrelay_route_circuit_state{route="billing"}`])
-		}, 2*time.Second, 10*time.Millisecond)
+		}, testenv.Scaled(2*time.Second), 10*time.Millisecond)
 	}
 
 	// While open: nobody consumes, the tiers give their copies back to the
 	// route queue (longest tier 800ms) and stay empty, and every event
 	// waits in the route queue.
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 0, h.queueConsumers(c, queue)) }, testenv.Scaled(2*time.Second), 10*time.Millisecond)
 	waitCountCh(t, h, queue, events, 2*time.Second)
 	for _, d := range h.cfg.Retry.Backoff {
 		require.Equal(t, 0, countReady(t, h, h.names.Retry(d)), "tier %s is empty while the circuit is open", d)
@@ -194,13 +196,13 @@ func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
 		}
 	}
 	require.Zero(t, quiet, "no attempt while the circuit was open")
-	closed := h.routeState("billing")
+	closed := h.routeState(t, "billing")
 	require.Equal(t, store.CircuitClosed, closed.Circuit)
 	require.Zero(t, closed.ConsecutiveFailures)
 	for _, base := range []string{first, second} {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			require.Equal(c, 0.0, scrape(c, base)[`hookrelay_route_circuit_state{route="billing"}`])
-		}, 3*time.Second, 10*time.Millisecond)
+		}, testenv.Scaled(3*time.Second), 10*time.Millisecond)
 	}
 }
 
@@ -304,8 +306,8 @@ func TestRetryAfterSlowsTheWholeRoute(t *testing.T) {
 	refusedAt := dest.snapshot()[0].at
 	for _, base := range []string{first, second} {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			require.Equal(c, 0.0, float64(h.queueConsumers(h.names.RouteQueue("billing"))))
-		}, 2*time.Second, 10*time.Millisecond, "no dispatcher consumes while held (%s)", base)
+			require.Equal(c, 0.0, float64(h.queueConsumers(c, h.names.RouteQueue("billing"))))
+		}, testenv.Scaled(2*time.Second), 10*time.Millisecond, "no dispatcher consumes while held (%s)", base)
 	}
 	h.postSigned("evt_after", "invoice.paid")
 	dest.waitFor(15*time.Second, "both events delivered", func(rs []received) bool { return len(dest.successes()) == 2 })
@@ -347,8 +349,8 @@ func TestAdminAPIPausesAndResumesRoute(t *testing.T) {
 	status, body = post("/api/routes/billing/pause", adminToken)
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"route":"billing","paused":true,"changed":true}`, body)
-	require.True(t, h.routeState("billing").Paused)
-	require.Equal(t, ops.ConfigTokenActor, h.routeState("billing").PausedBy, "paused by the actor the audit log names")
+	require.True(t, h.routeState(t, "billing").Paused)
+	require.Equal(t, ops.ConfigTokenActor, h.routeState(t, "billing").PausedBy, "paused by the actor the audit log names")
 	status, body = post("/api/routes/billing/pause", adminToken)
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"route":"billing","paused":true,"changed":false}`, body)
@@ -356,7 +358,7 @@ func TestAdminAPIPausesAndResumesRoute(t *testing.T) {
 	status, body = post("/api/routes/billing/resume", adminToken)
 	require.Equal(t, http.StatusOK, status, body)
 	require.JSONEq(t, `{"route":"billing","paused":false,"changed":true}`, body)
-	require.False(t, h.routeState("billing").Paused)
+	require.False(t, h.routeState(t, "billing").Paused)
 }
 
 // A pause stops deliveries within 2s even when most of them are held for
@@ -386,18 +388,18 @@ func TestPauseGivesBackDeliveriesHeldByTheRateLimit(t *testing.T) {
 	waitCountCh(t, h, queue, events, 15*time.Second)
 	procs := []*dispatcherProcess{h.startDispatcherProcess(), h.startDispatcherProcess()}
 	dest.waitFor(15*time.Second, "two deliveries at 1/s", func(rs []received) bool { return len(rs) >= 2 })
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 8 }, 5*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 8, h.queueConsumers(c, queue)) }, testenv.Scaled(5*time.Second), 10*time.Millisecond)
 
 	_, err := h.db.RoutePause(context.Background(), "billing", true, "test")
 	require.NoError(t, err)
 	paused := time.Now()
-	require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 2*time.Second, 10*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 0, h.queueConsumers(c, queue)) }, testenv.Scaled(2*time.Second), 10*time.Millisecond,
 		"both dispatchers stop consuming within 2s of the pause")
 	// Every message not delivered is back in the queue, none held.
 	require.Eventually(t, func() bool {
 		q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err == nil && q.Messages == events-len(dest.snapshot())
-	}, 15*time.Second, 20*time.Millisecond, "the held messages go back to the queue")
+	}, testenv.Scaled(15*time.Second), 20*time.Millisecond, "the held messages go back to the queue")
 	sent := dest.snapshot()
 	t.Logf("%d delivered before the pause took hold; the rest back in the queue %s after it", len(sent), time.Since(paused))
 	for _, q := range sent {
@@ -452,11 +454,12 @@ func TestReconcilerLeavesRateLimitedHoldsAlone(t *testing.T) {
 // Issue 18, item 3: RabbitMQ 3.x counts a requeue (a nack, or a message a
 // closed channel returns) toward a quorum queue's delivery-limit, and
 // puts the message back at the head of the queue, where the next consumer
-// takes it again. Twenty-five pauses and resumes of a route whose
-// consumers each hold a message for its rate limit: every message is
-// given back without a requeue (a copy published to the tail, the original
-// acked), so none is parked in .dead by the delivery limit (20 here)
-// without an attempt, and every pair is delivered once.
+// takes it again. Eight pauses and resumes (more than the delivery limit,
+// 5 here, lets a message be requeued) of a route whose consumers each hold
+// a message for its rate limit: every message is given back without a
+// requeue (a copy published to the tail, the original acked), so none is
+// parked in .dead by the delivery limit without an attempt, and every pair
+// is delivered once.
 func TestPausesDoNotWearOutTheDeliveryLimit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -466,6 +469,8 @@ func TestPausesDoNotWearOutTheDeliveryLimit(t *testing.T) {
 	r.Concurrency = 4
 	r.RateLimit = 1
 	r.Burst = 1
+	const limit = 5
+	h.cfg.Dispatcher.DeliveryLimit = limit
 	h.start(app.ReceiverOptions{})
 	queue := h.names.RouteQueue("billing")
 	const events = 30
@@ -475,16 +480,16 @@ func TestPausesDoNotWearOutTheDeliveryLimit(t *testing.T) {
 	h.startDispatcher(app.DispatcherOptions{})
 
 	ctx := context.Background()
-	for cycle := range 25 {
-		require.Eventually(t, func() bool { return h.queueConsumers(queue) == 4 }, 10*time.Second, 10*time.Millisecond, "cycle %d: consuming", cycle)
+	for cycle := range limit + 3 {
+		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 4, h.queueConsumers(c, queue)) }, testenv.Scaled(10*time.Second), 10*time.Millisecond, "cycle %d: consuming", cycle)
 		// Each consumer holds a message (one goes per second).
 		require.Eventually(t, func() bool {
 			q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 			return err == nil && events-len(dest.snapshot())-q.Messages >= 3
-		}, 10*time.Second, 10*time.Millisecond, "cycle %d: messages held", cycle)
+		}, testenv.Scaled(10*time.Second), 10*time.Millisecond, "cycle %d: messages held", cycle)
 		_, err := h.db.RoutePause(ctx, "billing", true, "test")
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return h.queueConsumers(queue) == 0 }, 10*time.Second, 10*time.Millisecond, "cycle %d: paused", cycle)
+		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 0, h.queueConsumers(c, queue)) }, testenv.Scaled(10*time.Second), 10*time.Millisecond, "cycle %d: paused", cycle)
 		_, err = h.db.RoutePause(ctx, "billing", false, "")
 		require.NoError(t, err)
 	}
@@ -528,13 +533,13 @@ func TestHalfOpenProbeMovesToADispatcherThatCanMakeIt(t *testing.T) {
 	for i := range events {
 		h.postSigned(fmt.Sprintf("evt_probe_%d", i), "invoice.paid")
 	}
-	require.Eventually(t, func() bool { return h.routeState("billing").Circuit == store.CircuitOpen }, 15*time.Second, 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, store.CircuitOpen, h.routeState(c, "billing").Circuit) }, testenv.Scaled(15*time.Second), 10*time.Millisecond)
 	proxy.Stall()
-	var claimed store.RouteState
-	require.Eventually(t, func() bool {
-		claimed = h.routeState("billing")
-		return claimed.Circuit == store.CircuitHalfOpen && claimed.ProbeOwner != ""
-	}, 15*time.Second, 10*time.Millisecond, "the stalled dispatcher claims the probe")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st := h.routeState(c, "billing")
+		require.Equal(c, store.CircuitHalfOpen, st.Circuit)
+		require.NotEmpty(c, st.ProbeOwner)
+	}, testenv.Scaled(15*time.Second), 10*time.Millisecond, "the stalled dispatcher claims the probe")
 	claimedAt := time.Now()
 	healthy.Store(true)
 	h.startDispatcher(app.DispatcherOptions{})
@@ -549,7 +554,7 @@ func TestHalfOpenProbeMovesToADispatcherThatCanMakeIt(t *testing.T) {
 	}
 	t.Logf("the probe went %s after the stalled dispatcher claimed it", probe.Round(100*time.Millisecond))
 	require.Less(t, probe, r.Circuit.Cooldown+15*time.Second, "another dispatcher took the probe over")
-	after := h.routeState("billing")
+	after := h.routeState(t, "billing")
 	require.Equal(t, store.CircuitClosed, after.Circuit)
 	for pair, n := range dest.successes() {
 		require.Equal(t, 1, n, "%s delivered once", pair)

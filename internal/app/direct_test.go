@@ -16,6 +16,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -106,11 +107,11 @@ func TestReceiverKilledAfterDirectPublishRepublishes(t *testing.T) {
 			require.NotEqual(c, http.StatusServiceUnavailable, r.status, "starting")
 		}
 		require.NoError(c, h.db.Pool().QueryRow(context.Background(), `SELECT 1 FROM events`).Scan(new(int)), "the event is stored")
-	}, 30*time.Second, 50*time.Millisecond, "the child stores the event")
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "the child stores the event")
 	var werr error
 	select {
 	case werr = <-exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Scaled(30 * time.Second)):
 		t.Fatalf("the child was not killed:\n%s", out.String())
 	}
 	var exitErr *exec.ExitError

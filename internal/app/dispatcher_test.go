@@ -113,7 +113,7 @@ func (d *destination) successes() map[string]int {
 // waitFor waits until cond holds on the requests, failing after timeout.
 func (d *destination) waitFor(timeout time.Duration, what string, cond func([]received) bool) {
 	d.t.Helper()
-	deadline := time.After(timeout)
+	deadline := time.After(testenv.Scaled(timeout))
 	for !cond(d.snapshot()) {
 		select {
 		case <-d.notify:
@@ -150,7 +150,7 @@ func (h *harness) startDispatcherWith(cfg *config.Config, opts app.DispatcherOpt
 			select {
 			case err := <-done:
 				require.NoError(h.t, err, "dispatcher must stop cleanly")
-			case <-time.After(30 * time.Second):
+			case <-time.After(testenv.Scaled(30 * time.Second)):
 				h.t.Error("dispatcher did not stop within 30s")
 			}
 		})
@@ -172,7 +172,7 @@ func waitReady(t *testing.T, base string) {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond, "%s never became ready", base)
+	}, testenv.Scaled(20*time.Second), 20*time.Millisecond, "%s never became ready", base)
 }
 
 // queuesEmpty waits until every queue of the harness's topology has no
@@ -236,7 +236,7 @@ func TestDeliverySignedAndRecorded(t *testing.T) {
 	require.Eventually(t, func() bool {
 		state, attempts, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(r.ID), "billing")
 		return err == nil && state == webhook.StateDelivered && attempts == 1
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	var status int
 	var respBody []byte
 	require.NoError(t, h.db.Pool().QueryRow(context.Background(), `
@@ -266,7 +266,7 @@ func TestRedeliveryOfDeliveredPairIsSkipped(t *testing.T) {
 		amqpPublishing(r.ID)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`])
-	}, 15*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(15*time.Second), 20*time.Millisecond)
 	require.Len(t, dest.snapshot(), 1, "no second POST")
 	h.waitQueuesEmpty(10 * time.Second)
 }
@@ -390,7 +390,7 @@ func TestDeliveryFailureModes(t *testing.T) {
 		require.Eventually(t, func() bool {
 			state, attempts, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(ids[k]), w.route)
 			return err == nil && state == w.state && attempts == w.attempts
-		}, 30*time.Second, 20*time.Millisecond, "%s should end %s after %d attempts", k, w.state, w.attempts)
+		}, testenv.Scaled(30*time.Second), 20*time.Millisecond, "%s should end %s after %d attempts", k, w.state, w.attempts)
 		var status *int
 		var lastErr *string
 		require.NoError(t, h.db.Pool().QueryRow(context.Background(),
@@ -500,7 +500,7 @@ func TestDispatcherHoldsMessageWhilePostgresIsDown(t *testing.T) {
 	require.Eventually(t, func() bool {
 		state, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(r.ID), "billing")
 		return err == nil && state == webhook.StateDelivered
-	}, 15*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(15*time.Second), 20*time.Millisecond)
 	h.waitQueuesEmpty(10 * time.Second)
 	require.Len(t, dest.snapshot(), 1)
 }
@@ -545,7 +545,7 @@ func TestDispatcherRecoversWhenItsQueueIsDeleted(t *testing.T) {
 		var bindings []mgmtBinding
 		require.NoError(c, json.NewDecoder(resp.Body).Decode(&bindings))
 		require.True(c, slices.ContainsFunc(bindings, func(b mgmtBinding) bool { return b.Source == h.names.Events() }), "bound: %v", bindings)
-	}, 30*time.Second, 100*time.Millisecond, "the dispatcher re-declared its queue and its bindings")
+	}, testenv.Scaled(30*time.Second), 100*time.Millisecond, "the dispatcher re-declared its queue and its bindings")
 	r := h.postSigned("evt_after_delete", "invoice.paid")
 	require.Equal(t, http.StatusOK, r.status)
 	dest.waitFor(30*time.Second, "delivery after the queue came back", func(rs []received) bool { return len(rs) == 1 })

@@ -288,7 +288,7 @@ func TestBrokerConnectionsClosedMidRun(t *testing.T) {
 			// Both processes lose RabbitMQ in the middle of the run.
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				require.GreaterOrEqual(c, closeConnections(c, h.names.Prefix), 2)
-			}, 10*time.Second, 100*time.Millisecond, "found the receiver's and dispatcher's connections")
+			}, testenv.Scaled(10*time.Second), 100*time.Millisecond, "found the receiver's and dispatcher's connections")
 		}
 	}
 	dest.waitFor(2*time.Minute, "every event delivered after the reconnect", func([]received) bool { return len(dest.successes()) == n })

@@ -161,7 +161,7 @@ func TestDispatcherKilledAfterRecordingARetryStrandsNothing(t *testing.T) {
 	require.Eventually(t, func() bool {
 		state, attempts, err := h.db.DeliveryGet(context.Background(), id, "billing")
 		return err == nil && state == webhook.StateDelivered && attempts == 2
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	var reconciled int
 	require.NoError(t, h.db.Pool().QueryRow(context.Background(),
 		`SELECT reconciled FROM deliveries WHERE event_id = $1`, id).Scan(&reconciled))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -71,7 +72,7 @@ func (d *leaseDest) posts(id string) []time.Time {
 // waitPosts waits until id has had n requests.
 func (d *leaseDest) waitPosts(t *testing.T, id string, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.After(timeout)
+	deadline := time.After(testenv.Scaled(timeout))
 	for len(d.posts(id)) < n {
 		select {
 		case <-d.notify:
@@ -90,15 +91,16 @@ type pairRow struct {
 	Outcomes   []string // of its attempt rows, in order
 }
 
-func (h *harness) pair(id, route string) pairRow {
-	h.t.Helper()
+// pair reads the (event, route) pair; t is the test, or EventuallyWithT's
+// collector inside a condition.
+func (h *harness) pair(t require.TestingT, id, route string) pairRow {
 	var p pairRow
 	err := h.db.Pool().QueryRow(context.Background(), `
 		SELECT d.state, d.attempts, d.lease_owner::text, d.lease_until,
 		       COALESCE((SELECT array_agg(a.outcome ORDER BY a.id) FROM delivery_attempts a WHERE a.delivery_id = d.id), '{}')
 		FROM deliveries d WHERE d.event_id = $1 AND d.route = $2`, id, route,
 	).Scan(&p.State, &p.Attempts, &p.LeaseOwner, &p.LeaseUntil, &p.Outcomes)
-	require.NoError(h.t, err)
+	require.NoError(t, err)
 	return p
 }
 
@@ -142,10 +144,10 @@ func TestLeaseExpiresAfterDispatcherKilledMidPOST(t *testing.T) {
 	id := h.postSigned("evt_killed", "invoice.paid").ID
 	select {
 	case <-opened:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Scaled(30 * time.Second)):
 		t.Fatalf("the child never POSTed\n%s", out.String())
 	}
-	held := h.pair(id, "billing")
+	held := h.pair(t, id, "billing")
 	require.NotNil(t, held.LeaseOwner, "the POST in flight holds a lease")
 	require.Equal(t, "pending", held.State)
 	require.Zero(t, held.Attempts)
@@ -162,7 +164,7 @@ func TestLeaseExpiresAfterDispatcherKilledMidPOST(t *testing.T) {
 	err = cmd.Wait()
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended by %v\n%s", err, out.String())
-	after := h.pair(id, "billing")
+	after := h.pair(t, id, "billing")
 	require.Equal(t, held.LeaseOwner, after.LeaseOwner, "the dead dispatcher's lease outlives it")
 
 	reg := prometheus.NewRegistry()
@@ -174,10 +176,10 @@ func TestLeaseExpiresAfterDispatcherKilledMidPOST(t *testing.T) {
 		"the second POST (%s) came before the lease expired (%s)", posts[1].Format(time.RFC3339Nano), held.LeaseUntil.Format(time.RFC3339Nano))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.Equal(c, "delivered", h.pair(id, "billing").State)
-	}, 15*time.Second, 20*time.Millisecond)
+		require.Equal(c, "delivered", h.pair(c, id, "billing").State)
+	}, testenv.Scaled(15*time.Second), 20*time.Millisecond)
 	h.waitQueuesEmpty(10 * time.Second)
-	done := h.pair(id, "billing")
+	done := h.pair(t, id, "billing")
 	require.Equal(t, 2, done.Attempts, "the attempt of the killed dispatcher counts")
 	require.Equal(t, []string{"lease_expired", "delivered"}, done.Outcomes)
 	require.Nil(t, done.LeaseOwner, "the record released the lease")
@@ -215,7 +217,7 @@ func TestDuplicateMessageWaitsForLiveLease(t *testing.T) {
 	r := h.postSigned("evt_dup", "invoice.paid")
 	select {
 	case <-opened:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Scaled(30 * time.Second)):
 		t.Fatal("the first POST never came")
 	}
 	// The same message again, as a publisher that crashed before deleting
@@ -224,8 +226,8 @@ func TestDuplicateMessageWaitsForLiveLease(t *testing.T) {
 		amqpPublishing(r.ID)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_delivery_leases_total{event="waited",route="billing"}`])
-	}, 15*time.Second, 20*time.Millisecond, "the duplicate meets the live lease")
-	waiting := h.pair(r.ID, "billing")
+	}, testenv.Scaled(15*time.Second), 20*time.Millisecond, "the duplicate meets the live lease")
+	waiting := h.pair(t, r.ID, "billing")
 	require.NotNil(t, waiting.LeaseOwner)
 	require.True(t, waiting.LeaseUntil.After(time.Now()), "the lease is live")
 	require.Zero(t, waiting.Attempts, "waiting consumes no attempt")
@@ -234,9 +236,9 @@ func TestDuplicateMessageWaitsForLiveLease(t *testing.T) {
 	releaseOnce.Do(func() { close(release) })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.Equal(c, 1.0, scrape(c, h.dispatcherBase)[`hookrelay_deliveries_total{outcome="skipped_duplicate",route="billing"}`])
-	}, 15*time.Second, 20*time.Millisecond, "the duplicate reads the pair delivered")
+	}, testenv.Scaled(15*time.Second), 20*time.Millisecond, "the duplicate reads the pair delivered")
 	h.waitQueuesEmpty(10 * time.Second)
-	done := h.pair(r.ID, "billing")
+	done := h.pair(t, r.ID, "billing")
 	require.Equal(t, "delivered", done.State)
 	require.Equal(t, 1, done.Attempts)
 	require.Equal(t, []string{"delivered"}, done.Outcomes)
@@ -276,7 +278,7 @@ func TestSixHundredInFlightWithTwentyConns(t *testing.T) {
 		arrived := time.Now()
 		select {
 		case <-allIn:
-		case <-time.After(20 * time.Second):
+		case <-time.After(testenv.Scaled(20 * time.Second)):
 		case <-r.Context().Done():
 		}
 		select { // and at least a second
@@ -321,13 +323,13 @@ func TestSixHundredInFlightWithTwentyConns(t *testing.T) {
 		select {
 		case err := <-done:
 			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
+		case <-time.After(testenv.Scaled(30 * time.Second)):
 			t.Error("dispatcher did not stop within 30s")
 		}
 	})
 	start := time.Now()
 	total := routes * perRoute
-	deadline := time.After(2 * time.Minute)
+	deadline := time.After(testenv.Scaled(2 * time.Minute))
 	for {
 		delivered := 0
 		for _, id := range ids {
@@ -349,7 +351,7 @@ func TestSixHundredInFlightWithTwentyConns(t *testing.T) {
 		require.NoError(c, h.db.Pool().QueryRow(context.Background(),
 			`SELECT count(*) FROM deliveries WHERE state <> 'delivered' OR attempts <> 1 OR lease_owner IS NOT NULL`).Scan(&undelivered))
 		require.Zero(c, undelivered)
-	}, 60*time.Second, 50*time.Millisecond, "every pair delivered at its first attempt, its lease released")
+	}, testenv.Scaled(60*time.Second), 50*time.Millisecond, "every pair delivered at its first attempt, its lease released")
 	elapsed := time.Since(start)
 	mu.Lock()
 	p := peak

@@ -239,7 +239,7 @@ func TestShutdownWithinTimeoutWhileBodyStalls(t *testing.T) {
 	stalledRequest(t, ln.Addr().String(), "/webhooks/acme", sig)
 	select {
 	case <-ln.read:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("the receiver never read the stalled request")
 	}
 
@@ -249,7 +249,7 @@ func TestShutdownWithinTimeoutWhileBodyStalls(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err, "shutdown must finish cleanly while a sender stalls")
 		require.LessOrEqual(t, time.Since(start), h.cfg.Receiver.ShutdownTimeout)
-	case <-time.After(h.cfg.Receiver.ShutdownTimeout + 10*time.Second):
+	case <-time.After(testenv.Scaled(h.cfg.Receiver.ShutdownTimeout + 10*time.Second)):
 		t.Fatalf("the receiver did not stop within %s of its shutdown timeout", 10*time.Second)
 	}
 }
@@ -283,7 +283,7 @@ func TestReadyzHidesDriverErrors(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		status, _ := get(c)
 		require.Equal(c, http.StatusServiceUnavailable, status)
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	// Several answers: the first failure may be a broken pooled connection,
 	// the next ones are connection attempts, whose errors name everything.
 	var bodies []map[string]string
@@ -328,7 +328,7 @@ func TestReceiverStopsWhenAdminAddressInUse(t *testing.T) {
 		require.Error(t, err)
 		require.Contains(t, err.Error(), taken.Addr().String())
 		require.Contains(t, err.Error(), "address already in use")
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Scaled(5 * time.Second)):
 		t.Fatal("the receiver was still running 5s after its admin listener failed")
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -402,7 +402,7 @@ func TestDispatcherStopsWhenListenAddressInUse(t *testing.T) {
 	case err := <-done:
 		require.ErrorContains(t, err, "dispatcher.listen")
 		require.ErrorContains(t, err, taken.Addr().String())
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Scaled(5 * time.Second)):
 		t.Fatal("the dispatcher was still running 5s after its listener failed")
 	}
 }
@@ -430,7 +430,7 @@ func TestReceiverStopsWhenAComponentFails(t *testing.T) {
 	select {
 	case err := <-done:
 		require.ErrorContains(t, err, "serving http on "+ln.Addr().String())
-	case <-time.After(15 * time.Second):
+	case <-time.After(testenv.Scaled(15 * time.Second)):
 		t.Fatal("the receiver was still running 15s after its listener failed")
 	}
 	_, err = net.Dial("tcp", aln.Addr().String())

@@ -18,6 +18,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
@@ -60,7 +61,7 @@ func TestOperatorReplayWindowAndRequeueDeadLetters(t *testing.T) {
 			state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), route)
 			require.NoError(c, err)
 			require.Equal(c, want, state, "%s on %s", id, route)
-		}, 20*time.Second, 20*time.Millisecond)
+		}, testenv.Scaled(20*time.Second), 20*time.Millisecond)
 	}
 
 	before := h.postSigned("evt_before", "invoice.paid").ID
@@ -204,7 +205,7 @@ func TestMovedDeadLetterStartsFreshSeries(t *testing.T) {
 	require.Eventually(t, func() bool {
 		ev, err = h.db.EventShow(context.Background(), uuid.MustParse(r.ID))
 		return err == nil && ev.Deliveries[0].State == "delivered"
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	var series []string
 	for _, a := range ev.Deliveries[0].AttemptRows {
 		series = append(series, fmt.Sprintf("%d.%d", a.Series, a.Attempt))
@@ -391,7 +392,7 @@ func TestMetricsOfBothBinaries(t *testing.T) {
 		m := scrape(c, h.dispatcherBase)
 		require.Equal(c, 3.0, m[`hookrelay_deliveries_total{outcome="retry_scheduled",route="billing"}`])
 		require.Equal(c, 2.0, m[`hookrelay_deliveries_total{outcome="delivered",route="crm"}`])
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	h.waitOutboxEmpty(10 * time.Second) // the retry copies, recorded with their attempts
 	_, err := h.db.Pool().Exec(context.Background(),
 		`UPDATE deliveries SET created_at = now() - interval '300 seconds' WHERE route = 'billing'`)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -57,7 +58,7 @@ func TestOutboxRefusedRowsDoNotBlockNewEvents(t *testing.T) {
 		return s
 	}
 	all := rowState{stuck, stuck, stuck, stuck}
-	require.Eventually(t, func() bool { return read() == all }, 20*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return read() == all }, testenv.Scaled(20*time.Second), 50*time.Millisecond,
 		"want every refused row tried, waiting and explained: %+v", read())
 
 	m := scrape(t, h.metricsBase)

@@ -107,7 +107,7 @@ func TestOperatorPolicyDoesNotReplaceHookrelayPolicies(t *testing.T) {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			got = queueState(c, queue)
 			require.NotEmpty(c, got.Policy)
-		}, 20*time.Second, 200*time.Millisecond, "the management API never showed a policy on %s", queue)
+		}, testenv.Scaled(20*time.Second), 200*time.Millisecond, "the management API never showed a policy on %s", queue)
 		require.Equal(t, w, got, "queue %s", queue)
 	}
 }

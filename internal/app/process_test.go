@@ -170,7 +170,7 @@ func (h *harness) runProcess(name string, cfg *config.Config, base string, env [
 			if p.waitErr != nil {
 				h.t.Errorf("%s process %s after SIGTERM: %v:\n%s", name, p.base, p.waitErr, p.output())
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(testenv.Scaled(30 * time.Second)):
 			_ = p.cmd.Process.Kill()
 			<-p.done
 			h.t.Errorf("%s process %s did not stop within 30s of SIGTERM; killed:\n%s", name, p.base, p.output())

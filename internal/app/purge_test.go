@@ -11,6 +11,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
@@ -67,7 +68,7 @@ func TestPurgeKeepsDeadEventsSoRequeueDelivers(t *testing.T) {
 	require.Eventually(t, func() bool {
 		state, _, err := h.db.DeliveryGet(ctx, kept, "billing")
 		return err == nil && state == webhook.StateDelivered
-	}, 20*time.Second, 20*time.Millisecond, "the kept event is delivered after requeue")
+	}, testenv.Scaled(20*time.Second), 20*time.Millisecond, "the kept event is delivered after requeue")
 	require.Equal(t, 1, dest.successes()["billing "+kept.String()])
 
 	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("billing"), 1, 20*time.Second)

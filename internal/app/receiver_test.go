@@ -130,7 +130,7 @@ func (h *harness) start(opts app.ReceiverOptions) {
 		select {
 		case err := <-done:
 			require.NoError(h.t, err, "receiver must stop cleanly")
-		case <-time.After(20 * time.Second):
+		case <-time.After(testenv.Scaled(20 * time.Second)):
 			h.t.Error("receiver did not stop within 20s")
 		}
 	})
@@ -268,7 +268,7 @@ func (h *harness) waitOutboxEmpty(timeout time.Duration) {
 		n, _, err := h.db.OutboxStats(context.Background())
 		require.NoError(c, err)
 		require.Zero(c, n, "outbox rows")
-	}, timeout, 20*time.Millisecond, "the outbox empties")
+	}, testenv.Scaled(timeout), 20*time.Millisecond, "the outbox empties")
 }
 
 func eventIDs(ds []amqp091.Delivery) []string {
@@ -350,7 +350,7 @@ func TestPostgresUnreachableAnswers503AndStoresNothing(t *testing.T) {
 		r, err := h.tryPostSigned("evt_during", "invoice.paid")
 		require.NoError(c, err)
 		require.Equal(c, http.StatusOK, r.status)
-	}, 15*time.Second, 100*time.Millisecond, "the sender's retry succeeds once Postgres is back")
+	}, testenv.Scaled(15*time.Second), 100*time.Millisecond, "the sender's retry succeeds once Postgres is back")
 	count, err := h.db.EventCount(context.Background(), "acme")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, count)
@@ -478,7 +478,7 @@ func TestReadiness(t *testing.T) {
 		var status int
 		status, body = get(c, "/readyz")
 		require.Equal(c, http.StatusServiceUnavailable, status)
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	require.Equal(t, "ok", body["postgres"])
 	require.NotEqual(t, "ok", body["rabbitmq"])
 

@@ -17,6 +17,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -222,7 +223,7 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 		}
 		return c
 	}
-	require.Eventually(t, func() bool { return delivered() == replayed }, 120*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return delivered() == replayed }, testenv.Scaled(120*time.Second), 50*time.Millisecond,
 		"every replayed pair delivered")
 	t.Logf("all replayed pairs delivered %s after the replay started", time.Since(replayStart))
 	close(stop)
@@ -232,7 +233,7 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 	require.Eventually(t, func() bool {
 		n, _ := dest.counts()
 		return len(n) == replayed+len(lives)
-	}, 30*time.Second, 50*time.Millisecond, "every live event delivered")
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "every live event delivered")
 	n, at := dest.counts()
 	for _, id := range ids {
 		require.Equal(t, 1, n[id], "replayed pair %s delivered once", id)
@@ -312,7 +313,7 @@ func TestAdminReplayIsCappedPerRequest(t *testing.T) {
 	require.Eventually(t, func() bool {
 		c, _ := dest.counts()
 		return len(c) == n
-	}, 60*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(60*time.Second), 20*time.Millisecond)
 	c, _ := dest.counts()
 	for _, id := range ids {
 		require.Equal(t, 1, c[id])

@@ -12,6 +12,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
@@ -51,7 +52,7 @@ func TestDestinationResponseHeadersAreCapped(t *testing.T) {
 		state, _, err := h.db.DeliveryGet(ctx, id, route)
 		return err == nil && (state == webhook.StateDelivered || state == webhook.StateDead)
 	}
-	require.Eventually(t, func() bool { return final(hugeID, "huge") && final(bigID, "big") }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return final(hugeID, "huge") && final(bigID, "big") }, testenv.Scaled(30*time.Second), 20*time.Millisecond)
 
 	hugeEv, err := h.db.EventShow(ctx, hugeID)
 	require.NoError(t, err)

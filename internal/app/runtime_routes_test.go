@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -70,11 +71,10 @@ func fingerprintOf(t *testing.T, whsec string) string {
 	return routeset.Fingerprint(key)
 }
 
-// consumers counts the consumers of queue.
-func (h *runtimeHarness) consumers(queue string) int {
-	h.t.Helper()
+// consumers counts the consumers of queue, -1 when it is not declared.
+func (h *runtimeHarness) consumers(t require.TestingT, queue string) int {
 	n := -1 // not declared (yet, or any more)
-	h.channel(func(ch *amqp091.Channel) {
+	h.channel(t, func(ch *amqp091.Channel) {
 		if q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err == nil {
 			n = q.Consumers
 		}
@@ -97,7 +97,7 @@ func TestRouteMadeThroughTheAPIDeliversWithinTwoSecondsInTwoDispatchers(t *testi
 	made := time.Now()
 	secret := h.create("audit", map[string]any{"url": dest.url("audit"), "bindings": []string{"acme.invoice.*"}, "concurrency": 1,
 		"headers": map[string]string{"X-Api-Key": "k-123"}})
-	require.Eventually(t, func() bool { return h.consumers(h.names.RouteQueue("audit")) == 2 }, 2*time.Second-time.Since(made), 20*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 2, h.consumers(c, h.names.RouteQueue("audit"))) }, testenv.Scaled(2*time.Second)-time.Since(made), 20*time.Millisecond,
 		"both dispatchers consume the new route's queue within 2s")
 	t.Logf("both dispatchers consumed the new route %s after it was made", time.Since(made).Round(time.Millisecond))
 
@@ -139,7 +139,7 @@ func TestRouteBindingRemovedStopsItsEvents(t *testing.T) {
 	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
 	h.startDispatcher(app.DispatcherOptions{})
 	h.create("crm", map[string]any{"url": dest.url("crm"), "bindings": []string{"acme.customer.*", "acme.lead.*"}})
-	require.Eventually(t, func() bool { return h.consumers(h.names.RouteQueue("crm")) > 0 }, 5*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, h.consumers(c, h.names.RouteQueue("crm"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
 	first := h.postSigned("lead-1", "lead.created").ID
 	dest.waitFor(30*time.Second, "the lead event", func(rs []received) bool { return len(rs) == 1 })
 
@@ -149,18 +149,18 @@ func TestRouteBindingRemovedStopsItsEvents(t *testing.T) {
 	a.decode(t, &d)
 	require.Equal(t, int64(2), d.Version)
 	changed := time.Now()
-	require.Eventually(t, func() bool {
-		return !slices.Contains(h.brokerBindings("crm"), "acme.lead.*")
-	}, 2*time.Second, 20*time.Millisecond, "the queue is unbound from the removed pattern within 2s")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NotContains(c, h.brokerBindings(c, "crm"), "acme.lead.*")
+	}, testenv.Scaled(2*time.Second), 20*time.Millisecond, "the queue is unbound from the removed pattern within 2s")
 	t.Logf("unbound %s after the change", time.Since(changed).Round(time.Millisecond))
 	// Every receiver follows too: wait until this one's routes have the
 	// change (its listing shows version 2), then send.
-	require.Eventually(t, func() bool {
-		a := h.api.call("get-route", http.MethodGet, "/api/v1/routes/crm", adminToken, nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		a := h.api.try(c, "get-route", http.MethodGet, "/api/v1/routes/crm", adminToken, nil)
 		var d ops.RouteDetail
-		a.decode(t, &d)
-		return d.Version == 2
-	}, 2*time.Second, 20*time.Millisecond)
+		a.decode(c, &d)
+		assert.Equal(c, int64(2), d.Version)
+	}, testenv.Scaled(2*time.Second), 20*time.Millisecond)
 
 	lead := h.postSigned("lead-2", "lead.created").ID
 	customer := h.postSigned("cust-1", "customer.created").ID
@@ -170,7 +170,7 @@ func TestRouteBindingRemovedStopsItsEvents(t *testing.T) {
 	var pairs int
 	require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT count(*) FROM deliveries WHERE event_id = $1`, lead).Scan(&pairs))
 	require.Zero(t, pairs)
-	require.Eventually(t, func() bool { return h.countReady(h.names.Unrouted()) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 1, h.countReady(c, h.names.Unrouted())) }, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	require.ElementsMatch(t, []string{first, customer}, eventsOf(dest.snapshot()))
 }
 
@@ -187,7 +187,7 @@ func TestRouteDeletedWithABacklogGoesToDeadLetters(t *testing.T) {
 	h.startDispatcher(app.DispatcherOptions{})
 	// Many attempts, the circuit off: the backlog stays retrying.
 	h.create("flaky", map[string]any{"url": dest.url("flaky"), "bindings": []string{"acme.invoice.*"}, "max_attempts": 1000, "circuit_failures": 0})
-	require.Eventually(t, func() bool { return h.consumers(h.names.RouteQueue("flaky")) > 0 }, 5*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, h.consumers(c, h.names.RouteQueue("flaky"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
 	var ids []string
 	for i := range 3 {
 		ids = append(ids, h.postSigned(fmt.Sprintf("flaky-%d", i), "invoice.paid").ID)
@@ -206,11 +206,12 @@ func TestRouteDeletedWithABacklogGoesToDeadLetters(t *testing.T) {
 	require.Equal(t, ops.RouteDeleted{Route: "flaky", Undelivered: 3, Disposal: "dead_letter"}, del)
 
 	// Each pair is dead with the reason, its message in the dead letters.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var dead int
-		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT count(*) FROM deliveries WHERE route = 'flaky' AND state = 'dead'`).Scan(&dead))
-		return dead == 3 && h.countReady(h.names.DeadQueue("flaky")) == 3
-	}, 30*time.Second, 50*time.Millisecond, "the backlog in the dead letters")
+		require.NoError(c, h.db.Pool().QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE route = 'flaky' AND state = 'dead'`).Scan(&dead))
+		assert.Equal(c, 3, dead)
+		assert.Equal(c, 3, h.countReady(c, h.names.DeadQueue("flaky")))
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "the backlog in the dead letters")
 	var reasons int
 	require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT count(*) FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
 		WHERE d.route = 'flaky' AND a.error LIKE 'route deleted%'`).Scan(&reasons))
@@ -226,12 +227,13 @@ func TestRouteDeletedWithABacklogGoesToDeadLetters(t *testing.T) {
 
 	// Then the route retires: marked, its queue deleted; its dead letters
 	// stay, and it is no longer listed as a route.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var retired bool
-		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT retired_at IS NOT NULL FROM routes WHERE name = 'flaky'`).Scan(&retired))
-		return retired && h.consumers(h.names.RouteQueue("flaky")) == -1
-	}, 30*time.Second, 50*time.Millisecond, "the route retired and its queue deleted")
-	require.Equal(t, 3, h.countReady(h.names.DeadQueue("flaky")))
+		require.NoError(c, h.db.Pool().QueryRow(context.Background(), `SELECT retired_at IS NOT NULL FROM routes WHERE name = 'flaky'`).Scan(&retired))
+		assert.True(c, retired, "retired")
+		assert.Equal(c, -1, h.consumers(c, h.names.RouteQueue("flaky")), "its queue deleted")
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "the route retired and its queue deleted")
+	require.Equal(t, 3, h.countReady(t, h.names.DeadQueue("flaky")))
 	a = h.api.call("get-route", http.MethodGet, "/api/v1/routes/flaky", adminToken, nil)
 	require.Equal(t, http.StatusNotFound, a.Status)
 }
@@ -244,9 +246,11 @@ func TestRotatedSecretSignsWithBothDuringTheOverlap(t *testing.T) {
 	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
 	h.startDispatcher(app.DispatcherOptions{})
 	oldSecret := h.create("signed", map[string]any{"url": dest.url("signed"), "bindings": []string{"acme.invoice.*"}})
-	require.Eventually(t, func() bool { return h.consumers(h.names.RouteQueue("signed")) > 0 }, 5*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, h.consumers(c, h.names.RouteQueue("signed"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
 
-	a := h.api.call("rotate-route-secret", http.MethodPost, "/api/v1/routes/signed/rotate-secret", adminToken, map[string]any{"overlap": "8s"})
+	overlap := testenv.Scaled(5 * time.Second)
+	rotated := time.Now()
+	a := h.api.call("rotate-route-secret", http.MethodPost, "/api/v1/routes/signed/rotate-secret", adminToken, map[string]any{"overlap": overlap.String()})
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	var rot ops.SecretRotated
 	a.decode(t, &rot)
@@ -280,30 +284,39 @@ func TestRotatedSecretSignsWithBothDuringTheOverlap(t *testing.T) {
 		}
 		return "neither"
 	}
-	// Every dispatcher follows within 2s; an event sent then, within the
-	// overlap, carries both signatures.
-	require.Eventually(t, func() bool {
+	// Every dispatcher follows within 2s: events sent one after another,
+	// each waited for, until one carries both signatures, which must come
+	// while the overlap lasts. The overlap is sized to the machine, so
+	// what is checked is that both sign, not how fast the machine is.
+	send := func() string {
 		id := h.postSigned("rot-"+strconv.FormatInt(time.Now().UnixNano(), 10), "invoice.paid").ID
-		dest.waitFor(10*time.Second, "the event", func(rs []received) bool { return slices.Contains(eventsOf(rs), id) })
+		dest.waitFor(testenv.Scaled(10*time.Second), "the event", func(rs []received) bool { return slices.Contains(eventsOf(rs), id) })
 		for _, r := range dest.snapshot() {
 			if r.eventID == id {
-				return signedWith(r) == "both"
+				return signedWith(r)
 			}
 		}
-		return false
-	}, 5*time.Second, 10*time.Millisecond, "during the overlap both secrets sign (every dispatcher follows within 2s)")
+		return "missing"
+	}
+	var seen []string
+	for time.Now().Before(*rot.PreviousUntil) {
+		how := send()
+		seen = append(seen, how)
+		if how == "both" {
+			break
+		}
+	}
+	require.NotEmpty(t, seen)
+	require.Equal(t, "both", seen[len(seen)-1], "during the overlap (%s) both secrets sign; deliveries signed: %v", overlap, seen)
 	require.True(t, time.Now().Before(*rot.PreviousUntil), "the overlap outlasted the check")
+	t.Logf("both signed after %d deliveries (%s after the rotation)", len(seen), time.Since(rotated).Round(time.Millisecond))
 	// After the overlap, only the new one.
-	require.Eventually(t, func() bool {
-		id := h.postSigned("rot-"+strconv.FormatInt(time.Now().UnixNano(), 10), "invoice.paid").ID
-		dest.waitFor(10*time.Second, "the event", func(rs []received) bool { return slices.Contains(eventsOf(rs), id) })
-		for _, r := range dest.snapshot() {
-			if r.eventID == id {
-				return signedWith(r) == "new"
-			}
+	for deadline := time.Now().Add(testenv.Scaled(30 * time.Second)); ; {
+		if send() == "new" {
+			break
 		}
-		return false
-	}, 30*time.Second, 100*time.Millisecond, "after the overlap only the new secret signs")
+		require.True(t, time.Now().Before(deadline), "after the overlap only the new secret signs")
+	}
 	for _, r := range dest.snapshot() {
 		assert.NotEqual(t, "neither", signedWith(r))
 		assert.NotEqual(t, "old", signedWith(r), "once rotated, the new secret signs every delivery")
@@ -311,30 +324,34 @@ func TestRotatedSecretSignsWithBothDuringTheOverlap(t *testing.T) {
 }
 
 // channel runs fn on a channel of its own, closed after: a passive
-// declare of a queue that is not there closes the channel it runs on.
-func (h *runtimeHarness) channel(fn func(ch *amqp091.Channel)) {
-	h.t.Helper()
+// declare of a queue that is not there closes the channel it runs on. t is
+// the test, or EventuallyWithT's collector inside a condition.
+func (h *runtimeHarness) channel(t require.TestingT, fn func(ch *amqp091.Channel)) {
 	ch, err := h.conn.Channel()
-	require.NoError(h.t, err)
+	require.NoError(t, err)
 	defer func() { _ = ch.Close() }() // closed already by a failed declare
 	fn(ch)
 }
 
 // countReady counts queue's ready messages.
-func (h *runtimeHarness) countReady(queue string) (n int) {
-	h.t.Helper()
-	h.channel(func(ch *amqp091.Channel) { n = amqptest.Count(h.t, ch, queue) })
+func (h *runtimeHarness) countReady(t require.TestingT, queue string) (n int) {
+	h.channel(t, func(ch *amqp091.Channel) {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		require.NoError(t, err, "inspecting queue %s", queue)
+		n = q.Messages
+	})
 	return n
 }
 
 // brokerBindings are the patterns binding the events exchange to route's
 // queue, as the broker holds them.
-func (h *runtimeHarness) brokerBindings(route string) []string {
-	h.t.Helper()
+func (h *runtimeHarness) brokerBindings(t require.TestingT, route string) []string {
 	mgmt, err := hamqp.NewManagement([]string{testenv.ManagementURL()}, testenv.AMQPURL())
-	require.NoError(h.t, err)
-	list, err := mgmt.Bindings(h.t.Context(), h.names.Events(), h.names.RouteQueue(route))
-	require.NoError(h.t, err)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := mgmt.Bindings(ctx, h.names.Events(), h.names.RouteQueue(route))
+	require.NoError(t, err)
 	return list
 }
 
@@ -404,7 +421,7 @@ func TestConsoleMakesChangesAndDeletesARoute(t *testing.T) {
 	waitText(t, ctx, "#settings .kind", "made at run time, version 1")
 	require.Equal(t, fp, text(t, ctx, "#settings .fingerprint code"))
 	require.NotContains(t, text(t, ctx, "main"), strings.TrimPrefix(secret, "whsec_"), "the secret is shown once only")
-	require.Eventually(t, func() bool { return len(h.brokerBindings("console-made")) == 2 }, 5*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 2, len(h.brokerBindings(c, "console-made"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
 
 	// Change its bindings: the broker follows.
 	require.NoError(t, chromedp.Do(ctx,
@@ -412,9 +429,9 @@ func TestConsoleMakesChangesAndDeletesARoute(t *testing.T) {
 		chromedp.Submit(chromedp.CSS(`#update-route input[name=bindings]`)),
 	))
 	waitText(t, ctx, "#settings .kind", "version 2")
-	require.Eventually(t, func() bool {
-		return slices.Equal(h.brokerBindings("console-made"), []string{"acme.lead.*"})
-	}, 2*time.Second, 20*time.Millisecond, "the removed binding is unbound within 2s")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"acme.lead.*"}, h.brokerBindings(c, "console-made"))
+	}, testenv.Scaled(2*time.Second), 20*time.Millisecond, "the removed binding is unbound within 2s")
 	screenshot(t, ctx, "console-route-settings")
 
 	// Rotate its secret: the new one shown once, the old one's
@@ -433,7 +450,7 @@ func TestConsoleMakesChangesAndDeletesARoute(t *testing.T) {
 	// Delete it (nothing undelivered): it retires and its queue goes.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Submit(chromedp.CSS(`#delete-route select`))))
 	waitText(t, ctx, ".flash", "route console-made deleted")
-	require.Eventually(t, func() bool { return h.consumers(h.names.RouteQueue("console-made")) == -1 }, 30*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, -1, h.consumers(c, h.names.RouteQueue("console-made"))) }, testenv.Scaled(30*time.Second), 50*time.Millisecond)
 }
 
 // A binding removed while no dispatcher ran is removed from the broker by
@@ -444,11 +461,11 @@ func TestBindingRemovedWhileNoDispatcherRanIsUnboundAtStart(t *testing.T) {
 	h := newRuntimeHarness(t)
 	stop := h.startDispatcher(app.DispatcherOptions{})
 	h.create("crm", map[string]any{"url": "http://127.0.0.1:9/", "bindings": []string{"acme.customer.*", "acme.lead.*"}})
-	require.Eventually(t, func() bool { return len(h.brokerBindings("crm")) == 2 }, 5*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 2, len(h.brokerBindings(c, "crm"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
 	stop()
 	a := h.api.call("update-route", http.MethodPatch, "/api/v1/routes/crm", adminToken, map[string]any{"bindings": []string{"acme.customer.*"}})
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
-	require.Len(t, h.brokerBindings("crm"), 2, "nobody applied the change")
+	require.Len(t, h.brokerBindings(t, "crm"), 2, "nobody applied the change")
 	h.startDispatcher(app.DispatcherOptions{})
-	require.Equal(t, []string{"acme.customer.*"}, h.brokerBindings("crm"), "unbound before the dispatcher was ready")
+	require.Equal(t, []string{"acme.customer.*"}, h.brokerBindings(t, "crm"), "unbound before the dispatcher was ready")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -57,7 +58,7 @@ func TestDispatcherShutdownTimeoutBoundsInFlightDelivery(t *testing.T) {
 	// The POST is in flight: the destination has the request and holds it.
 	select {
 	case <-arrived:
-	case <-time.After(15 * time.Second):
+	case <-time.After(testenv.Scaled(15 * time.Second)):
 		t.Fatal("the delivery never reached the destination")
 	}
 
@@ -68,12 +69,12 @@ func TestDispatcherShutdownTimeoutBoundsInFlightDelivery(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 		t.Logf("dispatcher returned %s after shutdown began (timeout %s)", time.Since(start).Round(time.Millisecond), shutdownTimeout)
-	case <-time.After(shutdownTimeout + slack):
+	case <-time.After(testenv.Scaled(shutdownTimeout + slack)):
 		t.Fatalf("dispatcher still running %s after shutdown began (timeout %s)", shutdownTimeout+slack, shutdownTimeout)
 	}
 	select {
 	case <-aborted:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Scaled(5 * time.Second)):
 		t.Fatal("the in-flight POST was not cancelled")
 	}
 
@@ -86,7 +87,7 @@ func TestDispatcherShutdownTimeoutBoundsInFlightDelivery(t *testing.T) {
 	require.Eventually(t, func() bool {
 		state, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(r.ID), "billing")
 		return err == nil && state == webhook.StateDelivered
-	}, 30*time.Second, 20*time.Millisecond)
+	}, testenv.Scaled(30*time.Second), 20*time.Millisecond)
 	require.Equal(t, map[string]int{"billing " + r.ID: 1}, dest.successes(), "delivered once after the restart")
 	require.Equal(t, map[string]int{r.ID: 1}, h.attemptRows("billing"), "one attempt recorded: the one that succeeded")
 	h.waitQueuesEmpty(10 * time.Second)

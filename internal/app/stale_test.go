@@ -13,6 +13,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,7 +59,7 @@ func TestStaleSubscriptionUpdateIsDroppedAfterCancel(t *testing.T) {
 			state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), route)
 			require.NoError(c, err)
 			require.Equal(c, want, state, "%s on %s", id, route)
-		}, 20*time.Second, 20*time.Millisecond)
+		}, testenv.Scaled(20*time.Second), 20*time.Millisecond)
 	}
 	received := func(route, id string) int {
 		n := 0
@@ -175,7 +176,7 @@ func TestFarFutureVersionDoesNotSilenceItsResource(t *testing.T) {
 			state, _, err := h.db.DeliveryGet(ctx, uuid.MustParse(id), "orders")
 			require.NoError(c, err)
 			require.Equal(c, webhook.StateDelivered, state, id)
-		}, 20*time.Second, 20*time.Millisecond)
+		}, testenv.Scaled(20*time.Second), 20*time.Millisecond)
 	}
 
 	forged := post("evt_forged", "9999-12-31T23:59:59Z")

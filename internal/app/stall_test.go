@@ -14,6 +14,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -61,7 +62,7 @@ func (w *logWatch) count(s string) int {
 // waitFor waits until more than after lines contain s.
 func (w *logWatch) waitFor(s string, after int, timeout time.Duration) {
 	w.t.Helper()
-	deadline := time.After(timeout)
+	deadline := time.After(testenv.Scaled(timeout))
 	for w.count(s) <= after {
 		select {
 		case <-w.notify:
@@ -94,7 +95,7 @@ func runDispatcher(t *testing.T, cfg *config.Config, w *logWatch) (stop func() t
 			case err := <-done:
 				took = time.Since(start)
 				require.NoError(t, err, "dispatcher must stop cleanly")
-			case <-time.After(60 * time.Second):
+			case <-time.After(testenv.Scaled(60 * time.Second)):
 				took = time.Since(start)
 				t.Error("dispatcher did not stop within 60s")
 			}
@@ -170,7 +171,7 @@ func TestDispatcherStalledPostgresHoldsMessagesAndStops(t *testing.T) {
 	}
 
 	post("evt_before", 3)
-	require.Eventually(t, allDelivered, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, allDelivered, testenv.Scaled(20*time.Second), 20*time.Millisecond)
 
 	proxy.Stall()
 	post("evt_stalled", 3)
@@ -178,7 +179,7 @@ func TestDispatcherStalledPostgresHoldsMessagesAndStops(t *testing.T) {
 	logs.waitFor(holdingLine, 0, 10*time.Second)
 	require.Len(t, dest.snapshot(), 3, "no POST while the delivery cannot be recorded")
 	proxy.Resume()
-	require.Eventually(t, allDelivered, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, allDelivered, testenv.Scaled(30*time.Second), 20*time.Millisecond)
 
 	proxy.Stall()
 	post("evt_at_stop", 2)
@@ -189,7 +190,7 @@ func TestDispatcherStalledPostgresHoldsMessagesAndStops(t *testing.T) {
 	proxy.Resume()
 
 	runDispatcher(t, &dcfg, logs)
-	require.Eventually(t, allDelivered, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, allDelivered, testenv.Scaled(30*time.Second), 20*time.Millisecond)
 	h.waitQueuesEmpty(10 * time.Second)
 	want := map[string]int{}
 	for _, id := range ids {
@@ -238,7 +239,7 @@ func TestReceiverStalledPostgresAnswers503(t *testing.T) {
 		during, err = h.tryPostSigned("evt_during", "invoice.paid")
 		require.NoError(c, err)
 		require.Equal(c, http.StatusOK, during.status)
-	}, 30*time.Second, 200*time.Millisecond, "the sender's retry succeeds once Postgres answers")
+	}, testenv.Scaled(30*time.Second), 200*time.Millisecond, "the sender's retry succeeds once Postgres answers")
 	// The publisher may be sleeping out its backoff after the failures
 	// (at most 30s) when Postgres comes back.
 	h.waitOutboxEmpty(60 * time.Second)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,20 +55,20 @@ func TestDispatcherAnswersHealthWhileTheBrokerIsAway(t *testing.T) {
 		status, body = get(c, base+"/readyz")
 		require.Equal(c, http.StatusServiceUnavailable, status)
 		require.Equal(c, map[string]string{"status": "starting", "postgres": "ok", "rabbitmq": "waiting"}, body)
-	}, 20*time.Second, 50*time.Millisecond, "readyz says what it waits for")
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond, "readyz says what it waits for")
 	require.Contains(t, logs.String(), "rabbitmq does not answer; check amqp.url/urls")
 
 	proxy.Resume()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		status, _ := get(c, base+"/readyz")
 		require.Equal(c, http.StatusOK, status)
-	}, 30*time.Second, 50*time.Millisecond, "ready once the broker answers")
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "ready once the broker answers")
 	require.Contains(t, logs.String(), "rabbitmq answers now")
 	cancel()
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Scaled(30 * time.Second)):
 		t.Fatal("the dispatcher did not stop")
 	}
 	require.Contains(t, logs.String(), "dispatcher stopped")
@@ -96,12 +97,12 @@ func TestDispatcherStopsWhileWaitingForTheBroker(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, body := get(c, base+"/readyz")
 		require.Equal(c, "waiting", body["rabbitmq"])
-	}, 20*time.Second, 50*time.Millisecond)
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	cancel()
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("the dispatcher did not stop")
 	}
 	require.Contains(t, logs.String(), "dispatcher stopped while waiting for rabbitmq")

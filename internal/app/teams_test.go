@@ -19,6 +19,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/console"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -97,13 +98,14 @@ func (h *teamsHarness) seed() (shared, onlyB, bJob string) {
 	shared = h.postTo("acme", "evt_shared", "invoice.paid") // a-billing delivers it, b-billing fails it
 	onlyB = h.postTo("bsrc", "evt_b_only", "invoice.paid")  // b-billing's alone
 	// B's two pairs end dead (2 attempts each), A's shared pair delivered.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var dead, delivered int
-		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT
+		require.NoError(c, h.db.Pool().QueryRow(context.Background(), `SELECT
 			count(*) FILTER (WHERE route = 'b-billing' AND state = 'dead'),
 			count(*) FILTER (WHERE route = 'a-billing' AND state = 'delivered') FROM deliveries`).Scan(&dead, &delivered))
-		return dead == 2 && delivered == 1
-	}, 30*time.Second, 50*time.Millisecond, "B's pairs dead, A's delivered")
+		assert.Equal(c, 2, dead)
+		assert.Equal(c, 1, delivered)
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "B's pairs dead, A's delivered")
 	// B's own audit rows and job.
 	require.Equal(t, http.StatusOK, c.call("pause-route", http.MethodPost, "/api/v1/routes/b-billing/pause", tokB, map[string]any{"reason": "b's own"}).Status)
 	require.Equal(t, http.StatusOK, c.call("resume-route", http.MethodPost, "/api/v1/routes/b-billing/resume", tokB, nil).Status)
@@ -124,14 +126,15 @@ func (h *teamsHarness) seed() (shared, onlyB, bJob string) {
 	var res ops.ReplayResult
 	require.NoError(t, json.Unmarshal(done.Result, &res))
 	require.Equal(t, 1, res.ReplayedCount, "%s", done.Result)
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var attempts int
-		require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT count(*) FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
+		require.NoError(c, h.db.Pool().QueryRow(context.Background(), `SELECT count(*) FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
 			WHERE d.route = 'b-billing' AND d.state = 'dead'`).Scan(&attempts))
 		q, err := h.ch.QueueDeclarePassive(h.names.DeadQueue("b-billing"), true, false, false, false, nil)
-		require.NoError(t, err)
-		return attempts == 6 && q.Messages == 3
-	}, 30*time.Second, 50*time.Millisecond, "B's replayed pair dead again")
+		require.NoError(c, err)
+		assert.Equal(c, 6, attempts)
+		assert.Equal(c, 3, q.Messages)
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "B's replayed pair dead again")
 	return shared, onlyB, bJob
 }
 

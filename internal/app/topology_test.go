@@ -91,11 +91,11 @@ func TestDefinitionsImportMatchesDeclaration(t *testing.T) {
 	// (the management API shows it after its next stats tick).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.Equal(c, prefix+".route-delivery-limit", queuePolicy(c, prefix+".route.billing"))
-	}, 20*time.Second, 200*time.Millisecond)
+	}, testenv.Scaled(20*time.Second), 200*time.Millisecond)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.Equal(c, prefix+".parking-no-delivery-limit", queuePolicy(c, prefix+".route.billing.dead"))
 		require.Equal(c, prefix+".parking-no-delivery-limit", queuePolicy(c, prefix+".unrouted"))
-	}, 20*time.Second, 200*time.Millisecond, "dead and unrouted queues have no practical delivery limit")
+	}, testenv.Scaled(20*time.Second), 200*time.Millisecond, "dead and unrouted queues have no practical delivery limit")
 }
 
 // A message that keeps coming back without an outcome (a dispatcher that

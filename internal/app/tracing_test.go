@@ -235,7 +235,7 @@ func TestOneTraceFollowsAnEventThroughBothProcessesAndTheBroker(t *testing.T) {
 		require.Len(c, named(spans, "publish "+tier), 1)
 		require.Len(c, named(spans, "publish "+h.names.Events()), 1)
 		require.Len(c, named(spans, "POST /webhooks/{source}"), 1)
-	}, 20*time.Second, 50*time.Millisecond)
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	var lines []string
 	byID := map[string]span{}
 	for _, s := range spans {
@@ -381,7 +381,7 @@ func TestOneTraceFollowsAnEventThroughBothProcessesAndTheBroker(t *testing.T) {
 			}
 		}
 		require.Len(c, replayRoot, 1)
-	}, 20*time.Second, 50*time.Millisecond)
+	}, testenv.Scaled(20*time.Second), 50*time.Millisecond)
 	require.NotEqual(t, traceID, replayTrace)
 	require.Equal(t, "publish "+h.names.RouteQueue("billing"), replayRoot[0].name)
 	require.Equal(t, []string{traceID}, replayRoot[0].links, "the replay's trace links to the event's")
@@ -470,7 +470,7 @@ func TestAHungCollectorNeitherBlocksIngestNorDeliveryAndDropsAreCounted(t *testi
 		require.NoError(c, h.db.Pool().QueryRow(context.Background(),
 			`SELECT count(*) FROM deliveries WHERE state <> 'delivered'`).Scan(&left))
 		require.Zero(c, left)
-	}, 30*time.Second, 50*time.Millisecond)
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond)
 
 	// The drops are counted, both ways: the queue was full while an export
 	// hung, and the hung exports timed out.
@@ -482,5 +482,5 @@ func TestAHungCollectorNeitherBlocksIngestNorDeliveryAndDropsAreCounted(t *testi
 		d := scrape(c, dp.base)
 		require.Greater(c, d[`hookrelay_trace_spans_dropped_total{reason="export_failed"}`]+
 			d[`hookrelay_trace_spans_dropped_total{reason="queue_full"}`], 0.0)
-	}, 30*time.Second, 100*time.Millisecond)
+	}, testenv.Scaled(30*time.Second), 100*time.Millisecond)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -258,7 +259,7 @@ func TestAdmitGivesBackAHeldDeliveryWhenTheRouteStops(t *testing.T) {
 				st.mu.Lock()
 				defer st.mu.Unlock()
 				return len(st.rateWait) == 0
-			}, 5*time.Second, time.Millisecond, "Admit asked the rate limit")
+			}, testenv.Scaled(5*time.Second), time.Millisecond, "Admit asked the rate limit")
 
 			st.mu.Lock()
 			tc.change.Now = time.Now()
@@ -269,7 +270,7 @@ func TestAdmitGivesBackAHeldDeliveryWhenTheRouteStops(t *testing.T) {
 			select {
 			case err := <-done:
 				require.ErrorIs(t, err, ErrGateClosed)
-			case <-time.After(5 * time.Second):
+			case <-time.After(testenv.Scaled(5 * time.Second)):
 				t.Fatal("the held delivery still waits for its hour after the route stopped")
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,7 +50,7 @@ func TestHandleHoldsDeadLetterWhilePublishingIsBlocked(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("Handle did not finish after the block lifted")
 	}
 	_, deads := b.published()
@@ -82,7 +83,7 @@ func TestHandleHoldEndsOnShutdown(t *testing.T) {
 	select {
 	case err := <-done:
 		require.ErrorContains(t, err, "shutting down")
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("Handle kept holding after shutdown began")
 	}
 }
@@ -100,7 +101,7 @@ func TestHandleAbortedRecordsNothing(t *testing.T) {
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("Handle did not return after ctx was cancelled")
 	}
 	_, released, _, recorded := b.store.snapshot()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -344,7 +345,7 @@ func recv[T any](t *testing.T, c <-chan T, what string) T {
 	select {
 	case v := <-c:
 		return v
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}

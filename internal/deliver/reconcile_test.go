@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/deliver"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -335,13 +336,13 @@ func TestReconcilerStrandedRunNeedsEveryReading(t *testing.T) {
 		require.NoError(t, <-done)
 	}()
 
-	require.Eventually(t, func() bool { return reads.Load() >= 40 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return reads.Load() >= 40 }, testenv.Scaled(10*time.Second), time.Millisecond)
 	require.Empty(t, cleared, "every other reading failed: no run lasted")
 	gaps.Store(false)
 	select {
 	case tier := <-cleared:
 		require.Equal(t, "hr.retry.10s", tier)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("a tier counted at every reading for strand_after was not cleared")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -61,7 +62,7 @@ func queued[I, O any](t *testing.T, b *Batcher[I, O], n int) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return len(b.queue) == n
-	}, 5*time.Second, time.Millisecond)
+	}, testenv.Scaled(5*time.Second), time.Millisecond)
 }
 
 func TestLoneCallGoesAloneAtOnce(t *testing.T) {
@@ -77,7 +78,7 @@ func TestLoneCallGoesAloneAtOnce(t *testing.T) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return b.active == 0
-	}, 5*time.Second, time.Millisecond, "no committer left running once the queue is empty")
+	}, testenv.Scaled(5*time.Second), time.Millisecond, "no committer left running once the queue is empty")
 }
 
 // Calls made while a batch is in progress go together in the next one, up

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -116,7 +117,7 @@ func TestRunCutsAStalledBody(t *testing.T) {
 	case err := <-readErr:
 		var ne net.Error
 		require.True(t, errors.As(err, &ne) && ne.Timeout(), "the body read ends with a timeout, got %v", err)
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Scaled(5 * time.Second)):
 		t.Fatal("the stalled body was not cut")
 	}
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
@@ -131,7 +132,7 @@ func TestRunCutsAStalledBody(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("Run did not return after its context ended")
 	}
 }

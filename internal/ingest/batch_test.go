@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -155,7 +156,7 @@ func TestGroupCommitBatcherGathersWhatQueued(t *testing.T) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return b.active == 0
-	}, 10*time.Second, time.Millisecond, "committers end when the queue is empty")
+	}, testenv.Scaled(10*time.Second), time.Millisecond, "committers end when the queue is empty")
 }
 
 // A refused row makes its batch be stored one by one: it gets its reason

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -78,7 +79,7 @@ func (s *jobStore) wait(t *testing.T) *store.Job {
 		j, err := s.JobGet(context.Background(), id)
 		require.NoError(t, err)
 		return j
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("the job never ended")
 		return nil
 	}

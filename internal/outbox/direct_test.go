@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -101,7 +102,7 @@ func run(t *testing.T, d *Direct) (stop func()) {
 		select {
 		case err := <-done:
 			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
+		case <-time.After(testenv.Scaled(10 * time.Second)):
 			t.Fatal("Run did not return after its context ended")
 		}
 	}
@@ -110,7 +111,7 @@ func run(t *testing.T, d *Direct) (stop func()) {
 // waitFor waits, on each store call, until cond holds.
 func waitFor(t *testing.T, st *directStore, cond func(deleted, released []int64) bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testenv.Scaled(10 * time.Second))
 	for {
 		if cond(st.snapshot()) {
 			return

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -326,7 +327,7 @@ func (b *pipeBatch) Messages() []webhook.Message {
 }
 
 func (b *pipeBatch) Complete(_ context.Context, confirmed []int64, _ []Failure) error {
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(testenv.Scaled(5 * time.Second))
 	for {
 		b.s.mu.Lock()
 		next := b.s.claims > b.n
@@ -375,7 +376,7 @@ func TestRunPipelinesBatches(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testenv.Scaled(10 * time.Second))
 	for {
 		s.mu.Lock()
 		n := len(s.order)
@@ -442,7 +443,7 @@ func TestRunReportsAPipelinedCompleteFailure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "commit failed") }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "commit failed") }, testenv.Scaled(10*time.Second), 5*time.Millisecond,
 		"the failed completion is logged")
 	require.Contains(t, logs.String(), "outbox batch failed")
 	cancel()

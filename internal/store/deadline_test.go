@@ -41,7 +41,7 @@ func within(t *testing.T, limit time.Duration, what string, fn func() error) err
 	case err := <-done:
 		t.Logf("%s returned after %s: %v", what, time.Since(start).Round(time.Millisecond), err)
 		return err
-	case <-time.After(limit):
+	case <-time.After(testenv.Scaled(limit)):
 		t.Fatalf("%s did not return within %s while Postgres was stalled", what, limit)
 		return nil
 	}
@@ -88,5 +88,5 @@ func TestOutboxCallsFailWithinDeadlineWhilePostgresStalls(t *testing.T) {
 		}
 		n := len(b.Messages())
 		return b.Release(ctx) == nil && n == 3
-	}, 30*time.Second, 100*time.Millisecond, "every row is claimable again after the stall")
+	}, testenv.Scaled(30*time.Second), 100*time.Millisecond, "every row is claimable again after the stall")
 }

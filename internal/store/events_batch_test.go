@@ -11,8 +11,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -147,12 +149,12 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 	}
 	a := []store.EventInsertItem{item("a1", "X"), item("a2", "Y")}
 	b := []store.EventInsertItem{item("b1", "Y"), item("b2", "X")}
-	deadlocks := func() int64 {
+	deadlocks := func(t require.TestingT) int64 {
 		var n int64
 		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
 		return n
 	}
-	before := deadlocks()
+	before := deadlocks(t)
 	type answer struct {
 		res []store.EventInsertResult
 		err error
@@ -175,7 +177,7 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 					dups++
 				}
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(testenv.Scaled(30 * time.Second)):
 			t.Fatal("the batches did not finish")
 		}
 	}
@@ -185,7 +187,7 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 	require.Equal(t, 2, n)
 	// The batches did cross: Postgres broke a deadlock between them (its
 	// statistics arrive within a second or so).
-	require.Eventually(t, func() bool { return deadlocks() > before }, 10*time.Second, 50*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Greater(c, deadlocks(c), before) }, testenv.Scaled(10*time.Second), 50*time.Millisecond,
 		"no deadlock happened: the test did not cross the batches")
 }
 

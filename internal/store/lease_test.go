@@ -22,8 +22,9 @@ type leaseRow struct {
 	numbers  []int
 }
 
-func readLease(t *testing.T, db *store.DB, id uuid.UUID) leaseRow {
-	t.Helper()
+// readLease reads the billing pair of event id; t is the test, or
+// EventuallyWithT's collector inside a condition.
+func readLease(t require.TestingT, db *store.DB, id uuid.UUID) leaseRow {
 	var r leaseRow
 	err := db.Pool().QueryRow(context.Background(), `
 		SELECT d.state, d.gen, d.attempts, d.lease_owner,

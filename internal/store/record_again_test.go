@@ -9,7 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,7 +51,7 @@ func TestRecordOutcomeIsKnownToItsCaller(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded, "the caller gave up")
 		require.NoError(t, holder.Rollback(ctx))
 		// The batch, not the caller's, goes on and commits.
-		require.Eventually(t, func() bool { return readLease(t, db, id).state == "retrying" }, 10*time.Second, 10*time.Millisecond)
+		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, "retrying", readLease(c, db, id).state) }, testenv.Scaled(10*time.Second), 10*time.Millisecond)
 
 		gen, current, err := lease.Record(ctx, retry(id))
 		require.NoError(t, err, "the record committed: the caller is told so")
@@ -73,7 +75,7 @@ func TestRecordOutcomeIsKnownToItsCaller(t *testing.T) {
 		defer func() { _ = holder.Rollback(ctx) }()
 		_, err = holder.Exec(ctx, `SELECT 1 FROM deliveries WHERE event_id = $1 FOR UPDATE`, id)
 		require.NoError(t, err)
-		waiting := func() int {
+		waiting := func(t require.TestingT) int {
 			var n int
 			require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
@@ -94,7 +96,7 @@ func TestRecordOutcomeIsKnownToItsCaller(t *testing.T) {
 			gen, current, err := lease.Record(ctx, retry(id))
 			again <- answer{gen, current, err}
 		}()
-		require.Eventually(t, func() bool { return waiting() == 2 }, 10*time.Second, 10*time.Millisecond,
+		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 2, waiting(c)) }, testenv.Scaled(10*time.Second), 10*time.Millisecond,
 			"the batch and the second try both wait for the row")
 		require.NoError(t, holder.Rollback(ctx))
 		a := <-again

@@ -9,6 +9,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -44,7 +45,7 @@ func TestRouteSecretsResealAndNames(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case <-wake:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Scaled(10 * time.Second)):
 		t.Fatal("no notification of the route's change")
 	}
 

@@ -108,7 +108,7 @@ func Count(t testing.TB, ch *amqp.Channel, queue string) int {
 // timeout.
 func WaitCount(t testing.TB, ch *amqp.Channel, queue string, want int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.After(timeout)
+	deadline := time.After(testenv.Scaled(timeout))
 	tick := time.NewTicker(20 * time.Millisecond) // the broker offers no event for a count; poll it
 	defer tick.Stop()
 	for {
