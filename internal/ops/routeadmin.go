@@ -374,7 +374,8 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 		if err != nil {
 			return nil, err
 		}
-		// The audit row's args: the fields given, as the API takes them.
+		// The audit row's args: the fields given, as the API takes them,
+		// with what the route view hides hidden (any viewer reads the log).
 		raw, err := json.Marshal(in)
 		if err != nil {
 			return nil, err
@@ -386,6 +387,9 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 		delete(args, "headers") // values may carry a token
 		if in.Headers != nil {
 			args["headers"] = slices.Sorted(maps.Keys(in.Headers))
+		}
+		if in.URL != nil { // as the route view shows it: its credentials and query may carry a token
+			args["url"] = shownURL(*in.URL)
 		}
 		e, err := entry(ctx, "route.update", name, args)
 		if err != nil {
