@@ -192,20 +192,36 @@ type server struct {
 	limiter     *FailLimiter
 }
 
-// roleKey is where an operation keeps the role it needs.
-const roleKey = "x-required-role"
+// roleKey is where an operation's document says the role it needs;
+// actionKey where the operation keeps its ops action (not documented).
+const (
+	roleKey   = "x-required-role"
+	actionKey = "action"
+)
 
-// RequiredRole is the role op needs, "" when it names none.
+// RequiredRole is the role op's document names, "" when it names none.
 func RequiredRole(op *huma.Operation) string {
 	r, _ := op.Extensions[roleKey].(string)
 	return r
 }
 
-// op describes an operation that needs role; errs are the error statuses
-// it can answer besides 400, 401, 403, 429 and 503, which all can.
-func op(method, path, id, role, summary string, errs ...int) huma.Operation {
+// ActionOf is the ops action op is, "" when it names none; its role is
+// ops.RoleOf's, which authentication asks.
+func ActionOf(op *huma.Operation) ops.Action {
+	a, _ := op.Metadata[actionKey].(ops.Action)
+	return a
+}
+
+// op describes an operation that is ops action action, needing the role
+// ops gives it; errs are the error statuses it can answer besides 400,
+// 401, 403, 429 and 503, which all can.
+func op(method, path, id string, action ops.Action, summary string, errs ...int) huma.Operation {
 	if method == http.MethodPost {
 		errs = append(errs, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType)
+	}
+	role := ops.RoleOf(action)
+	if role == "" {
+		panic("api: operation " + id + ": ops knows no action " + string(action)) // a wiring fault, found by every test
 	}
 	return huma.Operation{
 		OperationID: id,
@@ -214,6 +230,7 @@ func op(method, path, id, role, summary string, errs ...int) huma.Operation {
 		Summary:     summary,
 		Description: summary + ". Needs role " + role + ".",
 		Extensions:  map[string]any{roleKey: role},
+		Metadata:    map[string]any{actionKey: action},
 		Errors: append([]int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
 			http.StatusTooManyRequests, http.StatusServiceUnavailable}, errs...),
 	}
@@ -221,8 +238,8 @@ func op(method, path, id, role, summary string, errs ...int) huma.Operation {
 
 // jobOp is op for an action that runs as a job: it answers 202 with the
 // job, whose Location is where to poll it.
-func jobOp(method, path, id, role, summary string, errs ...int) huma.Operation {
-	o := op(method, path, id, role, summary, errs...)
+func jobOp(method, path, id string, action ops.Action, summary string, errs ...int) huma.Operation {
+	o := op(method, path, id, action, summary, errs...)
 	o.DefaultStatus = http.StatusAccepted
 	o.Description += " Answers 202 with the job at once; poll GET /api/v1/jobs/{id} (the Location header) for progress and the report."
 	return o

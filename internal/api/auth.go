@@ -27,9 +27,11 @@ import (
 // the config's admin.token is compared as a hash in constant time. Each
 // request reads Postgres, so a revoked token is refused at once.
 func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
-	need := RequiredRole(ctx.Operation())
-	if need == "" { // every operation names one: fail closed
-		_ = huma.WriteErr(a.api, ctx, http.StatusInternalServerError, "the operation names no role")
+	// ops owns each action's role; every operation is an action ops
+	// knows (fail closed).
+	need := ops.RoleOf(ActionOf(ctx.Operation()))
+	if need == "" {
+		_ = huma.WriteErr(a.api, ctx, http.StatusInternalServerError, "the operation is no action ops knows")
 		return
 	}
 	client := clientAddr(ctx.RemoteAddr())

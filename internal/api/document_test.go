@@ -76,7 +76,7 @@ func TestDocumentIsCurrent(t *testing.T) {
 
 // TestDocumentAndRouterAgree fails when an operation is in the document
 // and not routed, or routed and not in the document, and when one needs
-// no role.
+// no role or another than ops gives its action.
 func TestDocumentAndRouterAgree(t *testing.T) {
 	a, mux := newAPI(t, &ops.Service{})
 	var documented []string
@@ -84,6 +84,7 @@ func TestDocumentAndRouterAgree(t *testing.T) {
 		documented = append(documented, k)
 		require.NotEmpty(t, api.RequiredRole(o), "%s names no role", k)
 		require.Contains(t, ops.Roles, api.RequiredRole(o), "%s", k)
+		require.Equal(t, ops.RoleOf(api.ActionOf(o)), api.RequiredRole(o), "%s documents the role ops gives its action", k)
 	}
 	slices.Sort(documented)
 	routed := slices.Clone(mux.patterns)

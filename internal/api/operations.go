@@ -61,7 +61,7 @@ type Listing[T any] struct {
 }
 
 func (a *server) routes() {
-	huma.Register(a.api, op(http.MethodGet, "/routes", "list-routes", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/routes", "list-routes", ops.ActionRead,
 		"List the routes with their state, backlog, dead letters, consumers and circuit"),
 		func(ctx context.Context, _ *struct{}) (*body[*ops.RouteList], error) {
 			list, err := a.svc.RouteList(ctx)
@@ -70,7 +70,7 @@ func (a *server) routes() {
 			}
 			return answer(list), nil
 		})
-	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/pause", "pause-route", ops.RoleOperator,
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/pause", "pause-route", ops.ActionRoutePause,
 		"Pause a route: every dispatcher stops taking its messages within 2s; nothing is lost", http.StatusNotFound),
 		func(ctx context.Context, in *struct {
 			RouteInput
@@ -86,7 +86,7 @@ func (a *server) routes() {
 			}
 			return answer(res), nil
 		})
-	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/resume", "resume-route", ops.RoleOperator,
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/resume", "resume-route", ops.ActionRouteResume,
 		"Resume a paused route: every dispatcher consumes it again within 2s", http.StatusNotFound),
 		func(ctx context.Context, in *RouteInput) (*body[*ops.RoutePauseResult], error) {
 			res, err := a.svc.RoutePause(ctx, in.Route, false, "")
@@ -95,7 +95,7 @@ func (a *server) routes() {
 			}
 			return answer(res), nil
 		})
-	huma.Register(a.api, op(http.MethodGet, "/routes/{route}", "get-route", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/routes/{route}", "get-route", ops.ActionRead,
 		"Get a route's settings and secret fingerprints (never a secret, nor a header's value)", http.StatusNotFound),
 		func(ctx context.Context, in *RouteInput) (*body[*ops.RouteDetail], error) {
 			d, err := a.svc.RouteGet(ctx, in.Route)
@@ -104,7 +104,7 @@ func (a *server) routes() {
 			}
 			return answer(d), nil
 		})
-	create := op(http.MethodPost, "/routes", "create-route", ops.RoleAdmin,
+	create := op(http.MethodPost, "/routes", "create-route", ops.ActionRouteCreate,
 		"Make a route at run time; every receiver and dispatcher follows within 2s. Its signing secret is in this answer only",
 		http.StatusConflict)
 	create.DefaultStatus = http.StatusCreated
@@ -118,7 +118,7 @@ func (a *server) routes() {
 		}
 		return answer(res), nil
 	})
-	huma.Register(a.api, op(http.MethodPatch, "/routes/{route}", "update-route", ops.RoleAdmin,
+	huma.Register(a.api, op(http.MethodPatch, "/routes/{route}", "update-route", ops.ActionRouteUpdate,
 		"Change a route made at run time: the settings given; every dispatcher follows within 2s. A route of the config answers 409",
 		http.StatusNotFound, http.StatusConflict),
 		func(ctx context.Context, in *struct {
@@ -131,7 +131,7 @@ func (a *server) routes() {
 			}
 			return answer(d), nil
 		})
-	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/rotate-secret", "rotate-route-secret", ops.RoleAdmin,
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/rotate-secret", "rotate-route-secret", ops.ActionRouteRotateSecret,
 		"Give a route made at run time a new signing secret (in this answer only); the previous one still signs for the overlap",
 		http.StatusNotFound, http.StatusConflict),
 		func(ctx context.Context, in *struct {
@@ -152,7 +152,7 @@ func (a *server) routes() {
 			}
 			return answer(res), nil
 		})
-	huma.Register(a.api, op(http.MethodDelete, "/routes/{route}", "delete-route", ops.RoleAdmin,
+	huma.Register(a.api, op(http.MethodDelete, "/routes/{route}", "delete-route", ops.ActionRouteDelete,
 		"Delete a route made at run time: it takes no new event at once; with undelivered work it answers 409 unless disposal says "+
 			"what to do with it (deliver: the dispatchers deliver it first; dead_letter: they move it to its dead letters). "+
 			"Its dead letters stay", http.StatusNotFound, http.StatusConflict),
@@ -166,7 +166,7 @@ func (a *server) routes() {
 			}
 			return answer(res), nil
 		})
-	huma.Register(a.api, op(http.MethodGet, "/activity", "get-activity", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/activity", "get-activity", ops.ActionRead,
 		"The last hour, minute by minute: each route's delivered and failed attempts, each source's accepted, duplicate and rejected (by reason) requests"),
 		func(ctx context.Context, _ *struct{}) (*body[*ops.Activity], error) {
 			act, err := a.svc.Activity(ctx)
@@ -175,7 +175,7 @@ func (a *server) routes() {
 			}
 			return answer(act), nil
 		})
-	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/retry", "retry-route", ops.RoleOperator,
+	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/retry", "retry-route", ops.ActionRetry,
 		"Attempt now every retrying delivery of a route, paced, as a job", http.StatusNotFound),
 		func(ctx context.Context, in *struct {
 			RouteInput
@@ -191,7 +191,7 @@ func (a *server) routes() {
 				return a.svc.Retry(ctx, req)
 			})
 		})
-	huma.Register(a.api, op(http.MethodGet, "/routes/{route}/versions", "get-version", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/routes/{route}/versions", "get-version", ops.ActionRead,
 		"Show the newest version of a resource delivered on a route (ordering drop_stale)", http.StatusNotFound),
 		func(ctx context.Context, in *VersionInput) (*body[*ops.Version], error) {
 			v, err := a.svc.ResourceVersion(ctx, ops.VersionRequest{Route: in.Route, Source: in.Source, Resource: in.Resource})
@@ -200,7 +200,7 @@ func (a *server) routes() {
 			}
 			return answer(v), nil
 		})
-	huma.Register(a.api, op(http.MethodDelete, "/routes/{route}/versions", "reset-version", ops.RoleAdmin,
+	huma.Register(a.api, op(http.MethodDelete, "/routes/{route}/versions", "reset-version", ops.ActionVersionReset,
 		"Forget the version of a resource on a route: its next event is delivered whatever its version", http.StatusNotFound),
 		func(ctx context.Context, in *VersionInput) (*body[*ops.Version], error) {
 			v, err := a.svc.ResourceVersionReset(ctx, ops.VersionRequest{Route: in.Route, Source: in.Source, Resource: in.Resource})
@@ -236,7 +236,7 @@ type EventsInput struct {
 }
 
 func (a *server) events() {
-	huma.Register(a.api, op(http.MethodGet, "/events", "list-events", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/events", "list-events", ops.ActionRead,
 		"List events newest first, each with its deliveries' states"),
 		func(ctx context.Context, in *EventsInput) (*body[Listing[ops.EventSummary]], error) {
 			f, err := ops.FilterFromFields(ops.FilterFields{Source: in.Source, EventType: in.EventType, State: in.State, Route: in.Route,
@@ -250,7 +250,7 @@ func (a *server) events() {
 			}
 			return answer(Listing[ops.EventSummary]{Total: list.Total, Items: list.Items, NextCursor: list.NextCursor}), nil
 		})
-	huma.Register(a.api, op(http.MethodGet, "/events/{id}", "get-event", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/events/{id}", "get-event", ops.ActionRead,
 		"Show one event with its body, every delivery and every attempt", http.StatusNotFound),
 		func(ctx context.Context, in *EventInput) (*body[*ops.EventDetail], error) {
 			ev, err := a.svc.EventShow(ctx, in.ID)
@@ -259,7 +259,7 @@ func (a *server) events() {
 			}
 			return answer(ev), nil
 		})
-	huma.Register(a.api, jobOp(http.MethodPost, "/events/{id}/retry", "retry-event", ops.RoleOperator,
+	huma.Register(a.api, jobOp(http.MethodPost, "/events/{id}/retry", "retry-event", ops.ActionRetry,
 		"Attempt an event's retrying deliveries now (to one route or all), as a job", http.StatusNotFound),
 		func(ctx context.Context, in *struct {
 			EventInput
@@ -276,7 +276,7 @@ func (a *server) events() {
 			return a.start(ctx, "retry", in.IdempotencyKey, map[string]any{"event_id": in.ID, "route": in.Body.Route, "dry_run": in.Body.DryRun},
 				func(ctx context.Context, _ func(any)) (any, error) { return a.svc.Retry(ctx, req) })
 		})
-	huma.Register(a.api, jobOp(http.MethodPost, "/replay", "replay", ops.RoleOperator,
+	huma.Register(a.api, jobOp(http.MethodPost, "/replay", "replay", ops.ActionReplay,
 		"Deliver events again as a new attempt series, paced so live events keep flowing, as a job", http.StatusNotFound),
 		func(ctx context.Context, in *struct {
 			IdempotencyInput
@@ -373,7 +373,7 @@ type DeadListInput struct {
 }
 
 func (a *server) deadLetters() {
-	huma.Register(a.api, op(http.MethodGet, "/routes/{route}/dead-letters", "list-dead-letters", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/routes/{route}/dead-letters", "list-dead-letters", ops.ActionRead,
 		"Read a route's dead letters without consuming them, each with its pair's state in Postgres", http.StatusNotFound),
 		func(ctx context.Context, in *DeadListInput) (*body[Listing[ops.DeadLetter]], error) {
 			list, err := a.svc.DeadList(ctx, ops.DeadListRequest{Route: in.Route, State: in.State, Limit: in.Limit})
@@ -384,7 +384,7 @@ func (a *server) deadLetters() {
 			// point at, only how many the queue holds.
 			return answer(Listing[ops.DeadLetter]{Total: int64(list.Total), Items: list.Items}), nil
 		})
-	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/dead-letters/requeue", "requeue-dead-letters", ops.RoleOperator,
+	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/dead-letters/requeue", "requeue-dead-letters", ops.ActionDeadRequeue,
 		"Move a route's dead letters back to its queue as fresh attempt series, as a job", http.StatusNotFound),
 		func(ctx context.Context, in *struct {
 			RouteInput
@@ -402,7 +402,7 @@ func (a *server) deadLetters() {
 					return RequeueResult{Route: in.Route, Moved: moved}, err
 				})
 		})
-	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/dead-letters/drop-delivered", "drop-delivered-dead-letters", ops.RoleOperator,
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/dead-letters/drop-delivered", "drop-delivered-dead-letters", ops.ActionDeadDrop,
 		"Remove a route's dead letters whose pair was delivered since (a replay, a requeue); the rest stay", http.StatusNotFound),
 		func(ctx context.Context, in *struct {
 			RouteInput
@@ -467,7 +467,7 @@ type JobsInput struct {
 }
 
 func (a *server) jobs() {
-	huma.Register(a.api, op(http.MethodGet, "/jobs/{id}", "get-job", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/jobs/{id}", "get-job", ops.ActionRead,
 		"Show a job: its state (running, succeeded, failed), progress, and report once it ended", http.StatusNotFound),
 		func(ctx context.Context, in *JobInput) (*body[*ops.Job], error) {
 			j, err := a.svc.JobGet(ctx, in.ID)
@@ -476,7 +476,7 @@ func (a *server) jobs() {
 			}
 			return answer(j), nil
 		})
-	huma.Register(a.api, op(http.MethodGet, "/jobs", "list-jobs", ops.RoleViewer, "List jobs, newest first"),
+	huma.Register(a.api, op(http.MethodGet, "/jobs", "list-jobs", ops.ActionRead, "List jobs, newest first"),
 		func(ctx context.Context, in *JobsInput) (*body[Listing[ops.Job]], error) {
 			var before uuid.UUID
 			if in.Cursor != "" {
@@ -531,7 +531,7 @@ type AuditInput struct {
 }
 
 func (a *server) admin() {
-	huma.Register(a.api, jobOp(http.MethodPost, "/purge", "purge", ops.RoleAdmin,
+	huma.Register(a.api, jobOp(http.MethodPost, "/purge", "purge", ops.ActionPurge,
 		"Delete old delivered events (keeping dedupe keys for the window and anything undelivered), as a job"),
 		func(ctx context.Context, in *struct {
 			IdempotencyInput
@@ -554,7 +554,7 @@ func (a *server) admin() {
 				return a.svc.Purge(ctx, req)
 			})
 		})
-	huma.Register(a.api, op(http.MethodGet, "/tokens", "list-tokens", ops.RoleAdmin, "List the named tokens; never their secrets"),
+	huma.Register(a.api, op(http.MethodGet, "/tokens", "list-tokens", ops.ActionTokenList, "List the named tokens; never their secrets"),
 		func(ctx context.Context, _ *struct{}) (*body[Listing[ops.Token]], error) {
 			list, err := a.svc.TokenList(ctx)
 			if err != nil {
@@ -562,7 +562,7 @@ func (a *server) admin() {
 			}
 			return answer(Listing[ops.Token]{Total: int64(len(list)), Items: list}), nil
 		})
-	create := op(http.MethodPost, "/tokens", "create-token", ops.RoleAdmin, "Create a named token; its secret is in this answer only", http.StatusConflict)
+	create := op(http.MethodPost, "/tokens", "create-token", ops.ActionTokenCreate, "Create a named token; its secret is in this answer only", http.StatusConflict)
 	create.DefaultStatus = http.StatusCreated
 	huma.Register(a.api, create, func(ctx context.Context, in *struct{ Body TokenBody }) (*body[*ops.NewToken], error) {
 		req := ops.TokenRequest{Name: in.Body.Name, Role: in.Body.Role, Team: in.Body.Team}
@@ -579,7 +579,7 @@ func (a *server) admin() {
 		}
 		return answer(t), nil
 	})
-	huma.Register(a.api, op(http.MethodDelete, "/tokens/{name}", "revoke-token", ops.RoleAdmin,
+	huma.Register(a.api, op(http.MethodDelete, "/tokens/{name}", "revoke-token", ops.ActionTokenRevoke,
 		"Revoke a token: the next request carrying it is refused", http.StatusNotFound),
 		func(ctx context.Context, in *TokenInput) (*struct{}, error) {
 			if err := a.svc.TokenRevoke(ctx, in.Name); err != nil {
@@ -587,7 +587,7 @@ func (a *server) admin() {
 			}
 			return nil, nil
 		})
-	huma.Register(a.api, op(http.MethodGet, "/audit", "list-audit", ops.RoleViewer,
+	huma.Register(a.api, op(http.MethodGet, "/audit", "list-audit", ops.ActionRead,
 		"List the audit log, newest first: who changed what, when, with which arguments and result"),
 		func(ctx context.Context, in *AuditInput) (*body[Listing[ops.AuditEntry]], error) {
 			ff := ops.AuditFilterFlags{Actor: in.Actor, Action: in.Action, Target: in.Target, Since: in.Since, Until: in.Until, Limit: in.Limit}

@@ -625,6 +625,14 @@ func TestAPISuite(t *testing.T) {
 	}
 	require.Equal(t, []string{"route.delete", "route.rotate_secret", "route.update", "route.create"}, routeActions)
 	require.NotContains(t, string(a.Body), "t0ken-value", "the audit log holds no header value")
+	// Each action the log holds is one its filter takes (issue 38).
+	for _, action := range routeActions {
+		a = c.call("list-audit", http.MethodGet, "/api/v1/audit?target=suite&action="+action, viewer, nil)
+		require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+		var one struct{ Total int64 }
+		a.decode(t, &one)
+		require.EqualValues(t, 1, one.Total, action)
+	}
 
 	// The audit log: each change once, with its token's name; filtered.
 	a = c.call("list-audit", http.MethodGet, "/api/v1/audit?actor=token:t-operator&limit=100", viewer, nil)

@@ -14,6 +14,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -101,7 +102,10 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	mux.HandleFunc("POST /signin", c.signIn)
 	mux.HandleFunc("POST /signout", c.signOut)
 	for _, p := range Pages {
-		mux.Handle(p.Pattern, c.authed(p.Role, func(w http.ResponseWriter, r *http.Request, u user) { p.serve(c, w, r, u) }))
+		if p.Role() == "" { // fail closed: ops must know every action
+			return nil, fmt.Errorf("console page %s: ops knows no action %q", p.Pattern, p.Action)
+		}
+		mux.Handle(p.Pattern, c.authed(p.Action, func(w http.ResponseWriter, r *http.Request, u user) { p.serve(c, w, r, u) }))
 	}
 
 	cop := http.NewCrossOriginProtection()
@@ -112,38 +116,42 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 }
 
 // Page is a page or an action of the console behind a sign-in: its
-// pattern (method and path, as http.ServeMux takes it), the role it needs
-// and what serves it.
+// pattern (method and path, as http.ServeMux takes it), the ops action it
+// is (whose role ops says: ops.RoleOf) and what serves it.
 type Page struct {
-	Pattern, Role string
-	serve         func(c *console, w http.ResponseWriter, r *http.Request, u user)
+	Pattern string
+	Action  ops.Action
+	serve   func(c *console, w http.ResponseWriter, r *http.Request, u user)
 }
 
+// Role is the role the page needs: its action's, as ops says.
+func (p Page) Role() string { return ops.RoleOf(p.Action) }
+
 // Pages lists every page and action behind a sign-in: the handler serves
-// these, and the tests that try each one (teams) read them here, so a new
-// page is covered without editing them.
+// these, and the tests that try each one (teams, roles) read them here,
+// so a new page is covered without editing them.
 var Pages = []Page{
-	{"GET /{$}", ops.RoleViewer, (*console).overview},
-	{"GET /events", ops.RoleViewer, (*console).events},
-	{"GET /events/{id}", ops.RoleViewer, (*console).event},
-	{"POST /events/{id}/retry", ops.RoleOperator, (*console).retry},
-	{"POST /events/{id}/replay", ops.RoleOperator, (*console).replayEvent},
-	{"POST /routes/{route}/pause", ops.RoleOperator, func(c *console, w http.ResponseWriter, r *http.Request, u user) { c.pause(true)(w, r, u) }},
-	{"POST /routes/{route}/resume", ops.RoleOperator, func(c *console, w http.ResponseWriter, r *http.Request, u user) { c.pause(false)(w, r, u) }},
-	{"GET /routes/{route}", ops.RoleViewer, (*console).routePage},
-	{"GET /routes/new", ops.RoleAdmin, (*console).newRoutePage},
-	{"POST /routes", ops.RoleAdmin, (*console).createRoute},
-	{"POST /routes/{route}/update", ops.RoleAdmin, (*console).updateRoute},
-	{"POST /routes/{route}/rotate-secret", ops.RoleAdmin, (*console).rotateSecret},
-	{"POST /routes/{route}/delete", ops.RoleAdmin, (*console).deleteRoute},
-	{"POST /routes/{route}/versions/reset", ops.RoleOperator, (*console).versionReset},
-	{"GET /routes/{route}/dead-letters", ops.RoleViewer, (*console).deadLetters},
-	{"POST /routes/{route}/dead-letters/requeue", ops.RoleOperator, (*console).requeue},
-	{"POST /routes/{route}/dead-letters/drop-delivered", ops.RoleOperator, (*console).dropDelivered},
-	{"GET /replay", ops.RoleViewer, (*console).replayPage},
-	{"POST /replay", ops.RoleOperator, (*console).replay},
-	{"GET /jobs/{id}", ops.RoleViewer, (*console).job},
-	{"GET /audit", ops.RoleViewer, (*console).audit},
+	{"GET /{$}", ops.ActionRead, (*console).overview},
+	{"GET /events", ops.ActionRead, (*console).events},
+	{"GET /events/{id}", ops.ActionRead, (*console).event},
+	{"POST /events/{id}/retry", ops.ActionRetry, (*console).retry},
+	{"POST /events/{id}/replay", ops.ActionReplay, (*console).replayEvent},
+	{"POST /routes/{route}/pause", ops.ActionRoutePause, func(c *console, w http.ResponseWriter, r *http.Request, u user) { c.pause(true)(w, r, u) }},
+	{"POST /routes/{route}/resume", ops.ActionRouteResume, func(c *console, w http.ResponseWriter, r *http.Request, u user) { c.pause(false)(w, r, u) }},
+	{"GET /routes/{route}", ops.ActionRead, (*console).routePage},
+	{"GET /routes/new", ops.ActionRouteCreate, (*console).newRoutePage}, // the form of the action
+	{"POST /routes", ops.ActionRouteCreate, (*console).createRoute},
+	{"POST /routes/{route}/update", ops.ActionRouteUpdate, (*console).updateRoute},
+	{"POST /routes/{route}/rotate-secret", ops.ActionRouteRotateSecret, (*console).rotateSecret},
+	{"POST /routes/{route}/delete", ops.ActionRouteDelete, (*console).deleteRoute},
+	{"POST /routes/{route}/versions/reset", ops.ActionVersionReset, (*console).versionReset},
+	{"GET /routes/{route}/dead-letters", ops.ActionRead, (*console).deadLetters},
+	{"POST /routes/{route}/dead-letters/requeue", ops.ActionDeadRequeue, (*console).requeue},
+	{"POST /routes/{route}/dead-letters/drop-delivered", ops.ActionDeadDrop, (*console).dropDelivered},
+	{"GET /replay", ops.ActionRead, (*console).replayPage},
+	{"POST /replay", ops.ActionReplay, (*console).replay},
+	{"GET /jobs/{id}", ops.ActionRead, (*console).job},
+	{"GET /audit", ops.ActionRead, (*console).audit},
 }
 
 // securityHeaders sets the console's headers on every answer.
@@ -166,9 +174,13 @@ type user struct {
 	Team string
 }
 
-// Can says whether the user's role allows what need does (templates hide
-// what it does not; the server refuses it anyway).
-func (u user) Can(need string) bool { return ops.RoleAllows(u.Role, need) }
+// May says whether the user's role allows action a, as ops says
+// (templates hide what it does not; the server refuses it anyway). An
+// action ops does not know is allowed to nobody.
+func (u user) May(a ops.Action) bool {
+	need := ops.RoleOf(a)
+	return need != "" && ops.RoleAllows(u.Role, need)
+}
 
 const (
 	sessionHash   = "token_hash" // hex SHA-256 of the token signed in with
@@ -204,9 +216,11 @@ func (c *console) current(r *http.Request) (user, bool, error) {
 	return user{Actor: "token:" + t.Name, Role: t.Role, Team: t.Team}, true, nil
 }
 
-// authed serves next to a signed-in user whose role is at least need:
-// others go to the sign-in page (reading) or are refused (acting).
-func (c *console) authed(need string, next func(w http.ResponseWriter, r *http.Request, u user)) http.Handler {
+// authed serves next to a signed-in user whose role allows action (as
+// ops says): others go to the sign-in page (reading) or are refused
+// (acting).
+func (c *console) authed(action ops.Action, next func(w http.ResponseWriter, r *http.Request, u user)) http.Handler {
+	need := ops.RoleOf(action)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, ok, err := c.current(r)
 		if err != nil {
@@ -221,7 +235,7 @@ func (c *console) authed(need string, next func(w http.ResponseWriter, r *http.R
 			http.Error(w, "sign in first", http.StatusUnauthorized)
 			return
 		}
-		if !u.Can(need) {
+		if !u.May(action) {
 			http.Error(w, "this needs role "+need+"; you signed in as "+u.Role, http.StatusForbidden)
 			return
 		}

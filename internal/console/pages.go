@@ -47,11 +47,9 @@ func parsePages() (map[string]*template.Template, error) {
 			}
 			return (time.Duration(*p * float64(time.Second))).Round(time.Second).String()
 		},
-		"ms":       func(n int) string { return (time.Duration(n) * time.Millisecond).String() },
-		"operator": func() string { return ops.RoleOperator },
-		"admin":    func() string { return ops.RoleAdmin },
-		"join":     strings.Join,
-		"chart":    chart,
+		"ms":    func(n int) string { return (time.Duration(n) * time.Millisecond).String() },
+		"join":  strings.Join,
+		"chart": chart,
 		"isUUID": func(s string) bool {
 			_, err := uuid.Parse(s)
 			return err == nil

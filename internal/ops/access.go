@@ -128,13 +128,18 @@ func ActorOf(ctx context.Context) string {
 // names its actor, so this is a wiring fault, never an operator's.
 var errNoActor = errors.New("ops: a change needs an actor (ops.WithActor)")
 
-// entry starts the audit row of a change in ctx.
-func entry(ctx context.Context, action, target string, args map[string]any) (*store.AuditEntry, error) {
+// entry starts the audit row of a change in ctx; an action that is not a
+// change of the actions table is refused, so every action the log holds
+// is one its filter takes.
+func entry(ctx context.Context, action Action, target string, args map[string]any) (*store.AuditEntry, error) {
+	if !audits(action) {
+		return nil, errUndeclared(action)
+	}
 	actor := ActorOf(ctx)
 	if actor == "" {
 		return nil, errNoActor
 	}
-	return &store.AuditEntry{Actor: actor, Action: action, Target: target, Args: args}, nil
+	return &store.AuditEntry{Actor: actor, Action: string(action), Target: target, Args: args}, nil
 }
 
 // audited runs a change that spans transactions (a replay, a purge, a
@@ -144,7 +149,7 @@ func entry(ctx context.Context, action, target string, args map[string]any) (*st
 // not a change: no row. An audit row that cannot be written is an error
 // of the call even when the change succeeded, so nobody takes an
 // unaudited change for a clean one.
-func audited[T any](ctx context.Context, s *Service, action, target string, args map[string]any, run func() (T, error), result func(T) map[string]any) (T, error) {
+func audited[T any](ctx context.Context, s *Service, action Action, target string, args map[string]any, run func() (T, error), result func(T) map[string]any) (T, error) {
 	var zero T
 	e, err := entry(ctx, action, target, args)
 	if err != nil {
@@ -248,7 +253,7 @@ func (s *Service) TokenCreate(ctx context.Context, req TokenRequest) (*NewToken,
 		}
 		args["team"] = req.Team
 	}
-	e, err := entry(ctx, "token.create", req.Name, args)
+	e, err := entry(ctx, ActionTokenCreate, req.Name, args)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +276,7 @@ func (s *Service) TokenCreate(ctx context.Context, req TokenRequest) (*NewToken,
 // TokenRevoke revokes the token name: the next request that carries it is
 // refused.
 func (s *Service) TokenRevoke(ctx context.Context, name string) error {
-	e, err := entry(ctx, "token.revoke", name, nil)
+	e, err := entry(ctx, ActionTokenRevoke, name, nil)
 	if err != nil {
 		return err
 	}
@@ -294,12 +299,6 @@ func (s *Service) TokenByHash(ctx context.Context, hash []byte) (*store.Token, e
 // ErrNotFound.
 func (s *Service) TokenAuthenticate(ctx context.Context, secret string) (*store.Token, error) {
 	return s.TokenByHash(ctx, HashToken(secret))
-}
-
-// AuditActions are the actions the audit log holds.
-var AuditActions = []string{
-	"route.pause", "route.resume", "retry", "replay", "dead.requeue", "dead.drop", "purge",
-	"version.reset", "token.create", "token.revoke", "team.create",
 }
 
 // AuditFilterFlags is an audit filter as typed (CLI flags, query

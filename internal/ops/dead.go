@@ -121,7 +121,7 @@ func (s *Service) DeadDropDelivered(ctx context.Context, route string, dryRun bo
 	if dryRun {
 		return s.deadDrop(ctx, route, true)
 	}
-	return audited(ctx, s, "dead.drop", route, nil, func() (*DeadDropResult, error) { return s.deadDrop(ctx, route, false) },
+	return audited(ctx, s, ActionDeadDrop, route, nil, func() (*DeadDropResult, error) { return s.deadDrop(ctx, route, false) },
 		func(r *DeadDropResult) map[string]any {
 			return map[string]any{"total": r.Total, "read": r.Read, "dropped": r.Dropped}
 		})
@@ -159,7 +159,7 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, prog
 	if err := s.requireRoute(ctx, route); err != nil {
 		return 0, err
 	}
-	return audited(ctx, s, "dead.requeue", route, map[string]any{"limit": limit},
+	return audited(ctx, s, ActionDeadRequeue, route, map[string]any{"limit": limit},
 		func() (int, error) { return s.DeadLetters.Requeue(ctx, route, limit, progress) },
 		func(n int) map[string]any { return map[string]any{"moved": n} })
 }
@@ -184,7 +184,7 @@ func (s *Service) DeadRequeueEvents(ctx context.Context, route string, events []
 		want[id.String()] = true
 		ids = append(ids, id.String())
 	}
-	return audited(ctx, s, "dead.requeue", route, map[string]any{"events": ids},
+	return audited(ctx, s, ActionDeadRequeue, route, map[string]any{"events": ids},
 		func() (int, error) { return s.DeadLetters.RequeueEvents(ctx, route, want, progress) },
 		func(n int) map[string]any { return map[string]any{"moved": n} })
 }

@@ -281,7 +281,7 @@ func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResul
 		return s.Store.PurgeCount(ctx, cfg)
 	}
 	args := map[string]any{"older_than": req.OlderThan.String(), "include_dead": req.IncludeDead}
-	return audited(ctx, s, "purge", "", args, func() (store.PurgeResult, error) { return s.Store.Purge(ctx, cfg) },
+	return audited(ctx, s, ActionPurge, "", args, func() (store.PurgeResult, error) { return s.Store.Purge(ctx, cfg) },
 		func(r store.PurgeResult) map[string]any {
 			return map[string]any{"events": r.Events, "days": r.Days, "keys": r.Keys, "batches": r.Batches}
 		})

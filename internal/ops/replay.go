@@ -144,7 +144,7 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		args["after"] = req.After
 	}
 	args["include_delivered"], args["include_stale"] = req.IncludeDelivered, req.IncludeStale
-	return audited(ctx, s, "replay", target, args, func() (*ReplayResult, error) { return s.replay(ctx, req) },
+	return audited(ctx, s, ActionReplay, target, args, func() (*ReplayResult, error) { return s.replay(ctx, req) },
 		func(r *ReplayResult) map[string]any {
 			return map[string]any{"events": r.Events, "replayed": r.ReplayedCount, "skipped": r.SkippedCount, "delivered": r.Delivered, "next_after": r.NextAfter}
 		})

@@ -111,7 +111,7 @@ func (s *Service) Retry(ctx context.Context, req RetryRequest) (*RetryResult, er
 	if req.State != "" {
 		args["state"] = req.State
 	}
-	return audited(ctx, s, "retry", target, args, func() (*RetryResult, error) { return s.retry(ctx, req) },
+	return audited(ctx, s, ActionRetry, target, args, func() (*RetryResult, error) { return s.retry(ctx, req) },
 		func(r *RetryResult) map[string]any {
 			return map[string]any{"retried": r.RetriedCount, "skipped": r.SkippedCount}
 		})

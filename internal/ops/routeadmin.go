@@ -315,7 +315,7 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 	if err != nil {
 		return nil, err
 	}
-	e, err := entry(ctx, "route.create", name, map[string]any{"team": team, "bindings": r.Bindings})
+	e, err := entry(ctx, ActionRouteCreate, name, map[string]any{"team": team, "bindings": r.Bindings})
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +391,7 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 		if in.URL != nil { // as the route view shows it: its credentials and query may carry a token
 			args["url"] = shownURL(*in.URL)
 		}
-		e, err := entry(ctx, "route.update", name, args)
+		e, err := entry(ctx, ActionRouteUpdate, name, args)
 		if err != nil {
 			return nil, err
 		}
@@ -425,7 +425,7 @@ func (s *Service) RouteRotateSecret(ctx context.Context, name string, overlap *t
 	if err != nil {
 		return nil, err
 	}
-	e, err := entry(ctx, "route.rotate_secret", name, map[string]any{"overlap": config.FormatDuration(d)})
+	e, err := entry(ctx, ActionRouteRotateSecret, name, map[string]any{"overlap": config.FormatDuration(d)})
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +452,7 @@ func (s *Service) RouteDelete(ctx context.Context, name, disposal string) (*Rout
 	if disposal != "" && disposal != store.DisposeDeliver && disposal != store.DisposeDeadLetter {
 		return nil, fmt.Errorf("%w: disposal: %q is not deliver or dead_letter", ErrInvalidRequest, disposal)
 	}
-	e, err := entry(ctx, "route.delete", name, map[string]any{"disposal": disposal})
+	e, err := entry(ctx, ActionRouteDelete, name, map[string]any{"disposal": disposal})
 	if err != nil {
 		return nil, err
 	}
@@ -469,7 +469,7 @@ func (s *Service) RouteReseal(ctx context.Context) (int, error) {
 	if err := requirePlatform(ctx, "reseal route secrets"); err != nil {
 		return 0, err
 	}
-	e, err := entry(ctx, "route.reseal", "", nil)
+	e, err := entry(ctx, ActionRouteReseal, "", nil)
 	if err != nil {
 		return 0, err
 	}

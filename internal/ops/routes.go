@@ -181,9 +181,9 @@ func (s *Service) RoutePause(ctx context.Context, route string, paused bool, rea
 	if err := s.requireRoute(ctx, route); err != nil {
 		return nil, err
 	}
-	action := "route.resume"
+	action := ActionRouteResume
 	if paused {
-		action = "route.pause"
+		action = ActionRoutePause
 	}
 	reason = strings.TrimSpace(reason)
 	if n := utf8.RuneCountInString(reason); n > MaxPauseReason || !utf8.ValidString(reason) {

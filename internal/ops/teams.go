@@ -36,7 +36,7 @@ func (s *Service) TeamCreate(ctx context.Context, name string) (*store.Team, err
 		return nil, fmt.Errorf("database.url logs in as %q (%s), which row-level security does not hold: the new team would see every team's rows; "+
 			"set database.migrate_url to this role's URL and database.url to a role that owns nothing, then run hookrelay migrate", iso.Role, iso.Bypass)
 	}
-	e, err := entry(ctx, "team.create", name, nil)
+	e, err := entry(ctx, ActionTeamCreate, name, nil)
 	if err != nil {
 		return nil, err
 	}

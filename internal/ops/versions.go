@@ -75,7 +75,7 @@ func (s *Service) ResourceVersionReset(ctx context.Context, req VersionRequest) 
 	if err := s.checkVersion(ctx, req); err != nil {
 		return nil, err
 	}
-	e, err := entry(ctx, "version.reset", req.Route, map[string]any{"source": req.Source, "resource": req.Resource})
+	e, err := entry(ctx, ActionVersionReset, req.Route, map[string]any{"source": req.Source, "resource": req.Resource})
 	if err != nil {
 		return nil, err
 	}
