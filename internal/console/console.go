@@ -183,28 +183,26 @@ func (u user) May(a ops.Action) bool {
 }
 
 const (
-	sessionHash   = "token_hash" // hex SHA-256 of the token signed in with
-	sessionFlash  = "flash"
-	configSession = "config"
+	sessionHash  = "token_hash" // hex SHA-256 of the token signed in with
+	sessionFlash = "flash"
 )
 
 // current re-reads the session's token every request: a token revoked or
-// expired since sign-in ends the session. An error is a token that could
-// not be read (storage), not a user signed out.
+// expired since sign-in ends the session, and so does a change of
+// admin.token for a session signed in with it (the hash it keeps is
+// compared with the current admin.token's, in constant time). An error
+// is a token that could not be read (storage), not a user signed out.
 func (c *console) current(r *http.Request) (user, bool, error) {
 	hexHash := c.sessions.GetString(r.Context(), sessionHash)
 	if hexHash == "" {
 		return user{}, false, nil
 	}
-	if hexHash == configSession {
-		if c.configToken == nil {
-			return user{}, false, nil
-		}
-		return user{Actor: ops.ConfigTokenActor, Role: ops.RoleAdmin, Team: ops.PlatformTeam}, true, nil
-	}
 	hash, err := hex.DecodeString(hexHash)
-	if err != nil {
+	if err != nil { // a session of before (it kept "config"): signed out
 		return user{}, false, nil
+	}
+	if c.configToken != nil && subtle.ConstantTimeCompare(hash, c.configToken) == 1 {
+		return user{Actor: ops.ConfigTokenActor, Role: ops.RoleAdmin, Team: ops.PlatformTeam}, true, nil
 	}
 	t, err := c.svc.TokenByHash(r.Context(), hash)
 	switch {
@@ -261,7 +259,7 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case secret == "":
 	case c.configToken != nil && subtle.ConstantTimeCompare(hash, c.configToken) == 1:
-		value = configSession
+		value = hex.EncodeToString(hash) // its hash, checked against admin.token at every request
 	default:
 		if _, err := c.svc.TokenByHash(r.Context(), hash); err == nil {
 			value = hex.EncodeToString(hash)
