@@ -20,7 +20,12 @@ import (
 // authenticate lets a request through with the actor its token names
 // when the token is live and its role is at least the operation's; 401
 // otherwise (missing, unknown, revoked or expired token), 403 naming the
-// role needed, 429 for an address that failed too often this minute.
+// role needed. A wrong token from an address that failed too often this
+// minute is answered 429 instead of 401; a right one always passes:
+// behind a proxy every operator shares one address, and one client's
+// failures must not lock the others out. The limit slows guessing only
+// (a named token is 256 random bits; admin.token at least 16
+// characters).
 //
 // A named token is looked up by the SHA-256 of its secret (tokens are 256
 // random bits: the time a lookup takes tells nothing of another token);
@@ -32,12 +37,6 @@ func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	need := ops.RoleOf(ActionOf(ctx.Operation()))
 	if need == "" {
 		_ = huma.WriteErr(a.api, ctx, http.StatusInternalServerError, "the operation is no action ops knows")
-		return
-	}
-	client := clientAddr(ctx.RemoteAddr())
-	if wait := a.limiter.blocked(client); wait > 0 {
-		ctx.SetHeader("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
-		_ = huma.WriteErr(a.api, ctx, http.StatusTooManyRequests, "too many failed authentications from this address; try again later")
 		return
 	}
 	secret, ok := bearer(ctx.Header("Authorization"))
@@ -60,6 +59,12 @@ func (a *server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		}
 	}
 	if actor == "" {
+		client := clientAddr(ctx.RemoteAddr())
+		if wait := a.limiter.blocked(client); wait > 0 {
+			ctx.SetHeader("Retry-After", retryAfter(wait))
+			_ = huma.WriteErr(a.api, ctx, http.StatusTooManyRequests, "too many failed authentications from this address; try again later")
+			return
+		}
 		a.limiter.fail(client)
 		ctx.SetHeader("WWW-Authenticate", `Bearer realm="hookrelay"`)
 		_ = huma.WriteErr(a.api, ctx, http.StatusUnauthorized, "missing, unknown, revoked or expired bearer token")
@@ -102,46 +107,59 @@ func clientAddr(remote string) string {
 }
 
 // LimitFailures puts l in front of next, a handler that answers 401 to a
-// failed authentication (the first admin API, pprof): an address that
-// failed too often this minute is answered 429, and each 401 counts.
+// failed authentication (the first admin API, pprof): each 401 counts,
+// and once the address failed too often this minute its 401s become
+// 429s. Whatever else next answers (a right token) passes as it is.
 func LimitFailures(l *FailLimiter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		client := clientAddr(r.RemoteAddr)
-		if wait := l.blocked(client); wait > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
-			httpserver.WriteError(w, http.StatusTooManyRequests, "too many failed authentications from this address; try again later")
-			return
-		}
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		if sw.status == http.StatusUnauthorized {
-			l.fail(client)
-		}
+		next.ServeHTTP(&limitWriter{ResponseWriter: w, l: l, client: clientAddr(r.RemoteAddr)}, r)
 	})
 }
 
-// statusWriter remembers the status a handler answered.
-type statusWriter struct {
+// limitWriter counts a 401 against client, or answers 429 in its place
+// when client is blocked (the 401's body then goes nowhere).
+type limitWriter struct {
 	http.ResponseWriter
-	status int
+	l        *FailLimiter
+	client   string
+	wrote    bool
+	replaced bool
 }
 
-func (w *statusWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
+func (w *limitWriter) WriteHeader(status int) {
+	if w.wrote {
+		w.ResponseWriter.WriteHeader(status) // net/http says it is superfluous
+		return
+	}
+	w.wrote = true
+	if status == http.StatusUnauthorized {
+		if wait := w.l.blocked(w.client); wait > 0 {
+			w.replaced = true
+			w.Header().Del("WWW-Authenticate")
+			w.Header().Set("Retry-After", retryAfter(wait))
+			httpserver.WriteError(w.ResponseWriter, http.StatusTooManyRequests, "too many failed authentications from this address; try again later")
+			return
+		}
+		w.l.fail(w.client)
 	}
 	w.ResponseWriter.WriteHeader(status)
 }
 
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
+func (w *limitWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.replaced {
+		return len(b), nil
 	}
 	return w.ResponseWriter.Write(b)
 }
 
 // Unwrap lets http.ResponseController reach the writer underneath.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *limitWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// retryAfter is a Retry-After header's whole seconds, rounded up.
+func retryAfter(wait time.Duration) string { return strconv.Itoa(int(wait.Seconds() + 0.999)) }
 
 // FailLimiter counts failed authentications per client address in
 // one-minute windows. NewFailLimiter(0) allows 20 a minute.
@@ -201,8 +219,9 @@ func (l *FailLimiter) fail(client string) {
 	w.n++
 }
 
-// Blocked says how long r's client must wait before its next try; 0 when
-// it may try now (the console's sign-in shares the count).
+// Blocked says how long r's client must wait before its next failed try
+// is answered as such; 0 when it may try now (the console's sign-in
+// shares the count, and asks only after a wrong token).
 func (l *FailLimiter) Blocked(r *http.Request) time.Duration {
 	return l.blocked(clientAddr(r.RemoteAddr))
 }

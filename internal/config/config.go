@@ -269,8 +269,9 @@ type Admin struct {
 	// for this long. Default 60s.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout" validate:"gt=0"`
 	// AuthFailuresPerMinute is how many failed authentications one client
-	// address may make in a minute; then /api/v1 answers it 429 until the
-	// minute ends. Default 20.
+	// address may make in a minute; then the admin listener answers its
+	// wrong tokens 429 until the minute ends (a right token always
+	// passes). Default 20.
 	AuthFailuresPerMinute int `mapstructure:"auth_failures_per_minute" validate:"gte=1,lte=100000"`
 	// CookieSecure marks the console's session cookie Secure, so a
 	// browser sends it over HTTPS only. The listener speaks plain HTTP: set

@@ -18,6 +18,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,8 +46,8 @@ type Options struct {
 	// FailedSignIn counts a failed sign-in of a client address (the admin
 	// listener's limiter); nil counts nothing.
 	FailedSignIn func(r *http.Request)
-	// Blocked says how long a client must wait before trying again; nil
-	// never blocks.
+	// Blocked says how long a client's wrong tokens are answered 429 (a
+	// right one always signs in); nil never blocks.
 	Blocked func(r *http.Request) time.Duration
 }
 
@@ -245,14 +246,11 @@ func (c *console) signInPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "signin", user{}, map[string]any{})
 }
 
+// signIn checks the token first: a right one always signs in, however
+// many wrong ones the address sent (behind a proxy every operator shares
+// it); a wrong one counts, and is answered 429 once the address failed
+// too often this minute.
 func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
-	if c.opts.Blocked != nil {
-		if wait := c.opts.Blocked(r); wait > 0 {
-			w.WriteHeader(http.StatusTooManyRequests)
-			c.render(w, r, "signin", user{}, map[string]any{"Error": "Too many failed sign-ins from this address: try again in " + wait.Round(time.Second).String() + "."})
-			return
-		}
-	}
 	secret := strings.TrimSpace(r.PostFormValue("token"))
 	hash := ops.HashToken(secret)
 	value := ""
@@ -271,6 +269,14 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if value == "" {
+		if c.opts.Blocked != nil {
+			if wait := c.opts.Blocked(r); wait > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+				w.WriteHeader(http.StatusTooManyRequests)
+				c.render(w, r, "signin", user{}, map[string]any{"Error": "Too many failed sign-ins from this address: try again in " + wait.Round(time.Second).String() + "."})
+				return
+			}
+		}
 		if c.opts.FailedSignIn != nil {
 			c.opts.FailedSignIn(r)
 		}
