@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -250,8 +251,28 @@ func (c *console) signInPage(w http.ResponseWriter, r *http.Request) {
 // many wrong ones the address sent (behind a proxy every operator shares
 // it); a wrong one counts, and is answered 429 once the address failed
 // too often this minute.
+//
+// It is the one form served without a session, so it takes a small
+// urlencoded body and nothing else: a multipart one (which Go's form
+// parser spools to disk) is refused unread.
 func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
-	secret := strings.TrimSpace(r.PostFormValue("token"))
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		w.WriteHeader(http.StatusUnsupportedMediaType)
+		c.render(w, r, "signin", user{}, map[string]any{"Error": "The sign-in takes the form of this page (application/x-www-form-urlencoded), nothing else."})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxSignInBytes)
+	if err := r.ParseForm(); err != nil {
+		status, msg := http.StatusBadRequest, "The sign-in form could not be read."
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			status, msg = http.StatusRequestEntityTooLarge, "The sign-in form is too large."
+		}
+		w.WriteHeader(status)
+		c.render(w, r, "signin", user{}, map[string]any{"Error": msg})
+		return
+	}
+	secret := strings.TrimSpace(r.PostForm.Get("token"))
 	hash := ops.HashToken(secret)
 	value := ""
 	switch {
@@ -292,6 +313,9 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 	c.sessions.Put(r.Context(), sessionHash, value)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
+
+// maxSignInBytes bounds the sign-in form: a token is under 100 bytes.
+const maxSignInBytes = 4 << 10
 
 func (c *console) signOut(w http.ResponseWriter, r *http.Request) {
 	if err := c.sessions.Destroy(r.Context()); err != nil {

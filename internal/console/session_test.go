@@ -1,12 +1,15 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/hookrelay/hookrelay/internal/console"
@@ -86,4 +89,42 @@ func TestConfigTokenSessionEndsWhenAdminTokenChanges(t *testing.T) {
 	none := consoleOver(t, db, "")
 	status, _ = get(t, c, none, "/audit")
 	require.Equal(t, http.StatusSeeOther, status, "nor without any admin.token")
+}
+
+// Issue 38, hardening: the sign-in is the console's one form that needs
+// no session, so it takes a small urlencoded form and nothing else: a
+// multipart body (which Go's form parser spools to disk past 32 MiB) is
+// refused with 415 before it is read, whatever token it carries, and a
+// form past 4 KiB with 413.
+func TestSignInTakesOnlyASmallForm(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	const token = "admin-token-0123456789abcdef"
+	srv := consoleOver(t, db, token)
+	c := browserClient(t)
+
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	require.NoError(t, mw.WriteField("token", token))
+	part, err := mw.CreateFormFile("spool", "big.bin")
+	require.NoError(t, err)
+	_, err = part.Write(bytes.Repeat([]byte{'x'}, 64<<10))
+	require.NoError(t, err)
+	require.NoError(t, mw.Close())
+	resp, err := c.Post(srv.URL+"/signin", mw.FormDataContentType(), &body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
+	status, _ := get(t, c, srv, "/audit")
+	require.Equal(t, http.StatusSeeOther, status, "not signed in")
+
+	resp, err = c.PostForm(srv.URL+"/signin", url.Values{"token": {token}, "pad": {strings.Repeat("x", 8<<10)}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+
+	resp, err = c.PostForm(srv.URL+"/signin", url.Values{"token": {token}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the form signs in")
 }
