@@ -39,7 +39,10 @@ func EnsureAppRole(ctx context.Context, ownerURL, appURL string) (AppRole, error
 		return out, fmt.Errorf("parsing database.migrate_url %s: %w", Redact(ownerURL), errors.Unwrap(err))
 	}
 	if oc.User == out.Name {
-		return out, fmt.Errorf("database.url and database.migrate_url log in as the same role %q: the processes must log in as a role that owns no table", out.Name)
+		return out, fmt.Errorf("database.url and database.migrate_url log in as the same role %q: the processes must log in as a role that owns no table, "+
+			"for row-level security to hold them. Either set database.url to a role of its own that owns nothing (hookrelay migrate creates it "+
+			"with the URL's user and password, as in config.yaml: postgres://hookrelay_app:PASSWORD@HOST/DB), or, for a relay of the platform team alone, "+
+			"leave database.migrate_url empty (the processes then log in as the owner, and warn so at start)", out.Name)
 	}
 	conn, err := pgx.Connect(ctx, ownerURL)
 	if err != nil {
