@@ -10,6 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// appendOnly are the tables the processes' role adds rows to and reads,
+// and never changes: what an operator did stays written (migration 25).
+var appendOnly = map[string]bool{"audit_log": true}
+
 // AppRole reports what EnsureAppRole did.
 type AppRole struct {
 	Name    string
@@ -22,7 +26,8 @@ type AppRole struct {
 // it connects to ownerURL (the migration role, which owns the tables),
 // creates the role when missing (LOGIN, with appURL's password), grants it
 // the rows of every table that is not a partition (a partition is reached
-// through its parent, whose policies then apply), the sequences and the
+// through its parent, whose policies then apply; the audit log's to add
+// and read only), the sequences and the
 // two partition functions, and checks that row-level security holds it:
 // not a superuser, no BYPASSRLS, no table of its own. Last it logs in as
 // appURL. Safe to run again; run after every Migrate, since a migration
@@ -106,7 +111,13 @@ func EnsureAppRole(ctx context.Context, ownerURL, appURL string) (AppRole, error
 		`GRANT EXECUTE ON FUNCTION hookrelay_ensure_partitions(date, date), hookrelay_drop_day(date) TO ` + role,
 	}
 	for _, t := range tables {
-		grants = append(grants, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+pgx.Identifier{t}.Sanitize()+` TO `+role)
+		table := pgx.Identifier{t}.Sanitize()
+		if appendOnly[t] {
+			grants = append(grants, `GRANT SELECT, INSERT ON `+table+` TO `+role,
+				`REVOKE UPDATE, DELETE, TRUNCATE ON `+table+` FROM `+role) // what an earlier release gave
+			continue
+		}
+		grants = append(grants, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+table+` TO `+role)
 	}
 	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, g := range grants {
