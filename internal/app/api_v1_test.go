@@ -500,7 +500,7 @@ func TestAPISuite(t *testing.T) {
 	for _, id := range dead {
 		h.dest.waitFor(20*time.Second, "requeued "+id+" delivered", func([]received) bool { return h.dest.successes()["billing "+id] >= 1 })
 	}
-	require.Equal(t, auditBefore+1, h.auditCount(), "one row for the requeue, none for its repeat")
+	require.Equal(t, auditBefore+2, h.auditCount(), "two rows for the requeue (as it started, as it ended), none for its repeat")
 
 	a = c.call("drop-delivered-dead-letters", http.MethodPost, "/api/v1/routes/billing/dead-letters/drop-delivered", op, map[string]any{})
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
@@ -647,9 +647,9 @@ func TestAPISuite(t *testing.T) {
 		actions = append(actions, row.Action+" "+row.Target+" "+row.Outcome)
 	}
 	slices.Reverse(actions)
-	require.Equal(t, []string{"route.pause billing ok", "route.resume billing ok", "dead.requeue billing ok", "dead.drop billing ok",
-		"replay " + ids[0] + " ok"}, actions,
-		"one row per change made with the operator token; dry runs and refusals change nothing")
+	require.Equal(t, []string{"route.pause billing ok", "route.resume billing ok", "dead.requeue billing started", "dead.requeue billing ok",
+		"dead.drop billing started", "dead.drop billing ok", "replay " + ids[0] + " started", "replay " + ids[0] + " ok"}, actions,
+		"one row per change made with the operator token, two for one that spans transactions; dry runs and refusals change nothing")
 	a = c.call("list-audit", http.MethodGet, "/api/v1/audit?action=token.revoke", viewer, nil)
 	a.decode(t, &audit)
 	require.Len(t, audit.Items, 1)

@@ -411,7 +411,7 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/audit?actor=token:t-operator"), chromedp.WaitVisible(chromedp.CSS(`#audit`))))
 	actions, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#audit tbody .action")).map(e => e.textContent)`))
 	require.NoError(t, err)
-	require.Equal(t, []string{"dead.drop", "replay", "dead.requeue"}, actions)
+	require.Equal(t, []string{"dead.drop", "dead.drop", "replay", "replay", "dead.requeue", "dead.requeue"}, actions, "each as it started and as it ended")
 	screenshot(t, ctx, "console-audit")
 }
 

@@ -143,35 +143,48 @@ func entry(ctx context.Context, action Action, target string, args map[string]an
 }
 
 // audited runs a change that spans transactions (a replay, a purge, a
-// requeue) and then writes its audit row with how it ended: the result's
-// counts, or the error (as PublicError words it). A request refused before
-// it changed anything (invalid, an unknown route or event, too large) is
-// not a change: no row. An audit row that cannot be written is an error
-// of the call even when the change succeeded, so nobody takes an
-// unaudited change for a clean one.
+// requeue) between two audit rows: one written (and committed) before
+// the change starts, outcome "started", so a process that dies half-way
+// leaves the change logged; and one when it ends, with the same
+// arguments, naming the first ("started": its id), with the result's
+// counts ("ok"), or the error as PublicError words it and what was done
+// before it ("failed"), or the refusal of a request that changed nothing
+// ("refused"). The log is added to, never changed. A change whose first
+// row cannot be written does not start; one whose last row cannot be
+// written is an error of the call even when the change succeeded, so
+// nobody takes a half-audited change for a clean one.
 func audited[T any](ctx context.Context, s *Service, action Action, target string, args map[string]any, run func() (T, error), result func(T) map[string]any) (T, error) {
 	var zero T
-	e, err := entry(ctx, action, target, args)
+	start, err := entry(ctx, action, target, args)
 	if err != nil {
 		return zero, err
 	}
+	end := *start
+	start.Outcome = store.OutcomeStarted
+	if err := s.Store.AuditInsert(ctx, start); err != nil {
+		return zero, fmt.Errorf("the %s did not start: its audit row was not written: %w", action, err)
+	}
 	out, err := run()
-	if refused(err) {
-		return out, err
-	}
-	if err != nil {
-		e.Outcome, e.Result = store.OutcomeFailed, map[string]any{"error": PublicError(err)}
+	switch {
+	case refused(err):
+		end.Outcome, end.Result = store.OutcomeRefused, map[string]any{"error": PublicError(err)}
+	case err != nil:
+		end.Outcome, end.Result = store.OutcomeFailed, map[string]any{"error": PublicError(err)}
 		if !isNil(out) {
-			e.Result["done"] = result(out) // what it did before it failed
+			end.Result["done"] = result(out) // what it did before it failed
 		}
-	} else {
-		e.Outcome, e.Result = store.OutcomeOK, result(out)
+	default:
+		end.Outcome, end.Result = store.OutcomeOK, result(out)
 	}
+	if end.Result == nil {
+		end.Result = map[string]any{}
+	}
+	end.Result["started"] = start.ID
 	// The change happened (or failed) whatever ctx says now: log it.
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if lerr := s.Store.AuditInsert(lctx, e); lerr != nil {
-		return out, errors.Join(err, fmt.Errorf("the %s is done but its audit row was not written: %w", action, lerr))
+	if lerr := s.Store.AuditInsert(lctx, &end); lerr != nil {
+		return out, errors.Join(err, fmt.Errorf("the %s ended but its last audit row was not written (its first is %d): %w", action, start.ID, lerr))
 	}
 	return out, err
 }

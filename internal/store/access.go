@@ -50,7 +50,9 @@ type AuditEntry struct {
 	Target string    `json:"target"`
 	// Args are the action's arguments as given.
 	Args map[string]any `json:"args"`
-	// Outcome is "ok" or "failed".
+	// Outcome is "ok" or "failed"; a change that spans transactions
+	// (replay, purge, requeue) writes a "started" row first, then one
+	// with how it ended ("refused" when it turned out to change nothing).
 	Outcome string `json:"outcome"`
 	// Result is what the action reported (counts, the error when failed).
 	Result map[string]any `json:"result"`
@@ -58,8 +60,10 @@ type AuditEntry struct {
 
 // Audit outcomes.
 const (
-	OutcomeOK     = "ok"
-	OutcomeFailed = "failed"
+	OutcomeOK      = "ok"
+	OutcomeFailed  = "failed"
+	OutcomeStarted = "started"
+	OutcomeRefused = "refused"
 )
 
 // AuditFilter selects audit rows, newest first. Zero fields do not
@@ -100,7 +104,7 @@ func jsonObject(m map[string]any) ([]byte, error) {
 }
 
 // AuditInsert writes e on its own: for an action whose change spans
-// transactions (replay, purge), once it ended.
+// transactions (replay, purge), before it starts and once it ended.
 func (db *DB) AuditInsert(ctx context.Context, e *AuditEntry) error {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
