@@ -449,5 +449,10 @@ func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
 			assert.Equal(t, strings.ReplaceAll(bodyNone, none, b), body, "/events?%s: A's answer on B's names is its answer on nothing", fmt.Sprintf(q, b))
 		}
 	}
+	// The find box finds, by the sender's id, the events A sees (issue 38):
+	// the platform's event delivered to A's route.
+	status, body := do(http.MethodGet, "/events?find=evt_shared", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, shared, "A finds the shared event by the sender's id")
 	require.Equal(t, before, h.bState(), "B's rows and dead letters are as they were")
 }

@@ -134,23 +134,16 @@ func collectSummaries(rows pgx.Rows) ([]EventSummary, error) {
 }
 
 // EventsByKey returns up to limit events whose idempotency key (a
-// sender's event id: evt_1Q…) is key, of any source, newest first. The
-// primary key of event_keys, (source, idempotency_key), answers it source
-// by source: the sources are walked through it (a loose index scan;
-// Postgres 15 has no skip scan), so no second index costs every ingest a
-// write. An event purged since (its key kept for the dedupe window) is not
-// listed.
+// sender's event id: evt_1Q…) is key, of any source, newest first, among
+// those ctx's team sees (hookrelay_event_ids_by_key, migration 25: it
+// walks the sources through event_keys' primary key, which no team
+// reads, so no second index costs every ingest a write). An event
+// purged since (its key kept for the dedupe window) is not listed.
 func (db *DB) EventsByKey(ctx context.Context, key string, limit int) ([]EventSummary, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
-	rows, err := db.pool.Query(ctx, `
-		WITH RECURSIVE sources AS (
-			SELECT min(source) AS source FROM event_keys
-			UNION ALL
-			SELECT (SELECT min(source) FROM event_keys WHERE source > s.source) FROM sources s WHERE s.source IS NOT NULL
-		)`+eventSummarySQL+`
-		WHERE e.id IN (SELECT k.event_id FROM event_keys k
-		               WHERE k.source IN (SELECT source FROM sources WHERE source IS NOT NULL) AND k.idempotency_key = $1)
+	rows, err := db.pool.Query(ctx, eventSummarySQL+`
+		WHERE e.id IN (SELECT hookrelay_event_ids_by_key($1))
 		ORDER BY e.received_at DESC, e.id DESC
 		LIMIT $2`, key, max(limit, 1))
 	if err != nil {

@@ -8,3 +8,5 @@ SET lock_timeout = '10s';
 ALTER TABLE audit_log DROP CONSTRAINT audit_log_outcome_check;
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_outcome_check
     CHECK (outcome IN ('ok', 'failed')) NOT VALID;
+
+DROP FUNCTION hookrelay_event_ids_by_key(text);

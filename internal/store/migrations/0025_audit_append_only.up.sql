@@ -33,3 +33,36 @@ ALTER TABLE audit_log DROP CONSTRAINT audit_log_outcome_check;
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_outcome_check
     CHECK (outcome IN ('ok', 'failed', 'started', 'refused')) NOT VALID;
 ALTER TABLE audit_log VALIDATE CONSTRAINT audit_log_outcome_check;
+
+-- The console's find box: the events of any source whose idempotency key
+-- (the sender's id) is wanted, among the events the caller sees. event_keys
+-- is the engine's (no team reads it, migration 22), and its primary key,
+-- (source, idempotency_key), answers a key source by source: the sources
+-- are walked through it (a loose index scan; Postgres 15 has no skip
+-- scan). The walk and the lookup run with every team's reach, for this
+-- statement only (set_config local, restored before the function
+-- returns; an error aborts the transaction, which drops it); the ids
+-- found are then read from events under the caller's own policy, so a
+-- team gets the events it sees and another team's key answers as a key of
+-- nothing, also to a direct call. A caller without a team gets nothing.
+CREATE FUNCTION hookrelay_event_ids_by_key(wanted text) RETURNS SETOF uuid
+LANGUAGE plpgsql VOLATILE ROWS 4 AS $$
+DECLARE
+    caller text := hookrelay_team();
+    found  uuid[];
+BEGIN
+    IF caller IS NULL OR caller = '' THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('hookrelay.team', '*', true);
+    WITH RECURSIVE walked AS (
+        SELECT min(k.source) AS source FROM event_keys k
+        UNION ALL
+        SELECT (SELECT min(k.source) FROM event_keys k WHERE k.source > w.source) FROM walked w WHERE w.source IS NOT NULL
+    )
+    SELECT array_agg(k.event_id) INTO found FROM event_keys k
+    WHERE k.source IN (SELECT w.source FROM walked w WHERE w.source IS NOT NULL) AND k.idempotency_key = wanted;
+    PERFORM set_config('hookrelay.team', caller, true);
+    RETURN QUERY SELECT e.id FROM events e WHERE e.id = ANY (found);
+END
+$$;
