@@ -103,4 +103,14 @@ func TestLongChangesAreAuditedBeforeTheyStart(t *testing.T) {
 		require.Equal(t, rows[1].ID, started.ID)
 		require.Equal(t, "started", rows[1].Outcome, "%s: the start row is as written", c.action)
 	}
+
+	// A request refused at once (an unknown event, an unknown route)
+	// changed nothing: no row.
+	_, err = svc.Replay(ctx, ops.ReplayRequest{EventID: uuid.Must(uuid.NewV7())})
+	require.ErrorIs(t, err, ops.ErrNotFound)
+	_, err = svc.Replay(ctx, ops.ReplayRequest{Filter: store.EventFilter{Route: "nosuch"}})
+	require.ErrorIs(t, err, ops.ErrUnknownRoute)
+	_, total, err := db.AuditList(ctx, store.AuditFilter{Action: "replay", Limit: 10})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, total, "the refusals wrote nothing")
 }

@@ -130,7 +130,8 @@ type ReplayProgress struct {
 // result counts what was done before it, and what was enqueued stays
 // enqueued.
 //
-// A replay that is not a dry run is audited as "replay" when it ends.
+// A replay that is not a dry run is audited as "replay" when it starts
+// and when it ends.
 func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
 	if req.DryRun {
 		return s.replay(ctx, req)
@@ -144,6 +145,16 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		args["after"] = req.After
 	}
 	args["include_delivered"], args["include_stale"] = req.IncludeDelivered, req.IncludeStale
+	// What is refused at once is refused before the audit row that starts
+	// the replay: an unknown route or event changes nothing to log.
+	if err := s.checkRoute(ctx, req.Filter.Route); err != nil {
+		return nil, err
+	}
+	if req.EventID != uuid.Nil {
+		if _, err := s.Store.EventShow(ctx, req.EventID); err != nil {
+			return nil, err
+		}
+	}
 	return audited(ctx, s, ActionReplay, target, args, func() (*ReplayResult, error) { return s.replay(ctx, req) },
 		func(r *ReplayResult) map[string]any {
 			return map[string]any{"events": r.Events, "replayed": r.ReplayedCount, "skipped": r.SkippedCount, "delivered": r.Delivered, "next_after": r.NextAfter}

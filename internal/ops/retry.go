@@ -96,7 +96,8 @@ type RetryProgress struct {
 // route's pairs go in batches, each waited for (most of it attempted)
 // before the next, as a replay does, so live events keep flowing.
 //
-// A retry that is not a dry run is audited as "retry" when it ends.
+// A retry that is not a dry run is audited as "retry" when it starts
+// and when it ends.
 func (s *Service) Retry(ctx context.Context, req RetryRequest) (*RetryResult, error) {
 	if req.DryRun {
 		return s.retry(ctx, req)
