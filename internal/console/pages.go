@@ -113,6 +113,8 @@ func (c *console) failed(w http.ResponseWriter, r *http.Request, what string, er
 	switch {
 	case errors.Is(err, ops.ErrNotFound), errors.Is(err, ops.ErrUnknownRoute):
 		http.Error(w, err.Error(), http.StatusNotFound)
+	case errors.Is(err, ops.ErrDestinationRefused):
+		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 	case errors.Is(err, ops.ErrInvalidRequest):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	default:
