@@ -239,6 +239,8 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 	case errors.Is(err, ops.ErrNotFound):
 		return apiError(http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, ops.ErrDestinationRefused):
+		// A team probing the relay's side is the operator's business too.
+		a.logger.Warn().Err(err).Str("actor", ops.ActorOf(ctx)).Msg("a team's route to the relay's own side refused")
 		return apiError(http.StatusUnprocessableEntity, "destination_refused", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
 	case errors.Is(err, ops.ErrInvalidRequest):
 		return apiError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
