@@ -189,6 +189,18 @@ func TestControlRefusesAtConnectTime(t *testing.T) {
 		require.ErrorAs(t, err, &r, host)
 		require.Equal(t, class, r.Class, host)
 	}
+	// Shorthand forms of 127.0.0.1 are names to Go, never addresses:
+	// they do not resolve (and no query leaves: the resolver is in
+	// memory), so nothing connects.
+	for _, host := range []string{"2130706433", "0x7f.0.0.1", "127.1", "017700000001"} {
+		c, err := d.DialContext(ctx, "tcp", host+":"+port)
+		if c != nil {
+			_ = c.Close()
+		}
+		var dnsErr *net.DNSError
+		require.ErrorAs(t, err, &dnsErr, host)
+	}
+
 	// Accepted in order: a refused dial that had connected would come
 	// before the allowed one.
 	allowed := dialer(netguard.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}), hosts)
