@@ -106,7 +106,10 @@ started). The relay makes its signing secret and prints it once: give it to the
 destination, which verifies each delivery's webhook-signature with it. It is
 stored sealed with secrets.key (HOOKRELAY_SECRETS_KEY); only its fingerprint is
 shown afterwards. A setting left out gets the default a route of config.yaml
-gets.`,
+gets. A team's route never reaches the relay's own side: a URL whose address
+(or whose name's address) is loopback, private, link-local or otherwise not
+globally reachable is refused, unless team_routes.allowed_networks names its
+network; the dispatchers check again at every connect.`,
 		Example: `  hookrelay routes create billing-audit --url https://audit.example.com/hooks --binding 'acme.invoice.*'
   hookrelay routes create crm --team sales --url https://crm.example.com/in --binding acme.customer.created --concurrency 4`,
 		Args: cobra.ExactArgs(1),

@@ -198,3 +198,40 @@ func TestRoutesMadeAtRunTimeFromTheCLI(t *testing.T) {
 	res = s.run("hookrelay", "routes", "update", "ledger", "--concurrency", "1")
 	require.Equal(t, 1, res.code, res, "a deleted route changes no more")
 }
+
+// Issue 38, security 1, the CLI's half: hookrelay routes create and update
+// refuse a team's route to the relay's own side (loopback, private,
+// link-local, IPv6 loopback) with exit 2 and the API's words, naming the
+// address's class; the route keeps its destination. Nothing is dialled:
+// no dispatcher runs.
+func TestRoutesRefuseATeamsRouteToTheRelaysOwnSide(t *testing.T) {
+	t.Parallel()
+	s, db, _ := opsShell(t)
+	// Every team may bind demo's events (what a receiver records of
+	// sources[].subscribers when it starts).
+	_, err := db.Pool().Exec(context.Background(), `INSERT INTO sources (name, team, subscribers, declared)
+		VALUES ('demo', 'platform', '{*}', true) ON CONFLICT (name) DO UPDATE SET subscribers = '{*}'`)
+	require.NoError(t, err)
+	s.env["HOOKRELAY_SECRETS_KEY"] = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	require.Equal(t, 0, s.run("hookrelay", "teams", "create", "payments").code)
+
+	for url, class := range map[string]string{
+		"http://127.0.0.1:8081/debug/pprof/cmdline": "loopback",
+		"http://10.0.0.5/hooks":                     "private",
+		"http://169.254.169.254/latest/meta-data/":  "link-local",
+		"http://[::1]:15672/api/overview":           "loopback",
+	} {
+		res := s.run("hookrelay", "routes", "create", "ledger", "--team", "payments", "--url", url, "--binding", "demo.invoice.*")
+		require.Equal(t, 2, res.code, "%s: %v", url, res)
+		require.Contains(t, res.stderr, "url: destination refused: ", url)
+		require.Contains(t, res.stderr, " "+class+" address", url)
+	}
+	res := s.run("hookrelay", "routes", "create", "ledger", "--team", "payments", "--url", "http://8.8.8.8/hooks", "--binding", "demo.invoice.*")
+	require.Equal(t, 0, res.code, res)
+	res = s.run("hookrelay", "routes", "update", "ledger", "--url", "http://10.0.0.5/hooks")
+	require.Equal(t, 2, res.code, res)
+	require.Contains(t, res.stderr, "url: destination refused: 10.0.0.5 is a private address")
+	var spec string
+	require.NoError(t, db.Pool().QueryRow(context.Background(), `SELECT spec::text FROM routes WHERE name = 'ledger'`).Scan(&spec))
+	require.Contains(t, spec, "http://8.8.8.8/hooks")
+}

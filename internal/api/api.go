@@ -36,7 +36,7 @@ const DocumentPath = Prefix + "/openapi.json"
 // code and a message for people.
 type Error struct {
 	status  int
-	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, idempotency_key_reused, too_large, too_many_requests, stalled, storage_unavailable, unavailable, internal." example:"unknown_route"`
+	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, destination_refused, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, idempotency_key_reused, too_large, too_many_requests, stalled, storage_unavailable, unavailable, internal." example:"unknown_route"`
 	Message string `json:"message" doc:"What went wrong, for people."`
 	// RequiredRole is the role a 403 needed.
 	RequiredRole string `json:"required_role,omitempty" enum:"viewer,operator,admin" doc:"The role the operation needs (403 only)."`
@@ -255,6 +255,10 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 		return apiError(http.StatusNotFound, "unknown_route", err.Error())
 	case errors.Is(err, ops.ErrNotFound):
 		return apiError(http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, ops.ErrDestinationRefused):
+		// A team probing the relay's side is the operator's business too.
+		a.logger.Warn().Err(err).Str("actor", ops.ActorOf(ctx)).Msg("a team's route to the relay's own side refused")
+		return apiError(http.StatusUnprocessableEntity, "destination_refused", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
 	case errors.Is(err, ops.ErrInvalidRequest):
 		return apiError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
 	case errors.Is(err, ops.ErrIdempotencyKeyReused):

@@ -105,7 +105,9 @@ func (a *server) routes() {
 			return answer(d), nil
 		})
 	create := op(http.MethodPost, "/routes", "create-route", ops.ActionRouteCreate,
-		"Make a route at run time; every receiver and dispatcher follows within 2s. Its signing secret is in this answer only",
+		"Make a route at run time; every receiver and dispatcher follows within 2s. Its signing secret is in this answer only. "+
+			"A team's route to the relay's own side (a loopback, private, link-local or other address that is not globally reachable, "+
+			"or a name that resolves to one) answers 422 destination_refused",
 		http.StatusConflict)
 	create.DefaultStatus = http.StatusCreated
 	huma.Register(a.api, create, func(ctx context.Context, in *struct{ Body CreateRouteBody }) (*body[*ops.RouteCreated], error) {
@@ -119,7 +121,8 @@ func (a *server) routes() {
 		return answer(res), nil
 	})
 	huma.Register(a.api, op(http.MethodPatch, "/routes/{route}", "update-route", ops.ActionRouteUpdate,
-		"Change a route made at run time: the settings given; every dispatcher follows within 2s. A route of the config answers 409",
+		"Change a route made at run time: the settings given; every dispatcher follows within 2s. A route of the config answers 409; "+
+			"a team's route to the relay's own side, 422 destination_refused",
 		http.StatusNotFound, http.StatusConflict),
 		func(ctx context.Context, in *struct {
 			RouteInput

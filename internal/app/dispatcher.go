@@ -37,8 +37,13 @@ type DispatcherOptions struct {
 	// ActivityInterval is how often the per-minute counts go to Postgres;
 	// 0 means activityInterval.
 	ActivityInterval time.Duration
-	// Client makes the deliveries; nil means deliver.NewClient().
+	// Client makes the deliveries of the routes of config.yaml and of the
+	// platform's; nil means deliver.NewClient(). A team's run-time routes
+	// are delivered through a guarded client of their own.
 	Client *http.Client
+	// Resolver resolves the destinations of teams' run-time routes for
+	// their guarded client; nil means the system's.
+	Resolver *net.Resolver
 	// AfterRecordFunc, when set, runs after each attempt's outcome is
 	// recorded, before the ack; tests use it to kill the process there.
 	AfterRecordFunc func(outcome webhook.DeliveryState)
@@ -168,6 +173,10 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		return err
 	}
 	defer tr.Stop(logger)
+	guard, err := setup.Guard(cfg)
+	if err != nil {
+		return err
+	}
 	handler, err := deliver.New(deliver.Config{
 		Routes:    deliverRoutes(follower.Current()),
 		Tiers:     deliverTiers(cfg),
@@ -175,9 +184,12 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Ordering:  deliverStore{db},
 		Publisher: amqp.NewDispatchPublisher(publisher, names),
 		Client:    opts.Client,
-		Tracer:    tr.TracerOrNil(),
-		Metrics:   metrics,
-		Logger:    logger,
+		// A team's route: the dialer refuses the relay's own side at
+		// each connect, after the name resolved (DNS rebinding).
+		GuardedClient: deliver.NewGuardedClient(guard.Control, opts.Resolver),
+		Tracer:        tr.TracerOrNil(),
+		Metrics:       metrics,
+		Logger:        logger,
 		// Route controls: each attempt's answer counts toward the circuit
 		// breaker; a Retry-After holds the route.
 		ObserveFunc: controls.Observe,

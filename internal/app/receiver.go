@@ -49,6 +49,9 @@ type ReceiverOptions struct {
 	// ActivityInterval is how often the per-minute counts go to Postgres;
 	// 0 means activityInterval.
 	ActivityInterval time.Duration
+	// Resolver looks up the destination of a team's route made through
+	// the admin API when it is saved; nil means the system's.
+	Resolver *net.Resolver
 }
 
 // receiverBrokerWait is how long a starting receiver waits for a broker
@@ -247,6 +250,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 			return err
 		}
 		defer closeOps()
+		svc.Resolver = opts.Resolver
 		// Jobs end with the receiver, each stored as stopped, before the
 		// pool closes (defers run last in, first out).
 		jobCtx, stopJobs := context.WithCancel(ctx)

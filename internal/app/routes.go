@@ -80,6 +80,7 @@ func deliverRoutes(set *routeset.Set) []deliver.Route {
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
 			MaxAttempts: r.MaxAttempts, SigningKeys: r.Keys, PreviousKey: r.Previous, PreviousUntil: r.PreviousUntil,
 			DropStale: r.Ordering == config.OrderingDropStale, NoTraceparent: !r.SendsTraceparent(), DeadLetterAll: r.Retiring && r.Disposal == store.DisposeDeadLetter,
+			Guarded: r.Guarded(),
 		})
 	}
 	return out

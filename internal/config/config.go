@@ -7,6 +7,7 @@ package config
 
 import (
 	"net"
+	"net/netip"
 	"net/url"
 	"time"
 )
@@ -27,6 +28,7 @@ type Config struct {
 	Debug      Debug      `mapstructure:"debug"`
 	Secrets    Secrets    `mapstructure:"secrets"`
 	Tracing    Tracing    `mapstructure:"tracing"`
+	TeamRoutes TeamRoutes `mapstructure:"team_routes"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -297,6 +299,33 @@ type Secrets struct {
 	// otherwise: both signatures go out meanwhile, so the destination can
 	// switch. Default 24h.
 	Overlap time.Duration `mapstructure:"overlap" validate:"gte=0,lte=720h"`
+}
+
+// TeamRoutes bounds where a team's routes made at run time deliver.
+// Such a route never reaches the relay's own side: loopback, private
+// (RFC 1918, RFC 4193), shared (RFC 6598), link-local, unspecified,
+// multicast and the other addresses that are not globally reachable are
+// refused when the route is saved and again when each delivery connects
+// (internal/netguard). The routes of config.yaml, and the platform
+// team's own run-time routes, are the operator's and are not checked.
+type TeamRoutes struct {
+	// AllowedNetworks are networks, in CIDR notation (10.20.0.0/16,
+	// fd00:1::/32), that a team's route may reach although they are on
+	// the relay's side: the platform's own internal destinations. Default
+	// none.
+	AllowedNetworks []string `mapstructure:"allowed_networks" validate:"dive,network"`
+}
+
+// AllowedNetworks returns team_routes.allowed_networks, parsed (Load
+// checked them).
+func (c *Config) AllowedNetworks() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range c.TeamRoutes.AllowedNetworks {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Tracing configures OpenTelemetry traces (internal/tracing): one trace per

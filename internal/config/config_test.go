@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -593,4 +594,36 @@ func TestConfigErrorsNameWhatToFix(t *testing.T) {
 	require.ErrorContains(t, err, `YAML syntax error on line 3: did not find expected key (line 3: " bad_indent: 1")`)
 	_, err = Load(writeConfig(t, "database:\n  url: \"x\"\n\tamqp: 1\n"), envMap(nil))
 	require.ErrorContains(t, err, "YAML syntax error on line 3: found character that cannot start any token", "a scanner's error keeps its line")
+}
+
+// Issue 38, security 1: team_routes.allowed_networks are networks in
+// CIDR notation, from the file or the environment (comma-separated); an
+// address, a network with bits past its length or an IPv4-mapped form is
+// refused, naming the entry and what to write.
+func TestTeamRoutesAllowedNetworks(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	cfg, err := Load(writeConfig(t, validYAML), env)
+	require.NoError(t, err)
+	require.Empty(t, cfg.AllowedNetworks(), "default: none")
+
+	cfg, err = Load(writeConfig(t, validYAML+"team_routes: {allowed_networks: [10.20.0.0/16, \"fd00:1::/32\"]}\n"), env)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd00:1::/32")}, cfg.AllowedNetworks())
+
+	cfg, err = Load(writeConfig(t, validYAML), envMap(map[string]string{"ACME_SECRET": "x",
+		"HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128"}))
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}, cfg.AllowedNetworks())
+
+	for _, tt := range []struct{ entry, want string }{
+		{"10.0.0.5", `team_routes.allowed_networks[0]: "10.0.0.5" is an address, not a network: write 10.0.0.5/32`},
+		{"10.0.0.5/8", `team_routes.allowed_networks[0]: "10.0.0.5/8" has bits set past its length: write 10.0.0.0/8`},
+		{"::ffff:10.0.0.0/104", `team_routes.allowed_networks[0]: "::ffff:10.0.0.0/104" is an IPv4-mapped network: write 10.0.0.0/8`},
+		{"private", `team_routes.allowed_networks[0]: "private" is not a network in CIDR notation (10.20.0.0/16, fd00:1::/32)`},
+	} {
+		_, err := Load(writeConfig(t, validYAML+"team_routes: {allowed_networks: [\""+tt.entry+"\"]}\n"), env)
+		require.Error(t, err, tt.entry)
+		require.Contains(t, err.Error(), tt.want)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -44,6 +45,7 @@ func newValidator() *validator.Validate {
 	must("trace_link", func(s string) bool { return urlWithScheme(s, "http", "https") && strings.Contains(s, "{trace_id}") })
 	must("scheme", func(s string) bool { return contains(signature.SchemeNames(), s) })
 	must("preset", func(s string) bool { _, ok := presets[s]; return ok })
+	must("network", func(s string) bool { return NetworkError(s) == nil })
 	return v
 }
 
@@ -92,6 +94,30 @@ func WhsecError(s string) error {
 		return errors.New("must be whsec_ followed by standard base64 (make one with `hookrelay secret new`)")
 	case len(raw) < 16:
 		return errors.New("must decode to at least 16 bytes (make one with `hookrelay secret new`)")
+	}
+	return nil
+}
+
+// NetworkError says why s is not a network in CIDR notation as the
+// allowed networks take it: an address alone, bits set past the
+// prefix's length, and an IPv4-mapped IPv6 form are refused, saying what
+// to write instead.
+func NetworkError(s string) error {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		if a, aerr := netip.ParseAddr(s); aerr == nil {
+			return fmt.Errorf("is an address, not a network: write %s", netip.PrefixFrom(a.WithZone(""), a.BitLen()))
+		}
+		return errors.New("is not a network in CIDR notation (10.20.0.0/16, fd00:1::/32)")
+	}
+	if p.Addr().Is4In6() {
+		if p.Bits() < 96 {
+			return errors.New("is an IPv4-mapped network shorter than /96: write it as IPv4")
+		}
+		return fmt.Errorf("is an IPv4-mapped network: write %s", netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked())
+	}
+	if p != p.Masked() {
+		return fmt.Errorf("has bits set past its length: write %s", p.Masked())
 	}
 	return nil
 }
@@ -184,6 +210,8 @@ func fieldProblem(fe validator.FieldError) string {
 		return fmt.Sprintf("%q is not a preset; use one of: %s", val, strings.Join(Presets(), ", "))
 	case "file":
 		return fmt.Sprintf("%q is not a readable file", val)
+	case "network":
+		return fmt.Sprintf("%q %v", val, NetworkError(fmt.Sprint(val)))
 	case "hostname_port":
 		return fmt.Sprintf("%q must be host:port", val)
 	}

@@ -111,6 +111,10 @@ func (c *console) failed(w http.ResponseWriter, r *http.Request, what string, er
 	switch {
 	case errors.Is(err, ops.ErrNotFound), errors.Is(err, ops.ErrUnknownRoute):
 		http.Error(w, err.Error(), http.StatusNotFound)
+	case errors.Is(err, ops.ErrDestinationRefused):
+		// A team probing the relay's side is the operator's business too.
+		c.logger.Warn().Err(err).Str("actor", ops.ActorOf(r.Context())).Msg("console: a team's route to the relay's own side refused")
+		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 	case errors.Is(err, ops.ErrInvalidRequest):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	default:

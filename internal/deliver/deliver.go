@@ -13,6 +13,7 @@ package deliver
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -129,6 +131,11 @@ type Route struct {
 	// (send_traceparent: false); otherwise, when tracing, each carries
 	// traceparent, so the destination's own spans join the event's trace.
 	NoTraceparent bool
+	// Guarded: a team's route made at run time. Its POSTs go through
+	// Config.GuardedClient, whose dialer refuses the relay's own side, and
+	// a failure below HTTP is recorded by its kind only, never with an
+	// address, a port or the system's words (the team reads its attempts).
+	Guarded bool
 
 	// spanName and postAttrs are its spans' name and its POST span's
 	// attributes, set by SetRoutes (trace.go).
@@ -152,8 +159,12 @@ type Config struct {
 	Store     Store
 	Publisher Publisher
 	Client    *http.Client
-	Metrics   *Metrics
-	Logger    zerolog.Logger
+	// GuardedClient makes the deliveries of guarded routes: a client
+	// whose dialer refuses the relay's own side (NewGuardedClient with a
+	// netguard.Guard's Control). Nil refuses every such dial.
+	GuardedClient *http.Client
+	Metrics       *Metrics
+	Logger        zerolog.Logger
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
 	// StoreRetryFor bounds how long a Postgres failure is retried while the
@@ -225,6 +236,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Client == nil {
 		cfg.Client = NewClient()
 	}
+	if cfg.GuardedClient == nil {
+		cfg.GuardedClient = NewGuardedClient(refuseEvery, nil)
+	}
 	if cfg.StoreRetryFor == 0 {
 		cfg.StoreRetryFor = 10 * time.Minute
 	}
@@ -285,6 +299,28 @@ func NewClient() *http.Client {
 			return http.ErrUseLastResponse
 		},
 	}
+}
+
+// NewGuardedClient is NewClient for guarded routes: its dialer resolves
+// names with resolver (nil: the system's) and calls control with each
+// address before connecting to it (net.Dialer.Control), so a guard
+// refuses the relay's own side even for a name that resolved elsewhere
+// when the route was saved. It uses no proxy: a proxy would resolve and
+// connect where the guard cannot see. Its connections are its own, never
+// shared with NewClient's.
+func NewGuardedClient(control func(network, address string, c syscall.RawConn) error, resolver *net.Resolver) *http.Client {
+	c := NewClient()
+	tr := c.Transport.(*http.Transport)
+	// As http.DefaultTransport's dialer, with the guard.
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: control, Resolver: resolver}
+	tr.DialContext = d.DialContext
+	tr.Proxy = nil
+	return c
+}
+
+// refuseEvery is the guard of a Handler given no GuardedClient.
+func refuseEvery(string, string, syscall.RawConn) error {
+	return errors.New("destination refused: no guard configured")
 }
 
 // Handle delivers one message of route's queue. It returns nil when the
@@ -658,10 +694,14 @@ func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) 
 	req.Header.Set("X-Hookrelay-Attempt", strconv.Itoa(msg.Attempt))
 	span := h.postSpan(ctx, r, req)
 
-	resp, err := h.cfg.Client.Do(req)
+	client, describe := h.cfg.Client, describeError
+	if r.Guarded {
+		client, describe = h.cfg.GuardedClient, describeGuarded
+	}
+	resp, err := client.Do(req)
 	a.Duration = time.Since(start)
 	if err != nil {
-		a.Error = describeError(err, r.Timeout)
+		a.Error = describe(err, r.Timeout)
 		endPost(span, a, err)
 		return a, 0
 	}
@@ -680,7 +720,7 @@ func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) 
 	if a.Status < 200 || a.Status >= 300 {
 		a.Error = "HTTP " + strconv.Itoa(a.Status)
 		if readErr != nil {
-			a.Error += " (reading the response: " + describeError(readErr, r.Timeout) + ")"
+			a.Error += " (reading the response: " + describe(readErr, r.Timeout) + ")"
 		}
 	}
 	var retryAfter time.Duration
@@ -763,6 +803,33 @@ func describeError(err error, timeout time.Duration) string {
 		return fmt.Sprintf("timeout after %s", timeout)
 	}
 	return err.Error()
+}
+
+// describeGuarded names a failed attempt of a guarded route by its kind
+// only: a guard's refusal (which names the class of address it refused),
+// a timeout, a name that did not resolve, a certificate not accepted, or
+// a connection that failed. Never an address, a port, or the system's or
+// the remote's words: a team reads its attempts, and must not map the
+// relay's network through them.
+func describeGuarded(err error, timeout time.Duration) string {
+	var refused interface {
+		error
+		DestinationRefused()
+	}
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var ne net.Error
+	switch {
+	case errors.As(err, &refused):
+		return refused.Error()
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return fmt.Sprintf("timeout after %s", timeout)
+	case errors.As(err, &dnsErr):
+		return "name not resolved"
+	case errors.As(err, &certErr):
+		return "TLS: the destination's certificate was not accepted"
+	}
+	return "connection failed"
 }
 
 // parseRetryAfter reads delta-seconds or an HTTP date; 0 when absent or

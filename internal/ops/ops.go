@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/netguard"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -100,6 +102,12 @@ type Service struct {
 	// Jobs runs long actions in the background (the API); nil in the CLI,
 	// which runs them in the foreground.
 	Jobs *JobRunner
+	// Guard refuses a team's route to the relay's own side when it is
+	// saved; nil means one that lets team_routes.allowed_networks through.
+	Guard *netguard.Guard
+	// Resolver looks up a team route's host name when the route is
+	// saved; nil means net.DefaultResolver.
+	Resolver *net.Resolver
 }
 
 func (s *Service) now() time.Time {

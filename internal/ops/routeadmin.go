@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/netguard"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
 )
@@ -25,6 +27,15 @@ var ErrConflict = errors.New("conflict")
 // ErrNoKey refuses to make or rotate a route's secret without
 // secrets.key.
 var ErrNoKey = routeset.ErrNoKey
+
+// ErrDestinationRefused refuses a team's route whose url reaches the
+// relay's own side (internal/netguard). It comes with ErrInvalidRequest;
+// the API answers it 422 destination_refused.
+var ErrDestinationRefused = errors.New("destination refused")
+
+// lookupTimeout bounds the lookup of a team route's host name when the
+// route is saved.
+const lookupTimeout = 5 * time.Second
 
 // What a deleted route's backlog comes to (RouteDelete's disposal).
 const (
@@ -277,6 +288,39 @@ func (s *Service) checked(r config.Route) error {
 	return nil
 }
 
+// checkDestination refuses a team's route whose url is on the relay's
+// side (loopback, private, link-local, ...; team_routes.allowed_networks
+// aside): a literal address, or a name that resolves to one now. The
+// dispatchers check each address again when they connect, which also
+// covers a name that resolves elsewhere later, or does not resolve now.
+// The platform's own routes are the operator's, as config.yaml's are.
+func (s *Service) checkDestination(ctx context.Context, r config.Route) error {
+	if r.Team == PlatformTeam {
+		return nil
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return fmt.Errorf("%w: url: must be an http:// or https:// URL with a host", ErrInvalidRequest)
+	}
+	lookup := net.DefaultResolver.LookupNetIP
+	if s.Resolver != nil {
+		lookup = s.Resolver.LookupNetIP
+	}
+	guard := s.Guard
+	if guard == nil {
+		guard = netguard.New(s.Config.AllowedNetworks())
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	err = guard.CheckHost(ctx, u.Hostname(), lookup)
+	var refused *netguard.RefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("%w: url: %w: %s; a team's route reaches public addresses only, and the networks of team_routes.allowed_networks",
+			ErrInvalidRequest, ErrDestinationRefused, refused.Detail())
+	}
+	return err
+}
+
 // RouteCreate makes route name for ctx's team (or in.Team, for the
 // platform) with a new signing secret, shown once in the answer.
 func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (*RouteCreated, error) {
@@ -305,6 +349,9 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 		}
 	}
 	if err := s.checkSubscriptions(ctx, team, r.Bindings); err != nil {
+		return nil, err
+	}
+	if err := s.checkDestination(ctx, r); err != nil {
 		return nil, err
 	}
 	whsec, sealed, fp, err := s.newSecret(name)
@@ -368,6 +415,9 @@ func (s *Service) RouteUpdate(ctx context.Context, name string, in RouteInput) (
 			return nil, err
 		}
 		if err := s.checkSubscriptions(ctx, row.Team, r.Bindings); err != nil {
+			return nil, err
+		}
+		if err := s.checkDestination(ctx, r); err != nil {
 			return nil, err
 		}
 		spec, err := stored(s.Keyring, r)

@@ -49,6 +49,14 @@ type Route struct {
 	Broken error
 }
 
+// Guarded reports whether r is a team's route made at run time, whose
+// destination must not be on the relay's own side (internal/netguard):
+// checked when it is saved and again when each delivery connects. The
+// routes of config.yaml and the platform team's are the operator's.
+func (r *Route) Guarded() bool {
+	return !r.Declared && r.Team != store.PlatformTeam
+}
+
 // Set is the routes at one moment, by name.
 type Set struct {
 	routes []*Route

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/netguard"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -83,9 +84,14 @@ func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer, connectionName s
 	if err != nil {
 		return nil, nil, err
 	}
+	guard, err := Guard(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	names := Names(cfg)
 	inspector := amqp.NewInspector(dialer, connectionName)
 	svc := &ops.Service{
+		Guard:        guard,
 		Store:        db,
 		DeadLetters:  deadLetters{amqp.NewDeadLetters(dialer, names, connectionName), names},
 		RoutesNow:    routes,
@@ -96,6 +102,17 @@ func Ops(cfg *config.Config, db *store.DB, dialer *amqp.Dialer, connectionName s
 		DedupeWindow: cfg.Retention.DedupeWindow,
 	}
 	return svc, func() { _ = inspector.Close() }, nil // questions' connection: nothing to flush
+}
+
+// Guard returns the guard of teams' run-time routes: it refuses the
+// relay's own side (and this machine's addresses) but for
+// team_routes.allowed_networks.
+func Guard(cfg *config.Config) (*netguard.Guard, error) {
+	own, err := netguard.OwnAddrs()
+	if err != nil {
+		return nil, err
+	}
+	return netguard.New(cfg.AllowedNetworks(), own...), nil
 }
 
 // broker adapts *amqp.Inspector to ops.Broker.
