@@ -118,6 +118,16 @@ func (a *server) routes() {
 		}
 		return answer(res), nil
 	})
+	huma.Register(a.api, op(http.MethodPost, "/routes/test", "test-route", ops.RoleViewer,
+		"Try a filter and a transformation on a stored event, a route's or the ones given (docs/rules.md): whether the route would take it, and the body and headers it would send. Nothing is delivered, changed or audited",
+		http.StatusNotFound),
+		func(ctx context.Context, in *struct{ Body ops.RouteTestInput }) (*body[*ops.RouteTestResult], error) {
+			res, err := a.svc.RouteTest(ctx, in.Body)
+			if err != nil {
+				return nil, a.fail(ctx, "testing a route's rules", err)
+			}
+			return answer(res), nil
+		})
 	huma.Register(a.api, op(http.MethodPatch, "/routes/{route}", "update-route", ops.RoleAdmin,
 		"Change a route made at run time: the settings given; every dispatcher follows within 2s. A route of the config answers 409",
 		http.StatusNotFound, http.StatusConflict),

@@ -17,20 +17,23 @@ func (c *Config) RuleLimits() rule.Limits {
 // is made or changed.
 func CheckRouteRules(prefix string, r Route, l rule.Limits) []string {
 	var problems []string
+	if prefix != "" {
+		prefix += "."
+	}
 	if r.Filter != "" {
 		if _, err := rule.CompileFilter(r.Filter, l); err != nil {
-			problems = append(problems, fmt.Sprintf("%s.filter: %v", prefix, err))
+			problems = append(problems, fmt.Sprintf("%sfilter: %v", prefix, err))
 		}
 	}
 	if r.Transform != "" || r.TransformHeaders != "" {
 		if r.Transform != "" {
 			if _, err := rule.CompileTransform(r.Transform, "", l); err != nil {
-				problems = append(problems, fmt.Sprintf("%s.transform: %v", prefix, err))
+				problems = append(problems, fmt.Sprintf("%stransform: %v", prefix, err))
 			}
 		}
 		if r.TransformHeaders != "" {
 			if _, err := rule.CompileTransform("", r.TransformHeaders, l); err != nil {
-				problems = append(problems, fmt.Sprintf("%s.transform_headers: %v", prefix, err))
+				problems = append(problems, fmt.Sprintf("%stransform_headers: %v", prefix, err))
 			}
 		}
 	}

@@ -5,72 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/outgoing"
 	"github.com/hookrelay/hookrelay/internal/rule"
-	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
-// Request is the body a route sends for an event, its media type, and the
-// headers its transformation adds.
-type Request struct {
-	Body        []byte
-	ContentType string
-	Added       map[string]string
-}
+// Request is what a route sends for an event (internal/outgoing).
+type Request = outgoing.Request
 
-// Shape returns what route r sends for an event: its body and content type
-// as received, or what r's transformation makes of in (the event as the
-// expressions see it). A transformation's failure is a *rule.EvalError.
-func (r *Route) Shape(ctx context.Context, in rule.Input, body []byte, contentType string) (Request, error) {
-	req := Request{Body: body, ContentType: contentType}
-	if r.Transform == nil {
-		return req, nil
-	}
-	s, err := r.Transform.Apply(ctx, in)
-	if err != nil {
-		return req, err
-	}
-	if s.Body != nil {
-		req.Body, req.ContentType = s.Body, s.ContentType
-	}
-	req.Added = s.Headers
-	return req, nil
-}
-
-// RequestHeaders are the headers of r's request for msg, shaped as req, signed at
-// now: the route's own headers, then the body's Content-Type, then what
-// the transformation adds (it may replace the first two), then the
-// relay's (User-Agent, the Standard Webhooks headers, X-Hookrelay-*),
-// which nothing replaces. The signature covers the body as sent.
+// RequestHeaders are the headers of r's request for msg, shaped as req,
+// signed at now (outgoing.Headers).
 func (r *Route) RequestHeaders(msg webhook.RouteMessage, req Request, now time.Time) http.Header {
-	h := http.Header{}
-	for k, v := range r.Headers {
-		h.Set(k, v)
-	}
-	contentType := req.ContentType
-	if contentType == "" {
-		contentType = "application/octet-stream"
-	}
-	h.Set("Content-Type", contentType)
-	for k, v := range req.Added {
-		h.Set(k, v)
-	}
-	id := msg.EventID.String()
-	h.Set("User-Agent", "hookrelay")
-	h.Set("webhook-id", id)
-	h.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-	h.Set("webhook-signature", signature.SignStandard(r.signingKeys(now), id, now, req.Body))
-	h.Set("X-Hookrelay-Source", msg.Source)
-	h.Set("X-Hookrelay-Event-Type", msg.EventType)
-	h.Set("X-Hookrelay-Attempt", strconv.Itoa(msg.Attempt))
-	return h
+	return outgoing.Headers(r.Headers, req, outgoing.Event{ID: msg.EventID, Source: msg.Source, EventType: msg.EventType, Attempt: msg.Attempt},
+		r.signingKeys(now), now)
 }
 
-// shape is Shape for the delivery's message: the event's headers are read
+// shape is outgoing.Shape for the delivery's message: the event's headers are read
 // from Postgres only when the transformation reads them; received_at is
 // the event id's time (a UUIDv7's milliseconds: when the relay accepted
 // it). An error that is not a *rule.EvalError is Postgres'.
@@ -79,7 +31,7 @@ func (d *delivery) shape(ctx context.Context) (Request, error) {
 	if r.Transform == nil {
 		return Request{Body: msg.Body, ContentType: msg.ContentType}, nil
 	}
-	in := rule.Input{Body: rule.ParseBody(msg.Body), Source: msg.Source, EventType: msg.EventType, ReceivedAt: ReceivedAt(msg.EventID)}
+	in := rule.Input{Body: rule.ParseBody(msg.Body), Source: msg.Source, EventType: msg.EventType, ReceivedAt: outgoing.ReceivedAt(msg.EventID)}
 	if r.Transform.ReadsHeaders() {
 		var h http.Header
 		err := d.retryStore(ctx, "reading the event's headers", func() (err error) {
@@ -94,17 +46,7 @@ func (d *delivery) shape(ctx context.Context) (Request, error) {
 		}
 		in.Headers = rule.HeadersOf(h)
 	}
-	return r.Shape(ctx, in, msg.Body, msg.ContentType)
-}
-
-// ReceivedAt is when the relay accepted the event of id: the time of its
-// UUIDv7, to the millisecond. The zero time for an id of another version.
-func ReceivedAt(id uuid.UUID) time.Time {
-	if id.Version() != 7 {
-		return time.Time{}
-	}
-	sec, nsec := id.Time().UnixTime()
-	return time.Unix(sec, nsec).UTC().Truncate(time.Millisecond)
+	return outgoing.Shape(ctx, r.Transform, in, msg.Body, msg.ContentType)
 }
 
 // notAddressed handles a copy that reached a filtered route without being

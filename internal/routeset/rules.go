@@ -3,6 +3,7 @@ package routeset
 import (
 	"context"
 	"fmt"
+	"github.com/hookrelay/hookrelay/internal/amqp"
 
 	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -29,6 +30,17 @@ func compileRules(r *Route, l rule.Limits) error {
 		r.TransformProgram = t
 	}
 	return nil
+}
+
+// Matches reports whether one of r's bindings matches a routing key, as
+// the topic exchange matches it.
+func (r *Route) Matches(key string) bool {
+	for _, b := range r.Bindings {
+		if amqp.TopicMatch(b, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // Routed is where one event goes.

@@ -173,7 +173,7 @@ func (t *Transform) Apply(ctx context.Context, in Input) (Shaped, error) {
 // replace them.
 var reserved = map[string]bool{
 	"host": true, "content-length": true, "transfer-encoding": true, "connection": true, "te": true, "trailer": true,
-	"upgrade": true, "webhook-id": true, "webhook-timestamp": true, "webhook-signature": true, "traceparent": true, "tracestate": true,
+	"upgrade": true, "user-agent": true, "webhook-id": true, "webhook-timestamp": true, "webhook-signature": true, "traceparent": true, "tracestate": true,
 }
 
 // HeaderProblem says why a header a transformation adds cannot be sent, ""
