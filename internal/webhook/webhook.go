@@ -198,7 +198,9 @@ type Wire struct {
 type DeadLetter struct {
 	Route string
 	// Reason is max_attempts, no_retry_status (410 or one of the route's
-	// no_retry_statuses), malformed or event_missing (the event was purged).
+	// no_retry_statuses), malformed, event_missing (the event was purged),
+	// transform_error (the route's transformation failed on the event) or
+	// route_deleted.
 	Reason string
 	// Attempts is the number of the last attempt of the series.
 	Attempts int
