@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +13,11 @@ import (
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -163,4 +167,176 @@ func TestTransformShapesTheDeliveredBody(t *testing.T) {
 	require.NoError(t, h.db.Pool().QueryRow(context.Background(), `SELECT count(*) FROM delivery_attempts
 		WHERE event_id = $1 AND outcome = 'delivered' AND route_version IS NULL`, id).Scan(&versions))
 	require.Equal(t, 2, versions, "a route of config.yaml records no version")
+}
+
+// Issue 39: a transformation that fails on an event fails that attempt
+// with reason transform_error, without a POST, and dead-letters the pair at
+// once (it would fail the same way again), the error readable in the
+// attempt. Once the route is changed, a requeue of its dead letters
+// delivers the event shaped by the new version, and the attempt says so.
+func TestFailingTransformDeadLettersOnceAndARequeueAfterTheFixDelivers(t *testing.T) {
+	t.Parallel()
+	h := newRuntimeHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.startDispatcher(app.DispatcherOptions{})
+	h.create("ledger", map[string]any{"url": dest.url("ledger"), "bindings": []string{"acme.invoice.*"},
+		"transform": `{"id": body.id, "customer": body.customer.id}`})
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, h.consumers(c, h.names.RouteQueue("ledger"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
+
+	id := h.postAcme(`{"id":"evt_nocust","type":"invoice.paid","amount":5}`).ID
+	h.waitPair(id, "ledger", webhook.StateDead)
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("ledger"), 1, 10*time.Second)
+	require.Empty(t, dest.snapshot(), "no POST")
+	var attempts int
+	var errText, outcome string
+	require.NoError(t, h.db.Pool().QueryRow(context.Background(), `SELECT count(*), max(a.error), max(a.outcome)
+		FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.event_id = $1 AND d.route = 'ledger'`, id).
+		Scan(&attempts, &errText, &outcome))
+	require.Equal(t, 1, attempts, "one attempt: no retry of what fails the same way")
+	require.Equal(t, "dead", outcome)
+	require.Contains(t, errText, "transform_error: no such key: customer")
+	dead := peekManagement(t, h.names.DeadQueue("ledger"))
+	require.Len(t, dead, 1)
+	require.Equal(t, "transform_error", dead[0].header("x-hookrelay-dead-reason"))
+
+	a := h.api.call("update-route", http.MethodPatch, "/api/v1/routes/ledger", adminToken,
+		map[string]any{"transform": `{"id": body.id, "customer": body.?customer.?id.orValue("none")}`})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	var d ops.RouteDetail
+	a.decode(t, &d)
+	require.Equal(t, int64(2), d.Version)
+	// Every dispatcher has the change once the listing (which reads the
+	// same routes) shows it; then the requeue.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var got ops.RouteDetail
+		h.api.try(c, "get-route", http.MethodGet, "/api/v1/routes/ledger", adminToken, nil).decode(c, &got)
+		assert.Equal(c, int64(2), got.Version)
+	}, testenv.Scaled(2*time.Second), 20*time.Millisecond)
+	a = h.api.call("requeue-dead-letters", http.MethodPost, "/api/v1/routes/ledger/dead-letters/requeue", adminToken, map[string]any{})
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	var job ops.Job
+	a.decode(t, &job)
+	done, _ := h.api.waitJob(adminToken, job.ID.String(), 30*time.Second)
+	require.Equal(t, "succeeded", done.State, "%s", done.Error)
+
+	dest.waitFor(testenv.Scaled(30*time.Second), "the fixed delivery", func(rs []received) bool { return len(rs) == 1 })
+	require.JSONEq(t, `{"id":"evt_nocust","customer":"none"}`, string(dest.snapshot()[0].body))
+	h.waitPair(id, "ledger", webhook.StateDelivered)
+	var version *int64
+	require.NoError(t, h.db.Pool().QueryRow(context.Background(), `SELECT a.route_version
+		FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.event_id = $1 AND d.route = 'ledger' AND a.outcome = 'delivered'`, id).Scan(&version))
+	require.NotNil(t, version)
+	require.Equal(t, int64(2), *version, "shaped by the route's second version")
+}
+
+// Issue 39: a run-time route's new filter holds for the events received
+// after the change within 2 seconds: events are sent one after another
+// from the moment the change is answered until one the old filter would
+// have refused gets a pair.
+func TestRouteFilterChangeIsFollowedWithinTwoSeconds(t *testing.T) {
+	t.Parallel()
+	h := newRuntimeHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.startDispatcher(app.DispatcherOptions{})
+	h.create("big", map[string]any{"url": dest.url("big"), "bindings": []string{"acme.invoice.*"}, "filter": "body.amount > 1000"})
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, h.consumers(c, h.names.RouteQueue("big"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
+	before := h.postAcme(`{"id":"evt_before","type":"invoice.paid","amount":50}`).ID
+	require.NotContains(t, h.pairsOf(before), "big", "the first filter refuses 50")
+
+	a := h.api.call("update-route", http.MethodPatch, "/api/v1/routes/big", adminToken, map[string]any{"filter": "body.amount > 10"})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	changed := time.Now()
+	var taken string
+	for i := 0; taken == ""; i++ {
+		id := h.postAcme(fmt.Sprintf(`{"id":"evt_after_%d","type":"invoice.paid","amount":50}`, i)).ID
+		if slices.Contains(h.pairsOf(id), "big") {
+			taken = id
+			break
+		}
+		require.Less(t, time.Since(changed), testenv.Scaled(2*time.Second), "the new filter holds within 2s of the change")
+	}
+	t.Logf("the new filter took an event %s after the change", time.Since(changed).Round(time.Millisecond))
+	dest.waitFor(testenv.Scaled(30*time.Second), "the event the new filter took", func(rs []received) bool { return slices.Contains(eventsOf(rs), taken) })
+	require.NotContains(t, eventsOf(dest.snapshot()), before)
+}
+
+// Issue 39: what POST /api/v1/routes/test answers for a route and a stored
+// event is what a delivery of that event sends: the same body, byte for
+// byte, and the same headers but the two a delivery makes at its moment
+// (webhook-timestamp, webhook-signature). A filter that does not compile
+// is refused when the route is saved, with its line and column.
+func TestRouteTestAnswersWhatADeliverySends(t *testing.T) {
+	t.Parallel()
+	h := newRuntimeHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.startDispatcher(app.DispatcherOptions{})
+	a := h.api.call("create-route", http.MethodPost, "/api/v1/routes", adminToken, map[string]any{"name": "bad", "url": dest.url("bad"),
+		"bindings": []string{"acme.invoice.*"}, "filter": "body.amount >\n  bdy.limit"})
+	require.Equal(t, http.StatusBadRequest, a.Status, "%s", a.Body)
+	require.Contains(t, string(a.Body), "filter: 2:3: undeclared reference to 'bdy'")
+
+	h.create("ledger", map[string]any{"url": dest.url("ledger"), "bindings": []string{"acme.invoice.*"},
+		"headers":   map[string]string{"X-Api-Key": "k-123"},
+		"filter":    `body.amount > 10`,
+		"transform": `{"id": body.id, "cents": body.amount, "at": received_at}`, "transform_headers": `{"x-kind": event_type}`})
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, h.consumers(c, h.names.RouteQueue("ledger"))) }, testenv.Scaled(5*time.Second), 20*time.Millisecond)
+	id := h.postAcme(`{"id":"evt_same","type":"invoice.paid","amount":4200}`).ID
+	dest.waitFor(testenv.Scaled(30*time.Second), "the delivery", func(rs []received) bool { return len(rs) == 1 })
+	sent := dest.snapshot()[0]
+
+	a = h.api.call("test-route", http.MethodPost, "/api/v1/routes/test", adminToken, map[string]any{"event_id": id, "route": "ledger"})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	var res ops.RouteTestResult
+	a.decode(t, &res)
+	require.True(t, res.Matched)
+	require.NotNil(t, res.BindingsMatch)
+	require.True(t, *res.BindingsMatch)
+	require.Equal(t, string(sent.body), res.Body, "the body a delivery sends")
+	require.Equal(t, sent.header.Get("Content-Type"), res.ContentType)
+	for name := range sent.header {
+		switch name {
+		case "Webhook-Timestamp", "Webhook-Signature", "Accept-Encoding", "Content-Length", "Traceparent", "Tracestate":
+			continue
+		case "X-Api-Key":
+			require.Equal(t, "(set)", res.Headers[name], "the route's own header values are not shown")
+			continue
+		}
+		require.Equal(t, sent.header.Get(name), res.Headers[name], "header %s", name)
+	}
+	require.Contains(t, res.Headers, "Webhook-Signature", "signed now with the route's secret")
+
+	// Another filter, tried and not saved: the route is unchanged.
+	a = h.api.call("test-route", http.MethodPost, "/api/v1/routes/test", adminToken,
+		map[string]any{"event_id": id, "route": "ledger", "filter": "body.amount > 10000"})
+	var other ops.RouteTestResult
+	a.decode(t, &other)
+	require.False(t, other.Matched)
+	require.Empty(t, other.Body)
+	var d ops.RouteDetail
+	h.api.call("get-route", http.MethodGet, "/api/v1/routes/ledger", adminToken, nil).decode(t, &d)
+	require.Equal(t, "body.amount > 10", d.Settings.Filter)
+	require.Equal(t, int64(1), d.Version)
+}
+
+// Issue 39: an expression that runs past its cost limit is stopped, and
+// the event is counted as one the filter could not judge: no pair.
+func TestFilterPastItsCostIsStoppedAndCounted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.cfg.Rules = config.Rules{CostLimit: 1000, MaxOutputBytes: 1 << 20, Timeout: time.Second}
+	all := testRoute("all", dest.url("all"), "acme.invoice.*")
+	all.Filter = `body.items.all(x, body.items.all(y, x + y >= 0))`
+	h.cfg.Routes = []config.Route{all}
+	h.start(app.ReceiverOptions{})
+	small := h.postAcme(`{"id":"evt_small","type":"invoice.paid","items":[1,2,3]}`).ID
+	items := make([]string, 200)
+	for i := range items {
+		items[i] = fmt.Sprint(i)
+	}
+	large := h.postAcme(`{"id":"evt_large","type":"invoice.paid","items":[` + strings.Join(items, ",") + `]}`).ID
+	require.Equal(t, []string{"all"}, h.pairsOf(small), "within the cost")
+	require.Empty(t, h.pairsOf(large), "past the cost: stopped, no pair")
+	m := scrape(t, h.metricsBase)
+	require.Equal(t, 1.0, m[`hookrelay_route_filtered_total{result="error",route="all"}`])
 }
