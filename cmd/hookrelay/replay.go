@@ -19,6 +19,7 @@ func (c *cli) replayCmd() *cobra.Command {
 		event            string
 		includeDelivered bool
 		includeStale     bool
+		ignoreFilter     bool
 		dryRun           bool
 		batch, list      int
 		stall            string
@@ -35,7 +36,10 @@ drop_stale) unless --include-stale, which sends them without that check;
 every other pair replayed to such a route is checked again. Pairs
 pending or retrying are in flight and skipped (see hookrelay retry to
 attempt a retrying pair now). Without --route, an event is replayed to every
-route its routing key is bound to now.
+route its routing key is bound to now. On a route with a filter, an event that
+has no pair there (the filter did not take it) is replayed only when the
+filter takes it now, unless --ignore-filter; a pair that exists is replayed
+whatever the filter says.
 
 A replay of a filter is paced: it enqueues a batch, waits until the
 dispatchers took most of it, and sizes the next to about a second of their
@@ -57,7 +61,7 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 				return setup.Usagef(cmd, "--batch must be positive, --list at least 0")
 			}
 			req := ops.ReplayRequest{
-				Filter: sf, IncludeDelivered: includeDelivered, IncludeStale: includeStale, DryRun: dryRun,
+				Filter: sf, IncludeDelivered: includeDelivered, IncludeStale: includeStale, IgnoreFilter: ignoreFilter, DryRun: dryRun,
 				After: after, MaxBatch: batch, StallTimeout: stallTimeout, ListLimit: max(list, 1),
 			}
 			if event != "" {
@@ -101,6 +105,7 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 	fl.StringVar(&event, "event", "", "replay this one event (to its routes, or to --route)")
 	fl.BoolVar(&includeDelivered, "include-delivered", false, "replay pairs already delivered too")
 	fl.BoolVar(&includeStale, "include-stale", false, "replay stale pairs too, sent even though a newer version was delivered")
+	fl.BoolVar(&ignoreFilter, "ignore-filter", false, "replay to a route with a filter even an event its filter does not take now (without: an event that has no pair there goes only if the filter takes it; a pair that exists goes whatever the filter says)")
 	fl.BoolVar(&dryRun, "dry-run", false, "list what would be replayed; change nothing")
 	fl.IntVar(&batch, "batch", ops.DefaultReplayBatch, "most pairs per transaction")
 	fl.StringVar(&stall, "stall-timeout", config.FormatDuration(ops.DefaultReplayStall), "give up when a batch makes no progress for this long")

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -22,6 +25,7 @@ type routeFlags struct {
 	burst                                  int
 	rate                                   float64
 	sendTraceparent                        bool
+	filter, transform, transformHeaders    string
 }
 
 func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
@@ -41,6 +45,14 @@ func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
 	fs.IntVar(&f.burst, "burst", 0, "deliveries that may go at once after a quiet spell (default 1)")
 	fs.StringVar(&f.ordering, "ordering", "", "none or drop_stale (default none)")
 	fs.BoolVar(&f.sendTraceparent, "send-traceparent", true, "send the trace context (traceparent) to the destination when tracing; --send-traceparent=false keeps it out")
+	addRuleFlags(fs, &f.filter, &f.transform, &f.transformHeaders)
+}
+
+// addRuleFlags adds the flags of a route's rules (docs/rules.md).
+func addRuleFlags(fs *pflag.FlagSet, filter, transform, headers *string) {
+	fs.StringVar(filter, "filter", "", "a CEL expression over the event (body, headers, source, event_type, received_at): the route takes an event only when it yields true; '' for none")
+	fs.StringVar(transform, "transform", "", "a CEL expression that yields the body to deliver (a map or list as JSON, a string as is); '' for none")
+	fs.StringVar(headers, "transform-headers", "", "a CEL expression that yields a map of headers to add to each delivery; '' for none")
 }
 
 // input is the settings whose flags were given.
@@ -55,6 +67,8 @@ func (f *routeFlags) input(cmd *cobra.Command) (ops.RouteInput, error) {
 		"circuit-failures": func() { in.CircuitFailures = &f.failures }, "circuit-cooldown": func() { in.CircuitCooldown = &f.cooldown },
 		"rate-limit": func() { in.RateLimit = &f.rate }, "burst": func() { in.Burst = &f.burst }, "ordering": func() { in.Ordering = &f.ordering },
 		"send-traceparent": func() { in.SendTraceparent = &f.sendTraceparent },
+		"filter":           func() { in.Filter = &f.filter }, "transform": func() { in.Transform = &f.transform },
+		"transform-headers": func() { in.TransformHeaders = &f.transformHeaders },
 	} {
 		if cmd.Flags().Changed(flag) {
 			set()
@@ -265,4 +279,109 @@ it again with secrets.key, in one transaction.`,
 			})
 		},
 	}
+}
+
+func (c *cli) routesTestCmd() *cobra.Command {
+	var (
+		event, route                        string
+		filter, transform, transformHeaders string
+		asJSON                              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "test --event ID [--route NAME] [--filter EXPR] [--transform EXPR] [--transform-headers EXPR]",
+		Short: "Try a filter and a transformation on a stored event; nothing is sent or changed",
+		Long: `Try a route's rules (docs/rules.md) on an event the relay stored: whether the
+route would take it, and the body and headers it would send. With --route, that
+route's settings and rules are tried, each rule given here replacing its own;
+without, only the rules given. The headers are signed now (a delivery signs when
+it is made: webhook-timestamp and webhook-signature differ from one attempt to
+the next; everything else is what a delivery sends). Nothing is delivered,
+changed or audited. It exits 0 when the rules could judge the event (whether the
+route takes it or not), 1 when a rule does not compile or fails on it.`,
+		Example: `  hookrelay routes test --event 01a2... --filter 'body.livemode && body.data.object.amount_paid > 100000'
+  hookrelay routes test --event 01a2... --route ledger --transform '{"id": body.id, "amount": body.data.object.amount_paid}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if event == "" {
+				return setup.Usagef(cmd, "--event is required")
+			}
+			in := ops.RouteTestInput{EventID: event, Route: route}
+			for flag, set := range map[string]func(){
+				"filter": func() { in.Filter = &filter }, "transform": func() { in.Transform = &transform },
+				"transform-headers": func() { in.TransformHeaders = &transformHeaders },
+			} {
+				if cmd.Flags().Changed(flag) {
+					set()
+				}
+			}
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				res, err := svc.RouteTest(cmd.Context(), in)
+				if err != nil {
+					return usage(cmd, err)
+				}
+				if asJSON {
+					if err := printJSON(c.out, res); err != nil {
+						return err
+					}
+				} else if err := printRouteTest(c.out, res); err != nil {
+					return err
+				}
+				if res.FilterError != nil || res.TransformError != nil {
+					return errors.New("a rule does not compile or failed on this event (above)")
+				}
+				return nil
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&event, "event", "", "the stored event to try the rules on (its id)")
+	fs.StringVar(&route, "route", "", "a route whose settings and rules to start from")
+	addRuleFlags(fs, &filter, &transform, &transformHeaders)
+	fs.BoolVar(&asJSON, "json", false, `print JSON: {"event_id", "route", "bindings_match", "matched", "filter_error", "body", "body_base64", "content_type", "headers", "transform_error"}`)
+	return cmd
+}
+
+// printRouteTest prints what a route test found.
+func printRouteTest(w io.Writer, res *ops.RouteTestResult) error {
+	var b strings.Builder
+	if res.BindingsMatch != nil && !*res.BindingsMatch {
+		fmt.Fprintf(&b, "the route's bindings do not match this event's routing key: its filter would not even be asked\n")
+	}
+	switch {
+	case res.FilterError != nil:
+		fmt.Fprintf(&b, "filter: %s\n", ruleErrorText(res.FilterError))
+	case !res.Matched:
+		fmt.Fprintf(&b, "filter: false: the route does not take this event (no pair, counted as filtered)\n")
+	default:
+		fmt.Fprintf(&b, "filter: true: the route takes this event\n")
+	}
+	if res.TransformError != nil {
+		fmt.Fprintf(&b, "%s: %s\n", res.TransformError.Rule, ruleErrorText(res.TransformError))
+	}
+	if res.Matched && res.TransformError == nil {
+		names := make([]string, 0, len(res.Headers))
+		for k := range res.Headers {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(&b, "would send (signed now; webhook-timestamp and webhook-signature differ at delivery):\n")
+		for _, k := range names {
+			fmt.Fprintf(&b, "  %s: %s\n", k, res.Headers[k])
+		}
+		if res.BodyBase64 != nil {
+			fmt.Fprintf(&b, "  body (%d bytes, not UTF-8, base64): %s\n", len(res.BodyBase64), base64.StdEncoding.EncodeToString(res.BodyBase64))
+		} else {
+			fmt.Fprintf(&b, "  body (%d bytes):\n%s\n", len(res.Body), res.Body)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ruleErrorText is a rule's failure as one line.
+func ruleErrorText(e *ops.RuleError) string {
+	if e.Phase == "compile" {
+		return "does not compile: " + e.Message
+	}
+	return fmt.Sprintf("failed on this event (%s): %s", e.Reason, e.Message)
 }

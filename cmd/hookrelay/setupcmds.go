@@ -182,7 +182,7 @@ is neither (no dispatcher delivers it).`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "team", "declared", "version", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", ...}], "broker_error"}`)
 	cmd.AddCommand(c.routesPauseCmd(true), c.routesPauseCmd(false), c.routesCreateCmd(), c.routesUpdateCmd(), c.routesDeleteCmd(),
-		c.routesRotateCmd(), c.routesResealCmd())
+		c.routesRotateCmd(), c.routesResealCmd(), c.routesTestCmd())
 	return cmd
 }
 

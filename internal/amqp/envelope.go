@@ -104,6 +104,15 @@ func eventMessage(events string, names Names, m webhook.Message, corr string) (e
 	if m.Route != "" {
 		exchange, key = "", names.RouteQueue(m.Route)
 		headers[HeaderGen] = m.Gen
+		if len(m.CC) > 0 {
+			// Sender-selected distribution: the default exchange routes
+			// the one message to these queues too.
+			cc := make([]any, len(m.CC))
+			for i, r := range m.CC {
+				cc[i] = names.RouteQueue(r)
+			}
+			headers["CC"] = cc
+		}
 		if m.Attempt > 1 {
 			// A retrying pair's next attempt, brought forward.
 			headers[HeaderAttempt] = int32(m.Attempt)
@@ -246,6 +255,7 @@ func decodeRouteMessage(d amqp.Delivery) webhook.RouteMessage {
 	}
 	if n, ok := headerInt(d.Headers, HeaderGen); ok && n >= 0 {
 		m.Gen = n
+		m.Addressed = true
 	}
 	m.TraceParent = headerString(d.Headers, HeaderTraceParent)
 	m.TraceState = headerString(d.Headers, HeaderTraceState)

@@ -36,6 +36,11 @@ type TopologyConfig struct {
 type RouteConfig struct {
 	Name     string
 	Bindings []string
+	// Filtered: the route has a filter. Its queue is bound to no pattern
+	// (its events come addressed to it, once its filter took them); its
+	// patterns bind its sink instead, which drops what they match, so an
+	// event that only filtered routes match does not land in unrouted.
+	Filtered bool
 }
 
 // Exchange is an exchange declaration.
@@ -88,6 +93,12 @@ func (n Names) Unrouted() string { return n.Prefix + ".unrouted" }
 
 // RouteQueue is the queue a route's dispatchers consume.
 func (n Names) RouteQueue(route string) string { return n.Prefix + ".route." + route }
+
+// Sink is a filtered route's sink: a classic queue that holds nothing
+// (x-max-length 0: a message routed there is dropped at once, confirmed),
+// bound with the route's patterns so that the topic copy of an event it
+// matches counts as routed.
+func (n Names) Sink(route string) string { return n.RouteQueue(route) + ".filtered" }
 
 // DeadQueue is where a route's undeliverable messages wait for an operator.
 func (n Names) DeadQueue(route string) string { return n.RouteQueue(route) + ".dead" }
@@ -242,7 +253,8 @@ func BuildTopology(cfg TopologyConfig) Topology {
 }
 
 // RouteTopology is route r's queue, its dead-letter queue and its
-// bindings to the events exchange (which BuildTopology declares).
+// bindings to the events exchange (which BuildTopology declares); for a
+// filtered route, its sink, which takes the bindings instead.
 func (n Names) RouteTopology(r RouteConfig) Topology {
 	q := n.RouteQueue(r.Name)
 	t := Topology{Queues: []Queue{
@@ -251,10 +263,23 @@ func (n Names) RouteTopology(r RouteConfig) Topology {
 		// counts as a delivery.
 		{Name: n.DeadQueue(r.Name), Args: quorumArgs()},
 	}}
+	bound := q
+	if r.Filtered {
+		bound = n.Sink(r.Name)
+		t.Queues = append(t.Queues, Queue{Name: bound, Args: sinkArgs()})
+	}
 	for _, pattern := range r.Bindings {
-		t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: q, RoutingKey: pattern})
+		t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: bound, RoutingKey: pattern})
 	}
 	return t
+}
+
+// sinkArgs make a queue that keeps no message: classic (a quorum queue
+// keeps a Raft log even of what it drops), at most 0 messages, the oldest
+// dropped first, so every message routed there is dropped at once and
+// confirmed to the publisher.
+func sinkArgs() amqp.Table {
+	return amqp.Table{"x-queue-type": "classic", "x-max-length": int32(0), "x-overflow": "drop-head"}
 }
 
 // Unbind removes t's bindings on ch (one that is not there is no error).

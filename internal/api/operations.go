@@ -120,6 +120,16 @@ func (a *server) routes() {
 		}
 		return answer(res), nil
 	})
+	huma.Register(a.api, op(http.MethodPost, "/routes/test", "test-route", ops.ActionRead,
+		"Try a filter and a transformation on a stored event, a route's or the ones given (docs/rules.md): whether the route would take it, and the body and headers it would send. Nothing is delivered, changed or audited",
+		http.StatusNotFound),
+		func(ctx context.Context, in *struct{ Body ops.RouteTestInput }) (*body[*ops.RouteTestResult], error) {
+			res, err := a.svc.RouteTest(ctx, in.Body)
+			if err != nil {
+				return nil, a.fail(ctx, "testing a route's rules", err)
+			}
+			return answer(res), nil
+		})
 	huma.Register(a.api, op(http.MethodPatch, "/routes/{route}", "update-route", ops.ActionRouteUpdate,
 		"Change a route made at run time: the settings given; every dispatcher follows within 2s. A route of the config answers 409; "+
 			"a team's route to the relay's own side, 422 destination_refused",
@@ -321,6 +331,7 @@ type ReplayBody struct {
 	Filter           ReplayFilter  `json:"filter,omitempty" doc:"Replay the events it selects, oldest first. Without event_id it needs at least one field."`
 	IncludeDelivered bool          `json:"include_delivered,omitempty" doc:"Replay delivered pairs too."`
 	IncludeStale     bool          `json:"include_stale,omitempty" doc:"Replay stale pairs too, without the stale check."`
+	IgnoreFilter     bool          `json:"ignore_filter,omitempty" doc:"Replay an event to a route with a filter even where the filter does not take it now (without: an event with no pair on a filtered route goes there only when the filter takes it; a pair that exists is replayed whatever the filter says)."`
 	DryRun           bool          `json:"dry_run,omitempty" doc:"Report what would be replayed; change nothing."`
 	ListLimit        int           `json:"list_limit,omitempty" minimum:"0" maximum:"1000" doc:"How many pairs the report lists of each kind (default 100); the counts cover all."`
 	Pacing           *ReplayPacing `json:"pacing,omitempty" doc:"How a large replay is paced; the defaults suit most."`
@@ -349,7 +360,8 @@ func (b ReplayBody) request() (ops.ReplayRequest, error) {
 	if err != nil {
 		return ops.ReplayRequest{}, err
 	}
-	req := ops.ReplayRequest{Filter: f, IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, DryRun: b.DryRun, ListLimit: b.ListLimit}
+	req := ops.ReplayRequest{Filter: f, IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, IgnoreFilter: b.IgnoreFilter,
+		DryRun: b.DryRun, ListLimit: b.ListLimit}
 	if b.EventID != "" {
 		if req.EventID, err = uuid.Parse(b.EventID); err != nil {
 			return req, ops.Invalid("event_id: not a uuid")

@@ -22,6 +22,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
@@ -316,6 +317,7 @@ func roleSamples(eventID string) map[string]roleSample {
 		"revoke-token":                {"/api/v1/tokens/no-such-token", nil},
 		"list-audit":                  {"/api/v1/audit?limit=1", nil},
 		"get-route":                   {"/api/v1/routes/billing", nil},
+		"test-route":                  {"/api/v1/routes/test", map[string]any{"event_id": eventID, "filter": "true"}},
 		"create-route":                {"/api/v1/routes", map[string]any{"name": "from-table", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.nothing.*"}}},
 		// billing is declared: a change answers 409, which is neither
 		// 401 nor 403.
@@ -666,6 +668,22 @@ func TestAPISuite(t *testing.T) {
 	committed, err := os.ReadFile(apiDocument)
 	require.NoError(t, err)
 	require.Equal(t, string(committed), string(served))
+
+	// A route's rules tried on a stored event (docs/rules.md): a viewer
+	// may, nothing changes (the audit rows above are all there are).
+	a = c.call("test-route", http.MethodPost, "/api/v1/routes/test", viewer,
+		map[string]any{"event_id": ids[0], "route": "billing", "filter": `source == "acme"`, "transform": `{"id": body.id}`})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	var tried ops.RouteTestResult
+	a.decode(t, &tried)
+	require.True(t, tried.Matched)
+	require.JSONEq(t, `{"id":"evt_api_0"}`, tried.Body)
+	a = c.call("test-route", http.MethodPost, "/api/v1/routes/test", viewer, map[string]any{"event_id": ids[0], "filter": "bdy.x > 1"})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	a.decode(t, &tried)
+	require.NotNil(t, tried.FilterError)
+	require.Equal(t, "compile", tried.FilterError.Phase)
+	require.Equal(t, []rule.Problem{{Line: 1, Column: 1, Message: "undeclared reference to 'bdy' (in container '')"}}, tried.FilterError.Problems)
 
 	// Every operation of the document was reached with a 2xx.
 	var missed []string

@@ -62,7 +62,7 @@ func BenchmarkIngest(b *testing.B) {
 	})
 	b.Run("ingest=POST /webhooks/acme", func(b *testing.B) {
 		h, err := ingest.New(ingest.Config{
-			Sources: sources, Store: app.IngestStore(db), MaxBodyBytes: 1 << 20, RoutesFunc: setup.RoutesFor(cfg),
+			Sources: sources, Store: app.IngestStore(db), MaxBodyBytes: 1 << 20, RouteFunc: setup.RoutesFor(cfg),
 			Metrics: ingest.NewMetrics(prometheus.NewRegistry()), Logger: zerolog.Nop(),
 		})
 		if err != nil {

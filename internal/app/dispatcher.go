@@ -182,6 +182,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
 		Ordering:  deliverStore{db},
+		Rules:     deliverStore{db},
 		Publisher: amqp.NewDispatchPublisher(publisher, names),
 		Client:    opts.Client,
 		// A team's route: the dialer refuses the relay's own side at
@@ -573,6 +574,17 @@ func deliverErr(err error) error {
 		return &deliver.LeaseBusyError{Remaining: busy.Remaining}
 	}
 	return err
+}
+
+// EventHeaders adapts store.DB.EventHeaders to deliver.RuleStore.
+func (s deliverStore) EventHeaders(ctx context.Context, eventID uuid.UUID) (http.Header, error) {
+	h, err := s.db.EventHeaders(ctx, eventID)
+	return h, deliverErr(err)
+}
+
+// DeliveryExists is store.DB.DeliveryExists, for deliver.RuleStore.
+func (s deliverStore) DeliveryExists(ctx context.Context, eventID uuid.UUID, route string) (bool, error) {
+	return s.db.DeliveryExists(ctx, eventID, route)
 }
 
 // DeliveryStale adapts store.DB.DeliveryStale to deliver.OrderingStore.

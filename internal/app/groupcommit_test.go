@@ -60,7 +60,7 @@ func newGroupCommit(t *testing.T) *groupCommit {
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	h, err := ingest.New(ingest.Config{
-		Sources: sources, Store: app.IngestStore(db), MaxBodyBytes: 1 << 20, RoutesFunc: setup.RoutesFor(cfg),
+		Sources: sources, Store: app.IngestStore(db), MaxBodyBytes: 1 << 20, RouteFunc: setup.RoutesFor(cfg),
 		Metrics: ingest.NewMetrics(reg), Logger: zerolog.Nop(), BatchSize: 64, BatchWait: time.Millisecond,
 	})
 	require.NoError(t, err)

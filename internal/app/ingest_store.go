@@ -38,11 +38,16 @@ func (s ingestStore) EventInsertBatch(ctx context.Context, batch []ingest.Insert
 		out[i] = ingest.Stored{ID: r.ID, Duplicate: r.Duplicate, Err: r.Err}
 		if s.direct != nil && r.OutboxID != 0 {
 			ev := batch[i].Event
-			msgs = append(msgs, webhook.Message{
+			m := webhook.Message{
 				OutboxID: r.OutboxID, EventID: ev.ID, RoutingKey: ev.RoutingKey(), Attempt: 1,
 				Source: ev.Source, EventType: ev.EventType, ContentType: ev.ContentType, Body: ev.Body, ReceivedAt: ev.ReceivedAt,
 				EventTraceParent: ev.TraceParent,
-			})
+			}
+			msgs = append(msgs, m)
+			if a := batch[i].Addressed; r.AddressedOutboxID != 0 && len(a) > 0 {
+				m.OutboxID, m.Route, m.CC = r.AddressedOutboxID, a[0], a[1:]
+				msgs = append(msgs, m)
+			}
 		}
 	}
 	if s.direct != nil {

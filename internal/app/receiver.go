@@ -211,10 +211,12 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
 		BatchSize:    cfg.Receiver.BatchSize,
 		BatchWait:    cfg.Receiver.BatchWait,
-		RoutesFunc:   func(key string) []string { return follower.Current().Match(key) },
-		Metrics:      ingestMetrics,
-		Logger:       logger,
-		Tracing:      tr,
+		RouteFunc: func(ctx context.Context, ev *webhook.Event) ingest.Routing {
+			return setup.RoutingOf(follower.Current().Route(ctx, ev))
+		},
+		Metrics: ingestMetrics,
+		Logger:  logger,
+		Tracing: tr,
 	})
 	if err != nil {
 		return err

@@ -35,18 +35,27 @@ func newFollower(ctx context.Context, cfg *config.Config, db *store.DB, logger z
 func topologyOf(cfg *config.Config, set *routeset.Set) amqp.Topology {
 	tc := amqp.TopologyConfig{Prefix: cfg.AMQP.Prefix, RetryDelays: cfg.Retry.Backoff, DeliveryLimit: cfg.Dispatcher.DeliveryLimit}
 	for _, r := range set.All() {
-		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: bindingsOf(r)})
+		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: bindingsOf(r), Filtered: r.Filtered()})
 	}
 	return amqp.BuildTopology(tc)
 }
 
-// bindingsOf are the patterns route r's queue is bound with: none once it
-// is retiring.
+// bindingsOf are the patterns route r is bound with (its queue's, or its
+// sink's when it has a filter): none once it is retiring.
 func bindingsOf(r *routeset.Route) []string {
 	if r == nil || r.Retiring {
 		return nil
 	}
 	return r.Bindings
+}
+
+// boundTo are the patterns of r on its queue and on its sink: a route with
+// a filter binds its sink, any other its queue.
+func boundTo(r *routeset.Route) (queue, sink []string) {
+	if r != nil && r.Filtered() {
+		return nil, bindingsOf(r)
+	}
+	return bindingsOf(r), nil
 }
 
 // routeEngine is a dispatcher's delivery parts that follow the routes: the
@@ -80,7 +89,8 @@ func deliverRoutes(set *routeset.Set) []deliver.Route {
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
 			MaxAttempts: r.MaxAttempts, SigningKeys: r.Keys, PreviousKey: r.Previous, PreviousUntil: r.PreviousUntil,
 			DropStale: r.Ordering == config.OrderingDropStale, NoTraceparent: !r.SendsTraceparent(), DeadLetterAll: r.Retiring && r.Disposal == store.DisposeDeadLetter,
-			Guarded: r.Guarded(),
+			Guarded:  r.Guarded(),
+			Filtered: r.Filtered(), Transform: r.TransformProgram, Version: r.Version,
 		})
 	}
 	return out
@@ -147,11 +157,13 @@ func (e *routeEngine) applyTopology(old, set *routeset.Set) error {
 		if r.Declared {
 			continue
 		}
-		want := bindingsOf(r)
-		rt := e.names.RouteTopology(amqp.RouteConfig{Name: r.Name, Bindings: want})
+		rt := e.names.RouteTopology(amqp.RouteConfig{Name: r.Name, Bindings: bindingsOf(r), Filtered: r.Filtered()})
 		declare.Queues = append(declare.Queues, rt.Queues...)
 		declare.Bindings = append(declare.Bindings, rt.Bindings...)
-		unbind.Bindings = append(unbind.Bindings, e.stale(r.Name, bindingsOf(old.Get(r.Name)), want)...)
+		wantQueue, wantSink := boundTo(r)
+		hadQueue, hadSink := boundTo(old.Get(r.Name))
+		unbind.Bindings = append(unbind.Bindings, e.stale(e.names.RouteQueue(r.Name), hadQueue, wantQueue)...)
+		unbind.Bindings = append(unbind.Bindings, e.stale(e.names.Sink(r.Name), hadSink, wantSink)...)
 	}
 	return e.consumers.Apply(func(ch *amqp091.Channel) error {
 		if err := declare.Declare(ch); err != nil {
@@ -161,12 +173,12 @@ func (e *routeEngine) applyTopology(old, set *routeset.Set) error {
 	})
 }
 
-// stale are the bindings of route's queue in had that want has not.
-func (e *routeEngine) stale(route string, had, want []string) []amqp.Binding {
+// stale are the bindings of queue in had that want has not.
+func (e *routeEngine) stale(queue string, had, want []string) []amqp.Binding {
 	var out []amqp.Binding
 	for _, p := range had {
 		if !slices.Contains(want, p) {
-			out = append(out, amqp.Binding{Exchange: e.names.Events(), Queue: e.names.RouteQueue(route), RoutingKey: p})
+			out = append(out, amqp.Binding{Exchange: e.names.Events(), Queue: queue, RoutingKey: p})
 		}
 	}
 	return out
@@ -180,17 +192,33 @@ func (e *routeEngine) stale(route string, had, want []string) []amqp.Binding {
 func (e *routeEngine) unbindStale(ctx context.Context, ch *amqp091.Channel) error {
 	var unbind amqp.Topology
 	for _, r := range e.follower.Current().All() {
-		if r.Declared {
+		if r.Declared && !r.Filtered() {
+			// A route of config.yaml keeps what the operator bound; one
+			// given a filter loses its queue's patterns (its sink has them).
 			continue
 		}
-		had, err := e.mgmt.Bindings(ctx, e.names.Events(), e.names.RouteQueue(r.Name))
-		if err != nil {
-			// The management API is not needed to consume: go on, and
-			// look again at the next connect.
-			e.logger.Warn().Err(err).Str("route", r.Name).Msg("reading a run-time route's bindings to remove stale ones; consuming anyway")
-			continue
+		wantQueue, wantSink := boundTo(r)
+		queues := []string{e.names.RouteQueue(r.Name)}
+		if r.Filtered() {
+			// Its sink: patterns dropped while no dispatcher ran. (A sink
+			// left bound after its route lost its filter only drops copies
+			// the route queue also gets: harmless.)
+			queues = append(queues, e.names.Sink(r.Name))
 		}
-		unbind.Bindings = append(unbind.Bindings, e.stale(r.Name, had, bindingsOf(r))...)
+		for _, q := range queues {
+			had, err := e.mgmt.Bindings(ctx, e.names.Events(), q)
+			if err != nil {
+				// The management API is not needed to consume: go on, and
+				// look again at the next connect.
+				e.logger.Warn().Err(err).Str("route", r.Name).Str("queue", q).Msg("reading a run-time route's bindings to remove stale ones; consuming anyway")
+				continue
+			}
+			want := wantQueue
+			if q != e.names.RouteQueue(r.Name) {
+				want = wantSink
+			}
+			unbind.Bindings = append(unbind.Bindings, e.stale(q, had, want)...)
+		}
 	}
 	return unbind.Unbind(ch)
 }

@@ -14,6 +14,7 @@ import (
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/rabbitmq/amqp091-go"
@@ -210,10 +211,10 @@ func TestTopicMatchAgreesWithTheBroker(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, acked)
 	}
-	routesFor := setup.RoutesFor(cfg)
+	match := routeset.Of(cfg.Routes...).Match
 	want := map[string][]string{}
 	for _, k := range keys {
-		for _, r := range routesFor(k) {
+		for _, r := range match(k) {
 			want[r] = append(want[r], k)
 		}
 	}

@@ -29,6 +29,9 @@
 //     and a role held by row-level security, compared (rls.go);
 //   - with --tracing: rounds alternating tracing off and on (every span
 //     exported to a collector inside the benchmark), compared (tracing.go);
+//   - with --filters: the end-to-end phase only, with ten routes, in rounds
+//     alternating the routes' rules (none; a filter and a transformation
+//     each), compared (filters.go);
 //   - for each phase the whole machine's CPU time per event (/proc/stat),
 //     the CPU time per event of the system under test's own processes,
 //     the Postgres WAL written per event and the checkpoints started, and
@@ -109,6 +112,9 @@ type options struct {
 	rls bool
 	// tracing alternates tracing off and on by round (tracing.go).
 	tracing bool
+	// filters alternates the routes' rules off and on by round, end to
+	// end only, with ten routes (filters.go).
+	filters bool
 }
 
 // Phase keys, for --phases.
@@ -178,6 +184,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak, "soak", 0, "instead of the phases, run the end-to-end open loop at --rate for this long (30m), with a line per --soak-every of each process's memory, goroutines and open files, Postgres and RabbitMQ connections, outbox rows, live leases and the deliveries' p99, and a verdict on whether each stayed flat")
 	fs.DurationVar(&o.soakEvery, "soak-every", time.Minute, "with --soak: the interval of its samples")
 	fs.BoolVar(&o.rls, "rls", false, "alternate the role the receiver and the dispatcher log in as: the owner (odd rounds; row-level security does not hold it) and a role that owns nothing (even rounds; every statement checked by the teams' policies); compare each even round with the one before (default two rounds)")
+	fs.BoolVar(&o.filters, "filters", false, "end to end only, at --rate, with ten routes bound to every event: without rules (odd rounds) and each with a filter and a transformation (even rounds); compare each even round with the one before (default two rounds)")
 	fs.BoolVar(&o.tracing, "tracing", false, "alternate tracing in the receiver and the dispatcher: off (odd rounds) and on with every span sampled and exported over OTLP/HTTP to a collector inside the benchmark (even rounds); compare each even round with the one before (default two rounds)")
 	fs.IntVar(&o.history, "history", 0, "run the phases on the empty database, then write this many delivered events (each with its delivery and attempt, over the week before the run), run them again and compare; then time a purge of the oldest day")
 	fs.BoolVar(&o.compatOld, "compat-old", false, "with --profile: write no debug.pprof key, for receiver and dispatcher binaries older than it (they refuse it); only pg_stat_statements is profiled")
@@ -202,7 +209,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.rounds = 2
 	}
-	if (o.rls || o.tracing) && !explicitRounds {
+	if (o.rls || o.tracing || o.filters) && !explicitRounds {
 		o.rounds = 2
 	}
 	if o.quick {
@@ -231,6 +238,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("--phases: unknown phase %q (known: %s)", p, strings.Join(allPhases, ", "))
 		}
 		o.phases[p] = true
+	}
+	if o.filters {
+		// End to end only: the everyday load the rules add to.
+		o.phases = map[string]bool{phaseE2E: true}
 	}
 	return o, o.validate()
 }
@@ -263,6 +274,8 @@ func (o *options) validate() error {
 	check(!o.rls || o.rounds%2 == 0, "--rls compares rounds in pairs: give an even --rounds")
 	check(!o.tracing || (o.history == 0 && o.soak == 0 && !o.rls), "--tracing is a run of its own, without --history, --soak or --rls")
 	check(!o.tracing || o.rounds%2 == 0, "--tracing compares rounds in pairs: give an even --rounds")
+	check(!o.filters || (o.history == 0 && o.soak == 0 && !o.rls && !o.tracing), "--filters is a run of its own, without --history, --soak, --rls or --tracing")
+	check(!o.filters || o.rounds%2 == 0, "--filters compares rounds in pairs: give an even --rounds")
 	check(o.soakEvery > 0 && (o.soak == 0 || o.soakEvery <= o.soak/2), "--soak-every must be positive and at most half of --soak")
 	if len(problems) > 0 {
 		return fmt.Errorf("%s", strings.Join(problems, "; "))

@@ -26,6 +26,19 @@ func TestQuickKeepsExplicitFlags(t *testing.T) {
 	require.Len(t, o.phases, len(allPhases))
 }
 
+// --filters runs the end-to-end phase alone, in two rounds unless told.
+func TestFiltersRunsEndToEndInPairsOfRounds(t *testing.T) {
+	t.Parallel()
+	o, err := parseFlags([]string{"--filters"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 2, o.rounds)
+	require.Equal(t, map[string]bool{phaseE2E: true}, o.phases)
+	o, err = parseFlags([]string{"--filters", "--rounds", "4", "--phases", "ingest"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 4, o.rounds)
+	require.Equal(t, map[string]bool{phaseE2E: true}, o.phases)
+}
+
 func TestInvalidFlagsAreRejected(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -44,6 +57,8 @@ func TestInvalidFlagsAreRejected(t *testing.T) {
 		{"history with a soak", []string{"--history", "1000", "--soak", "10m"}, "separate runs"},
 		{"rls in odd rounds", []string{"--rls", "--rounds", "3"}, "even --rounds"},
 		{"rls with history", []string{"--rls", "--history", "1000"}, "a run of its own"},
+		{"filters in odd rounds", []string{"--filters", "--rounds", "3"}, "even --rounds"},
+		{"filters with tracing", []string{"--filters", "--tracing"}, "a run of its own"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

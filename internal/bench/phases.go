@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -481,9 +482,13 @@ func (r *runner) e2ePhase(ctx context.Context) error {
 // recorded, and fills the phase's rate and latencies.
 func (r *runner) settleOpenLoop(ctx context.Context, p *Phase, l *loadRun, m phaseMark, dur time.Duration, afterEnd func(context.Context) error) error {
 	want := ids(l.sent)
-	dump, err := r.awaitPairs(ctx, p.Title+", delivering", benchRoute, want)
-	if err != nil {
-		return err
+	routes := r.benchRoutes()
+	var dump map[pairKey]destRecord
+	for _, route := range routes {
+		var err error
+		if dump, err = r.awaitPairs(ctx, p.Title+", delivering to "+route, route, want); err != nil {
+			return err
+		}
 	}
 	u, err := r.end(ctx, m)
 	if err != nil {
@@ -498,11 +503,11 @@ func (r *runner) settleOpenLoop(ctx context.Context, p *Phase, l *loadRun, m pha
 	p.Seconds = dur.Seconds()
 	p.Rate = float64(p.Count) / p.Seconds
 	p.IngestLatency = p.Latency
-	r.check(p, dump, benchRoute, want)
+	r.checkRoutes(p, dump, routes, want)
 	if err := r.awaitRecorded(ctx, p, want); err != nil {
 		return err
 	}
-	endToEnd(p, l, dump, benchRoute, m.at)
+	endToEnd(p, l, dump, routes, m.at)
 	r.finish(p, u)
 	return nil
 }
@@ -521,15 +526,18 @@ func (r *runner) deliveredSoFar(ctx context.Context) func() string {
 
 // endToEnd fills an end-to-end phase's latency (each 200 to the first
 // copy at the destination) and longest gap between deliveries.
-func endToEnd(p *Phase, l *loadRun, dump map[pairKey]destRecord, route string, started time.Time) {
+func endToEnd(p *Phase, l *loadRun, dump map[pairKey]destRecord, routes []string, started time.Time) {
 	var lat []time.Duration
 	var arrivals []time.Time
 	for _, s := range l.sent {
-		if rec, ok := dump[pairKey{route: route, id: s.id}]; ok {
-			lat = append(lat, rec.first.Sub(s.accepted))
-			arrivals = append(arrivals, rec.first)
+		for _, route := range routes {
+			if rec, ok := dump[pairKey{route: route, id: s.id}]; ok {
+				lat = append(lat, rec.first.Sub(s.accepted))
+				arrivals = append(arrivals, rec.first)
+			}
 		}
 	}
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
 	p.Latency = summarize(lat)
 	gap, at := longestGap(arrivals)
 	p.StallMS = ms(gap)
@@ -605,7 +613,7 @@ func (r *runner) bareE2EPhase(ctx context.Context) error {
 	p.Rate = float64(p.Count) / p.Seconds
 	p.IngestLatency = p.Latency
 	r.check(p, dump, bareE2ERoute, want)
-	endToEnd(p, l, dump, bareE2ERoute, m.at)
+	endToEnd(p, l, dump, []string{bareE2ERoute}, m.at)
 	r.finish(p, u)
 	return nil
 }
@@ -675,26 +683,33 @@ func missing(dump map[pairKey]destRecord, route string, want []string) int {
 // (copies beyond the first), bad signatures; and pairs that arrived but
 // were not expected (left over from elsewhere).
 func (r *runner) check(p *Phase, dump map[pairKey]destRecord, route string, want []string) {
+	r.checkRoutes(p, dump, []string{route}, want)
+}
+
+// checkRoutes is check for the pairs of want on each of routes.
+func (r *runner) checkRoutes(p *Phase, dump map[pairKey]destRecord, routes []string, want []string) {
 	p.Checked = true
 	p.Lost, p.Duplicates, p.BadSignatures, p.Unexpected = 0, 0, 0, 0
 	var posts int64
 	for _, rec := range dump {
 		posts += int64(rec.count)
 	}
-	r.checked = &checkedPhase{phase: p, route: route, want: want, posts: posts}
+	r.checked = &checkedPhase{phase: p, routes: routes, want: want, posts: posts}
 	expected := make(map[string]bool, len(want))
 	for _, id := range want {
 		expected[id] = true
-		rec, ok := dump[pairKey{route: route, id: id}]
-		if !ok {
-			p.Lost++
-			continue
+		for _, route := range routes {
+			rec, ok := dump[pairKey{route: route, id: id}]
+			if !ok {
+				p.Lost++
+				continue
+			}
+			p.Duplicates += rec.count - 1
+			p.BadSignatures += rec.bad
 		}
-		p.Duplicates += rec.count - 1
-		p.BadSignatures += rec.bad
 	}
 	for k := range dump {
-		if k.route != route || !expected[k.id] {
+		if !slices.Contains(routes, k.route) || !expected[k.id] {
 			p.Unexpected++
 		}
 	}
@@ -704,10 +719,10 @@ func (r *runner) check(p *Phase, dump map[pairKey]destRecord, route string, want
 // so that POSTs arriving after its check (a late duplicate) are still
 // charged to it.
 type checkedPhase struct {
-	phase *Phase
-	route string
-	want  []string
-	posts int64 // POSTs the destination had when the phase was checked
+	phase  *Phase
+	routes []string
+	want   []string
+	posts  int64 // POSTs the destination had when the phase was checked
 }
 
 // recheck counts again the last checked phase when the destination got
@@ -730,7 +745,7 @@ func (r *runner) recheck(ctx context.Context) error {
 		return err
 	}
 	late := st.Posts - c.posts
-	r.check(c.phase, dump, c.route, c.want)
+	r.checkRoutes(c.phase, dump, c.routes, c.want)
 	c.phase.Notes = append(c.phase.Notes, fmt.Sprintf("%d more POSTs arrived after the phase was checked; counted again", late))
 	return nil
 }
@@ -755,15 +770,19 @@ func (r *runner) awaitRecorded(ctx context.Context, p *Phase, want []string) err
 	defer tick.Stop()
 	last, lastChange := -1, time.Now()
 	for {
-		delivered, retried, err := deliveriesRecorded(ctx, r.relay, benchRoute, want)
-		if err != nil {
-			return err
+		delivered, retried := 0, 0
+		for _, route := range r.benchRoutes() {
+			d, rt, err := deliveriesRecorded(ctx, r.relay, route, want)
+			if err != nil {
+				return err
+			}
+			delivered, retried = delivered+d, retried+rt
 		}
 		if delivered != last {
 			last, lastChange = delivered, time.Now()
 		}
-		if delivered == len(want) || time.Since(lastChange) > r.o.settleTimeout {
-			p.Unrecorded = len(want) - delivered
+		if all := len(want) * len(r.benchRoutes()); delivered == all || time.Since(lastChange) > r.o.settleTimeout {
+			p.Unrecorded = all - delivered
 			if retried > 0 {
 				p.Notes = append(p.Notes, fmt.Sprintf("%d events were delivered only after a retry", retried))
 			}

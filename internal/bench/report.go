@@ -157,6 +157,11 @@ func (r *runner) printTable(w io.Writer) error {
 			return err
 		}
 	}
+	if res.Filters != nil {
+		if err := printFilters(w, res.Filters); err != nil {
+			return err
+		}
+	}
 	for round := 1; round <= rounds; round++ {
 		if err := printProcs(w, res, round, rounds); err != nil {
 			return err

@@ -40,6 +40,8 @@ type Results struct {
 	RLS *RLS `json:"rls,omitempty"`
 	// Tracing is --tracing's comparison.
 	Tracing *Tracing `json:"tracing,omitempty"`
+	// Filters is --filters' comparison.
+	Filters *Filters `json:"filters,omitempty"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`

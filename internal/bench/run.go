@@ -71,6 +71,8 @@ type runner struct {
 	// tracingOn.
 	collector *benchCollector
 	tracingOn bool
+	// rulesOn: the routes have rules (--filters' even rounds).
+	rulesOn bool
 }
 
 // Group names of the per-process table.
@@ -146,6 +148,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 				return err
 			}
 		}
+		if o.filters {
+			if err := r.switchFilters(ctx, r.round); err != nil {
+				return err
+			}
+		}
 		for _, s := range steps {
 			if !o.phases[s.phase] {
 				continue
@@ -166,6 +173,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	}
 	r.compareRLS()
 	r.compareTracing()
+	r.compareFilters()
 	if err := r.profileTops(ctx); err != nil {
 		return err
 	}
@@ -441,10 +449,7 @@ func (r *runner) writeConfig() error {
 			"idempotency": map[string]any{"json_path": "id"},
 			"event_type":  map[string]any{"json_path": "type"},
 		}},
-		"routes": []any{map[string]any{
-			"name": benchRoute, "url": r.dest.url(benchRoute), "bindings": []string{benchSource + ".#"},
-			"concurrency": r.o.concurrency, "signing_secret": r.signingSecret,
-		}},
+		"routes": r.routesConfig(),
 	}
 	r.profileConfig(cfg)
 	out, err := yaml.Marshal(cfg)

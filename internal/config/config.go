@@ -29,6 +29,7 @@ type Config struct {
 	Secrets    Secrets    `mapstructure:"secrets"`
 	Tracing    Tracing    `mapstructure:"tracing"`
 	TeamRoutes TeamRoutes `mapstructure:"team_routes"`
+	Rules      Rules      `mapstructure:"rules"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -569,6 +570,19 @@ type Route struct {
 	// the event's trace. Default true; false keeps it out of the requests.
 	// Use SendsTraceparent to read it.
 	SendTraceparent *bool `mapstructure:"send_traceparent"`
+	// Filter is a CEL expression over the event (body, headers, source,
+	// event_type, received_at: docs/rules.md): the route takes an event
+	// its bindings match only when the filter yields true. Compiled when
+	// the config loads; an event it cannot judge (an error, past its cost)
+	// makes no pair and is counted. Default none: every matched event.
+	Filter string `mapstructure:"filter"`
+	// Transform is a CEL expression that yields the body to deliver (a
+	// map or list is sent as JSON, a string as it is). Default none: the
+	// event's body as received. The stored event is never changed.
+	Transform string `mapstructure:"transform"`
+	// TransformHeaders is a CEL expression that yields a map of headers
+	// to add to each delivery. Default none.
+	TransformHeaders string `mapstructure:"transform_headers"`
 }
 
 // SendsTraceparent reports whether the route's requests carry the trace
@@ -585,6 +599,20 @@ type Circuit struct {
 	// Cooldown is how long the circuit stays open before a probe. Default
 	// 30s, at least 1s, at most 10m.
 	Cooldown time.Duration `mapstructure:"cooldown" validate:"gte=1s,lte=10m"`
+}
+
+// Rules bounds what the expressions of routes (filter, transform) may
+// cost on one event: an evaluation past a bound fails for that event only.
+type Rules struct {
+	// CostLimit is CEL's cost limit of one evaluation (about one unit per
+	// operation, each element a comprehension visits counted). Default
+	// 100000.
+	CostLimit uint64 `mapstructure:"cost_limit" validate:"gte=100,lte=100000000"`
+	// MaxOutputBytes bounds a transformation's body and headers together.
+	// Default 1MiB, at least 1KiB, at most 16MiB.
+	MaxOutputBytes int `mapstructure:"max_output_bytes" validate:"gte=1024,lte=16777216"`
+	// Timeout guards one evaluation's time besides its cost. Default 1s.
+	Timeout time.Duration `mapstructure:"timeout" validate:"gte=10ms,lte=10s"`
 }
 
 // Route ordering values.
@@ -651,5 +679,8 @@ func setDefaults(set func(key string, value any)) {
 	set("debug.pprof", false)
 	set("secrets.overlap", "24h")
 	set("tracing.enabled", false)
+	set("rules.cost_limit", 100_000)
+	set("rules.max_output_bytes", 1<<20)
+	set("rules.timeout", "1s")
 	set("tracing.link_template", "")
 }

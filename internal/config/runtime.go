@@ -52,6 +52,7 @@ func (c *Config) CheckRoute(r Route) error {
 		problems = append(problems, err.Error())
 	}
 	problems = append(problems, checkRouteHeaders("headers", r.Headers)...)
+	problems = append(problems, CheckRouteRules("", r, c.RuleLimits())...)
 	if p := rateProblem(r); p != "" {
 		problems = append(problems, "rate_limit: "+p)
 	}

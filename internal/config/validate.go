@@ -282,6 +282,7 @@ func crossCheck(cfg *Config, operator bool) []string {
 	problems = append(problems, checkReconcile(cfg)...)
 	problems = append(problems, checkRateLimits(cfg)...)
 	problems = append(problems, checkHolds(cfg)...)
+	problems = append(problems, checkRules(cfg)...)
 
 	seen = map[string]int{}
 	for i, r := range cfg.Routes {

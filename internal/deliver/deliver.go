@@ -30,7 +30,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/backoff"
-	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
@@ -93,6 +93,15 @@ type Store interface {
 	DeliveryClaim(ctx context.Context, owner uuid.UUID, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (Lease, error)
 }
 
+// RuleStore is what routes with rules need from Postgres.
+type RuleStore interface {
+	// DeliveryExists reports whether the (event, route) pair exists.
+	DeliveryExists(ctx context.Context, eventID uuid.UUID, route string) (bool, error)
+	// EventHeaders returns the event's stored headers; ErrEventMissing
+	// when it was purged.
+	EventHeaders(ctx context.Context, eventID uuid.UUID) (http.Header, error)
+}
+
 // Publisher publishes a message's dead letter and waits, bounded, for the
 // broker's confirm: nil means confirmed and routed. (A retry copy needs no
 // publish here: it goes into the outbox with the record of the attempt.)
@@ -136,6 +145,20 @@ type Route struct {
 	// a failure below HTTP is recorded by its kind only, never with an
 	// address, a port or the system's words (the team reads its attempts).
 	Guarded bool
+	// Filtered: the route has a filter. Its pairs are made only where the
+	// filter took the event, and its copies come addressed to it; a copy
+	// that is not (a pattern binding left from before the filter) and has
+	// no pair is acked without a POST.
+	Filtered bool
+	// Transform shapes each request from the event (docs/rules.md); nil
+	// sends the event's body as received. A transformation that fails on
+	// an event fails its attempt with reason transform_error, without a
+	// POST, and the pair goes to the dead letters at once: it would fail
+	// the same way on every try.
+	Transform *rule.Transform
+	// Version is the route's version (a run-time route's; 0 for one of
+	// config.yaml), recorded with each attempt as the one that shaped it.
+	Version int64
 
 	// spanName and postAttrs are its spans' name and its POST span's
 	// attributes, set by SetRoutes (trace.go).
@@ -181,6 +204,10 @@ type Config struct {
 	// Ordering serves the stale check of routes with DropStale; nil turns
 	// the check off.
 	Ordering OrderingStore
+	// Rules serves routes with a filter or a transformation: whether a
+	// pair exists, and an event's headers for a transformation that reads
+	// them. Required when any route has either.
+	Rules RuleStore
 	// ObserveFunc, when set, is told each HTTP attempt's answer (status 0:
 	// none came) and its Retry-After, before the outcome is recorded and
 	// the message acked: the route controls count it (internal/control).
@@ -267,6 +294,9 @@ func (h *Handler) SetRoutes(routes []Route) error {
 		if r.MaxAttempts < 1 || r.Timeout <= 0 || len(r.SigningKeys) == 0 {
 			return fmt.Errorf("deliver: route %q needs MaxAttempts, Timeout and a signing key", r.Name)
 		}
+		if (r.Filtered || r.Transform != nil) && h.cfg.Rules == nil {
+			return fmt.Errorf("deliver: route %q has rules, and the handler has no Rules store", r.Name)
+		}
 		r.traced()
 		m[r.Name] = &r
 	}
@@ -345,6 +375,11 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	d.log = d.log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
 	ctx, end := d.startDelivery(ctx)
 	defer end()
+	if r.Filtered && !msg.Addressed {
+		if done, err := d.notAddressed(ctx); done || err != nil {
+			return err
+		}
+	}
 
 	var lease Lease
 	err := d.timed("claim", func() (err error) {
@@ -376,15 +411,35 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 			Error: "route deleted: its backlog goes to its dead letters", Outcome: webhook.StateDead}
 		deadReason = "route_deleted"
 	} else {
-		var retryAfter time.Duration
-		if attempt, retryAfter, err = d.attempt(ctx, lease); err != nil {
-			return err
+		req, shapeErr := d.shape(ctx)
+		var evalErr *rule.EvalError
+		switch {
+		case errors.As(shapeErr, &evalErr):
+			// The expression fails on this event: no POST, and no retry
+			// (it would fail the same way); an operator fixes the route
+			// and requeues the dead letter.
+			attempt = &webhook.Attempt{EventID: msg.EventID, Route: route, Number: msg.Attempt, StartedAt: h.now(), Gen: msg.Gen,
+				Error: "transform_error: " + evalErr.Error(), Outcome: webhook.StateDead}
+			deadReason = "transform_error"
+			h.cfg.Metrics.outcome(route, "transform_error")
+		case shapeErr != nil:
+			// Postgres (the event's headers): not acked, tried again.
+			if rerr := lease.Release(ctx); rerr != nil {
+				d.log.Warn().Err(rerr).Msg("releasing delivery lease")
+			}
+			return shapeErr
+		default:
+			var retryAfter time.Duration
+			if attempt, retryAfter, err = d.attempt(ctx, lease, req); err != nil {
+				return err
+			}
+			if h.cfg.ObserveFunc != nil {
+				h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
+			}
+			tier, deadReason = d.decide(attempt, retryAfter)
 		}
-		if h.cfg.ObserveFunc != nil {
-			h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
-		}
-		tier, deadReason = d.decide(attempt, retryAfter)
 	}
+	attempt.RouteVersion = r.Version
 	attempt.FirstAttemptAt = msg.FirstAttemptAt
 	attempt.TraceParent = tracing.Of(ctx).Parent
 	d.outcome(attempt, deadReason)
@@ -488,10 +543,10 @@ func (d *delivery) current(ctx context.Context, lease Lease) (done bool, err err
 // destination's answer: it releases the lease, records nothing, and fails,
 // so the message is not acked and is delivered again after the restart.
 // No database connection is held during the POST.
-func (d *delivery) attempt(ctx context.Context, lease Lease) (*webhook.Attempt, time.Duration, error) {
+func (d *delivery) attempt(ctx context.Context, lease Lease, req Request) (*webhook.Attempt, time.Duration, error) {
 	route := d.route.Name
 	d.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
-	a, retryAfter := d.post(ctx, d.route, d.msg)
+	a, retryAfter := d.post(ctx, d.route, d.msg, req)
 	d.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
 	if err := ctx.Err(); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -665,33 +720,18 @@ const (
 
 // post makes one HTTP attempt and reports it, with the Retry-After delay
 // asked for by a 429 or 503.
-func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage) (*webhook.Attempt, time.Duration) {
+func (h *Handler) post(ctx context.Context, r *Route, msg webhook.RouteMessage, shaped Request) (*webhook.Attempt, time.Duration) {
 	start := h.now()
 	a := &webhook.Attempt{EventID: msg.EventID, Route: r.Name, Number: msg.Attempt, StartedAt: start}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, strings.NewReader(string(msg.Body)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, strings.NewReader(string(shaped.Body)))
 	if err != nil {
 		a.Error = "building request: " + err.Error()
 		return a, 0
 	}
-	for k, v := range r.Headers {
-		req.Header.Set(k, v)
-	}
-	contentType := msg.ContentType
-	if contentType == "" {
-		contentType = "application/octet-stream"
-	}
-	id := msg.EventID.String()
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set("User-Agent", "hookrelay")
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
-	req.Header.Set("webhook-signature", signature.SignStandard(r.signingKeys(start), id, start, msg.Body))
-	req.Header.Set("X-Hookrelay-Source", msg.Source)
-	req.Header.Set("X-Hookrelay-Event-Type", msg.EventType)
-	req.Header.Set("X-Hookrelay-Attempt", strconv.Itoa(msg.Attempt))
+	req.Header = r.RequestHeaders(msg, shaped, start)
 	span := h.postSpan(ctx, r, req)
 
 	client, describe := h.cfg.Client, describeError

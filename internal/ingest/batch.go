@@ -15,6 +15,9 @@ import (
 type Insert struct {
 	Event  *webhook.Event
 	Routes []string
+	// Addressed are the routes of Routes whose filter took the event: its
+	// copy is addressed to them (they are bound to no pattern).
+	Addressed []string
 }
 
 // Stored is what storing one Insert came to: the event's id (the first

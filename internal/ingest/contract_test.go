@@ -116,11 +116,11 @@ func newContract(t *testing.T) *contract {
 		MaxBodyBytes: 64,
 		Metrics:      NewMetrics(prometheus.NewRegistry()),
 		NowFunc:      func() time.Time { return c.now },
-		RoutesFunc: func(key string) []string {
-			if strings.HasPrefix(key, "acme.invoice.") {
-				return []string{"billing"}
+		RouteFunc: func(_ context.Context, ev *webhook.Event) Routing {
+			if strings.HasPrefix(ev.RoutingKey(), "acme.invoice.") {
+				return Routing{Routes: []string{"billing"}}
 			}
-			return nil
+			return Routing{}
 		},
 	})
 	require.NoError(t, err)

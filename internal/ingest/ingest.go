@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -81,9 +82,10 @@ type Config struct {
 	// is not full waits for more before it is stored. A request alone is
 	// stored at once whatever it says. Zero: no wait.
 	BatchWait time.Duration
-	// RoutesFunc names the routes whose bindings match a routing key. Nil
-	// means none are recorded at ingest.
-	RoutesFunc func(routingKey string) []string
+	// RouteFunc says which routes get an event (their bindings match its
+	// routing key, their filter takes it): a pair each. Nil means none are
+	// recorded at ingest.
+	RouteFunc func(ctx context.Context, ev *webhook.Event) Routing
 	// Tracing, when on, gives each request a server span (see Register)
 	// with spans of verification and storage, and stores the request
 	// span's context with the event. Nil or off: no spans, no trace
@@ -99,7 +101,7 @@ type Handler struct {
 	logger       zerolog.Logger
 	now          func() time.Time
 	storeTimeout time.Duration
-	routes       func(string) []string
+	route        func(context.Context, *webhook.Event) Routing
 	batcher      *batcher
 	tracer       trace.Tracer
 	provider     trace.TracerProvider
@@ -120,7 +122,7 @@ func New(cfg Config) (*Handler, error) {
 		logger:       cfg.Logger.With().Str("component", "ingest").Logger(),
 		now:          cfg.NowFunc,
 		storeTimeout: cfg.StoreTimeout,
-		routes:       cfg.RoutesFunc,
+		route:        cfg.RouteFunc,
 	}
 	if cfg.Tracing.On() {
 		h.tracer, h.provider = cfg.Tracing.Tracer, cfg.Tracing.Provider
@@ -319,17 +321,19 @@ func (h *Handler) event(r *http.Request, src Source, body []byte, signedID strin
 // request's context: a sender hanging up must not abort a commit half-way
 // (the outcome would be unknown to both sides); the store timeout bounds it.
 func (h *Handler) commit(w http.ResponseWriter, r *http.Request, ev *webhook.Event, log zerolog.Logger) (outcome, reason string) {
-	var routes []string
-	if h.routes != nil {
-		routes = h.routes(ev.RoutingKey())
+	var routing Routing
+	if h.route != nil {
+		routing = h.route(r.Context(), ev)
+		h.metrics.filtered(routing, log)
 	}
+	routes := routing.Routes
 	var span trace.Span
 	if h.tracer != nil {
 		_, span = h.tracer.Start(r.Context(), "store event", trace.WithAttributes(
 			tracing.AttrEventID.String(ev.ID.String()), attribute.Int("hookrelay.routes", len(routes))))
 	}
 	// The wall clock, not h.now: the deadline bounds real waits.
-	a := h.batcher.storeOne(Insert{Event: ev, Routes: routes}, time.Now().Add(h.storeTimeout))
+	a := h.batcher.storeOne(Insert{Event: ev, Routes: routes, Addressed: routing.Addressed}, time.Now().Add(h.storeTimeout))
 	if span != nil {
 		span.SetAttributes(attribute.Int("hookrelay.batch.size", a.batch), attribute.Bool("hookrelay.duplicate", a.duplicate))
 		if a.id != uuid.Nil && a.duplicate {
@@ -457,8 +461,12 @@ type Metrics struct {
 	queued    prometheus.Gauge
 	// orderingIgnored counts accepted events whose ordering was left out.
 	orderingIgnored *prometheus.CounterVec
+	// filteredTotal counts events a route's filter did not take.
+	filteredTotal *prometheus.CounterVec
 	// activity, when set, counts each request for the console's overview.
 	activity *activity.Counter
+	// ruleLogs spaces out the log lines of filters that fail, per route.
+	ruleLogs sync.Map // route -> *time.Time of its last line
 }
 
 // CountActivity also counts each request in c (per minute, in Postgres).
@@ -496,6 +504,82 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "hookrelay_ingest_ordering_ignored_total",
 		Help: "Events stored without their resource's version, by source and reason (future_version: a time further ahead than the source's tolerance, which would have silenced the resource's later events).",
 	}, []string{"source", "reason"})
-	reg.MustRegister(m.requests, m.duration, m.batchSize, m.fallbacks, m.queued, m.orderingIgnored)
+	m.filteredTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookrelay_route_filtered_total",
+		Help: "Events a route's bindings matched that its filter did not take, by route and result (rejected: the filter yielded false; error: it could not judge the event, an error of the expression or past its cost). Neither makes a pair.",
+	}, []string{"route", "result"})
+	reg.MustRegister(m.requests, m.duration, m.batchSize, m.fallbacks, m.queued, m.orderingIgnored, m.filteredTotal)
 	return m
+}
+
+// filtered counts the routes that did not take an event, and logs the
+// filters that could not judge it: at most one line a route every
+// ruleLogEvery, with the number of failures since, so a filter that fails
+// on every event cannot flood the log.
+func (m *Metrics) filtered(r Routing, log zerolog.Logger) {
+	for _, name := range r.Filtered {
+		m.filteredTotal.WithLabelValues(name, "rejected").Inc()
+		m.activity.Add(activity.Delivery, name, "filtered", "rejected")
+	}
+	for _, f := range r.Failed {
+		m.filteredTotal.WithLabelValues(f.Route, "error").Inc()
+		m.activity.Add(activity.Delivery, f.Route, "filtered", "error")
+		now := time.Now()
+		last, _ := m.ruleLogs.LoadOrStore(f.Route, &ruleLog{})
+		if l := last.(*ruleLog); l.due(now) {
+			log.Warn().Str("route", f.Route).Err(f.Err).Int64("failures_since_last_line", l.take()).
+				Msg("the route's filter could not judge an event: no pair made (counted in hookrelay_route_filtered_total{result=\"error\"})")
+		}
+	}
+}
+
+// ruleLogEvery spaces out a route's filter-failure log lines.
+const ruleLogEvery = 10 * time.Second
+
+// ruleLog is the log state of one route's filter failures.
+type ruleLog struct {
+	mu     sync.Mutex
+	last   time.Time
+	missed int64
+}
+
+// due counts a failure and says whether it gets a line now.
+func (l *ruleLog) due(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.missed++
+	if now.Sub(l.last) < ruleLogEvery {
+		return false
+	}
+	l.last = now
+	return true
+}
+
+// take returns the failures counted since the last line, and restarts.
+func (l *ruleLog) take() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.missed
+	l.missed = 0
+	return n
+}
+
+// Routing is where an event goes, as RouteFunc says.
+type Routing struct {
+	// Routes get a pair each.
+	Routes []string
+	// Addressed are the routes of Routes with a filter: the event's copy
+	// is addressed to them.
+	Addressed []string
+	// Filtered are routes whose bindings matched but whose filter said no;
+	// Failed those whose filter could not judge the event. No pair for
+	// either; both are counted.
+	Filtered []string
+	Failed   []RuleFailure
+}
+
+// RuleFailure is a filter that could not judge an event.
+type RuleFailure struct {
+	Route string
+	Err   error
 }

@@ -21,6 +21,12 @@ type RouteActivity struct {
 	// attempts that failed (a retry scheduled or a dead letter).
 	Delivered int64 `json:"delivered"`
 	Failed    int64 `json:"failed"`
+	// Filtered sums the events the route's bindings matched that its
+	// filter did not take; FilterErrors, those its filter could not judge
+	// (an error of the expression on the event, or past its cost). Neither
+	// made a pair.
+	Filtered     int64 `json:"filtered"`
+	FilterErrors int64 `json:"filter_errors"`
 }
 
 // MinuteOutcomes counts one minute's attempts of a route.
@@ -28,6 +34,9 @@ type MinuteOutcomes struct {
 	Minute    time.Time `json:"minute"`
 	Delivered int64     `json:"delivered"`
 	Failed    int64     `json:"failed"`
+	// Filtered counts the events the filter did not take, those it could
+	// not judge included.
+	Filtered int64 `json:"filtered"`
 }
 
 // SuccessRatio is the share of attempts that succeeded; -1 when none
@@ -112,6 +121,13 @@ func (s *Service) Activity(ctx context.Context) (*Activity, error) {
 			case "retry_scheduled", "dead":
 				r.Minutes[i].Failed += c.N
 				r.Failed += c.N
+			case "filtered":
+				r.Minutes[i].Filtered += c.N
+				if c.Reason == "error" {
+					r.FilterErrors += c.N
+				} else {
+					r.Filtered += c.N
+				}
 			}
 		case store.ActivityIngest:
 			a := sources[c.Name]

@@ -86,6 +86,7 @@ type ReplayBody struct {
 	After            string     `json:"after,omitempty"`
 	IncludeDelivered bool       `json:"include_delivered,omitempty"`
 	IncludeStale     bool       `json:"include_stale,omitempty"`
+	IgnoreFilter     bool       `json:"ignore_filter,omitempty"`
 	DryRun           bool       `json:"dry_run,omitempty"`
 	ListLimit        int        `json:"list_limit,omitempty"`
 }
@@ -96,7 +97,7 @@ func (b ReplayBody) Request() ReplayRequest {
 		EventID: b.EventID, After: b.After,
 		Filter: store.EventFilter{Source: b.Filter.Source, EventType: b.Filter.EventType, State: b.Filter.State, Route: b.Filter.Route,
 			Since: b.Filter.Since, Until: b.Filter.Until, Limit: b.Filter.Limit},
-		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, DryRun: b.DryRun, ListLimit: b.ListLimit,
+		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, IgnoreFilter: b.IgnoreFilter, DryRun: b.DryRun, ListLimit: b.ListLimit,
 	}
 }
 

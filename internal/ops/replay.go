@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
@@ -50,6 +51,13 @@ type ReplayRequest struct {
 	// IncludeStale replays stale pairs too (a route with ordering
 	// drop_stale did not send them), delivered without the stale check.
 	IncludeStale bool
+	// IgnoreFilter replays an event to a filtered route whose filter does
+	// not take it now. Without it, an event that has no pair on a route
+	// with a filter (the filter did not take it, or the route is newer) is
+	// replayed there only when the route's filter takes it now; a pair
+	// that exists is replayed whatever the filter says (it took the event
+	// once).
+	IgnoreFilter bool
 	// DryRun reports what would be replayed and changes nothing.
 	DryRun bool
 	// ListLimit is how many pairs the result lists of each kind (replayed,
@@ -155,6 +163,9 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 			return nil, err
 		}
 	}
+	if req.IgnoreFilter {
+		args["ignore_filter"] = true
+	}
 	return audited(ctx, s, ActionReplay, target, args, func() (*ReplayResult, error) { return s.replay(ctx, req) },
 		func(r *ReplayResult) map[string]any {
 			return map[string]any{"events": r.Events, "replayed": r.ReplayedCount, "skipped": r.SkippedCount, "delivered": r.Delivered, "next_after": r.NextAfter}
@@ -227,7 +238,9 @@ func (r *replayer) one(ctx context.Context, ev *store.EventDetail) error {
 		c.States[d.Route] = d.State
 	}
 	r.res.Events, r.res.Scanned = 1, 1
-	r.add([]store.ReplayCandidate{c})
+	if err := r.add(ctx, []store.ReplayCandidate{c}); err != nil {
+		return err
+	}
 	return r.flush(ctx, len(r.queue), false)
 }
 
@@ -259,7 +272,9 @@ func (r *replayer) filtered(ctx context.Context, after store.ReplayCursor) error
 			return err
 		}
 		r.res.Scanned += len(page)
-		r.add(page)
+		if err := r.add(ctx, page); err != nil {
+			return err
+		}
 		for len(r.queue) >= r.batch {
 			if err := r.flush(ctx, r.batch, true); err != nil {
 				return err
@@ -316,7 +331,7 @@ type replayer struct {
 
 // add sorts a page's pairs into skipped ones (counted and listed) and ones
 // to enqueue (queued).
-func (r *replayer) add(page []store.ReplayCandidate) {
+func (r *replayer) add(ctx context.Context, page []store.ReplayCandidate) error {
 	f := r.req.Filter
 	for _, c := range page {
 		// Pairs on routes no longer configured: nothing would deliver
@@ -350,6 +365,12 @@ func (r *replayer) add(page []store.ReplayCandidate) {
 				item.Skipped = "stale: a newer version was delivered (use --include-stale)"
 			case state == string(webhook.StatePending) || state == string(webhook.StateRetrying):
 				item.Skipped = "in flight (" + state + ")"
+			case state == "" && !r.req.IgnoreFilter:
+				why, err := r.filterSkips(ctx, c, route)
+				if err != nil {
+					return err
+				}
+				item.Skipped = why
 			}
 			if item.Skipped != "" {
 				r.skip(item)
@@ -362,6 +383,31 @@ func (r *replayer) add(page []store.ReplayCandidate) {
 			r.queue = append(r.queue, item)
 		}
 	}
+	return nil
+}
+
+// filterSkips says why an event without a pair on route is not replayed
+// there: the route's filter does not take it, or cannot judge it; "" when
+// the route has no filter or its filter takes it.
+func (r *replayer) filterSkips(ctx context.Context, c store.ReplayCandidate, route string) (string, error) {
+	rt := r.s.RoutesNow().Get(route)
+	if rt == nil || rt.FilterProgram == nil {
+		return "", nil
+	}
+	ev, err := r.s.Store.EventShow(ctx, c.EventID)
+	if err != nil {
+		return "", fmt.Errorf("reading event %s for route %s's filter: %w", c.EventID, route, err)
+	}
+	body := []byte(ev.Body)
+	ok, err := rt.FilterProgram.Match(ctx, rule.Input{Body: rule.ParseBody(body), Headers: rule.HeadersOf(ev.Headers),
+		Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt})
+	switch {
+	case err != nil:
+		return "the route's filter cannot judge it: " + err.Error() + " (use --ignore-filter)", nil
+	case !ok:
+		return "filtered: the route's filter does not take it (use --ignore-filter)", nil
+	}
+	return "", nil
 }
 
 func (r *replayer) skip(it ReplayItem) {

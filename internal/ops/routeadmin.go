@@ -75,6 +75,10 @@ type RouteInput struct {
 	Burst           *int              `json:"burst,omitempty" doc:"Deliveries that may go at once after a quiet spell. Default 1."`
 	Ordering        *string           `json:"ordering,omitempty" doc:"none or drop_stale. Default none."`
 	SendTraceparent *bool             `json:"send_traceparent,omitempty" doc:"Send the trace context (traceparent) to the destination when tracing. Default true."`
+	// Rules (docs/rules.md): "" removes one.
+	Filter           *string `json:"filter,omitempty" doc:"A CEL expression over the event (body, headers, source, event_type, received_at): the route takes an event only when it yields true. Empty removes it."`
+	Transform        *string `json:"transform,omitempty" doc:"A CEL expression that yields the body to deliver (a map or list as JSON, a string as is). Empty removes it: the event's body as received."`
+	TransformHeaders *string `json:"transform_headers,omitempty" doc:"A CEL expression that yields a map of headers to add to each delivery. Empty removes it."`
 }
 
 // apply sets r's settings that in gives.
@@ -126,6 +130,15 @@ func (in RouteInput) apply(r *config.Route) error {
 	if in.SendTraceparent != nil {
 		v := *in.SendTraceparent
 		r.SendTraceparent = &v
+	}
+	if in.Filter != nil {
+		r.Filter = *in.Filter
+	}
+	if in.Transform != nil {
+		r.Transform = *in.Transform
+	}
+	if in.TransformHeaders != nil {
+		r.TransformHeaders = *in.TransformHeaders
 	}
 	return nil
 }

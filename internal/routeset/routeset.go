@@ -18,6 +18,7 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/rs/zerolog"
@@ -47,6 +48,10 @@ type Route struct {
 	// secret do not read: no secrets.key, another key); nil when it can.
 	// Its messages wait in its queue.
 	Broken error
+	// FilterProgram and TransformProgram are the route's rules
+	// (docs/rules.md) compiled, nil when it has none.
+	FilterProgram    *rule.Filter
+	TransformProgram *rule.Transform
 }
 
 // Guarded reports whether r is a team's route made at run time, whose
@@ -56,6 +61,10 @@ type Route struct {
 func (r *Route) Guarded() bool {
 	return !r.Declared && r.Team != store.PlatformTeam
 }
+
+// Filtered reports whether the route has a filter: its queue is bound to
+// no pattern, and its events come addressed to it.
+func (r *Route) Filtered() bool { return r.Filter != "" }
 
 // Set is the routes at one moment, by name.
 type Set struct {
@@ -97,7 +106,11 @@ func declared(cfg *config.Config) ([]*Route, error) {
 			}
 			keys = append(keys, key)
 		}
-		out = append(out, &Route{Route: r, Declared: true, Keys: keys})
+		route := &Route{Route: r, Declared: true, Keys: keys}
+		if err := compileRules(route, cfg.RuleLimits()); err != nil {
+			return nil, &config.Error{Problems: []string{"routes[" + r.Name + "]." + err.Error()}}
+		}
+		out = append(out, route)
 	}
 	return out, nil
 }
@@ -280,6 +293,9 @@ func (f *Follower) route(row store.RouteRow, local, dbNow time.Time) *Route {
 	if err == nil {
 		r.Route, err = spec.Route(row.Name, row.Team)
 	}
+	if err == nil {
+		err = compileRules(r, f.cfg.RuleLimits())
+	}
 	if err != nil {
 		r.Broken = err
 		return r
@@ -309,6 +325,9 @@ func Of(routes ...config.Route) *Set {
 	list := make([]*Route, len(routes))
 	for i, r := range routes {
 		list[i] = &Route{Route: r, Declared: true}
+		if err := compileRules(list[i], rule.Limits{}); err != nil {
+			list[i].Broken = err
+		}
 	}
 	return newSet(list, "")
 }

@@ -27,6 +27,11 @@ type Spec struct {
 	// SendTraceparent false keeps the trace context out of the requests;
 	// nil is true.
 	SendTraceparent *bool `json:"send_traceparent,omitempty"`
+	// Filter, Transform and TransformHeaders are the route's rules
+	// (docs/rules.md), "" for none.
+	Filter           string `json:"filter,omitempty"`
+	Transform        string `json:"transform,omitempty"`
+	TransformHeaders string `json:"transform_headers,omitempty"`
 	// SealedHeaders are the header values as stored, each sealed like the
 	// signing secret (a header may carry a token); Headers is empty then.
 	SealedHeaders map[string][]byte `json:"sealed_headers,omitempty" hidden:"true"`
@@ -88,6 +93,7 @@ func SpecOf(r config.Route) Spec {
 		Headers: maps.Clone(r.Headers), NoRetryStatuses: slices.Clone(r.NoRetryStatuses), MaxAttempts: r.MaxAttempts,
 		CircuitFailures: r.Circuit.Failures, CircuitCooldown: config.FormatDuration(r.Circuit.Cooldown),
 		RateLimit: r.RateLimit, Burst: r.Burst, Ordering: r.Ordering, SendTraceparent: r.SendTraceparent,
+		Filter: r.Filter, Transform: r.Transform, TransformHeaders: r.TransformHeaders,
 	}
 }
 
@@ -105,7 +111,7 @@ func (s Spec) Route(name, team string) (config.Route, error) {
 		Name: name, Team: team, URL: s.URL, Bindings: slices.Clone(s.Bindings), Timeout: timeout, Concurrency: s.Concurrency,
 		Headers: maps.Clone(s.Headers), NoRetryStatuses: slices.Clone(s.NoRetryStatuses), MaxAttempts: s.MaxAttempts,
 		Circuit: config.Circuit{Failures: s.CircuitFailures, Cooldown: cooldown}, RateLimit: s.RateLimit, Burst: s.Burst, Ordering: s.Ordering,
-		SendTraceparent: s.SendTraceparent,
+		SendTraceparent: s.SendTraceparent, Filter: s.Filter, Transform: s.Transform, TransformHeaders: s.TransformHeaders,
 	}, nil
 }
 

@@ -14,10 +14,12 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/ingest"
 	"github.com/hookrelay/hookrelay/internal/netguard"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
 )
 
@@ -44,15 +46,26 @@ func Topology(cfg *config.Config) amqp.Topology {
 		DeliveryLimit: cfg.Dispatcher.DeliveryLimit,
 	}
 	for _, r := range cfg.Routes {
-		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: r.Bindings})
+		tc.Routes = append(tc.Routes, amqp.RouteConfig{Name: r.Name, Bindings: r.Bindings, Filtered: r.Filter != ""})
 	}
 	return amqp.BuildTopology(tc)
 }
 
-// RoutesFor returns a function naming cfg's routes whose bindings match a
-// routing key, as the topic exchange will route it.
-func RoutesFor(cfg *config.Config) func(routingKey string) []string {
-	return routeset.Of(cfg.Routes...).Match
+// RoutesFor returns ingest's RouteFunc over cfg's routes: those whose
+// bindings match an event's routing key, as the topic exchange routes it,
+// and whose filter takes it.
+func RoutesFor(cfg *config.Config) func(context.Context, *webhook.Event) ingest.Routing {
+	set := routeset.Of(cfg.Routes...)
+	return func(ctx context.Context, ev *webhook.Event) ingest.Routing { return RoutingOf(set.Route(ctx, ev)) }
+}
+
+// RoutingOf is routeset's answer as ingest takes it.
+func RoutingOf(r routeset.Routed) ingest.Routing {
+	out := ingest.Routing{Routes: r.Routes, Addressed: r.Addressed, Filtered: r.Filtered}
+	for _, f := range r.Failed {
+		out.Failed = append(out.Failed, ingest.RuleFailure(f))
+	}
+	return out
 }
 
 // RouteNames returns the configured route names, in config order.

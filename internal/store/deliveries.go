@@ -366,11 +366,11 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 			-- Not for a pair that is gone (purged): answered ErrNotFound.
 			INSERT INTO delivery_attempts
 				(delivery_id, event_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome,
-				 series, claim, gen_after, copy_current, trace_id)
+				 series, claim, gen_after, copy_current, trace_id, route_version)
 			SELECT $1, $16, $9, $5, $10, $3, $11, $12, $4,
 			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
 			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE event_id = $16 AND id = $1), 1),
-			       $8, (SELECT gen FROM u), (SELECT current FROM u), NULLIF(substr($17::text, 4, 32), '')
+			       $8, (SELECT gen FROM u), (SELECT current FROM u), NULLIF(substr($17::text, 4, 32), ''), $18::bigint
 			WHERE NOT EXISTS (SELECT 1 FROM done) AND EXISTS (SELECT 1 FROM old)
 		), r AS (
 			-- The retry copy of the new generation, for the next attempt,
@@ -385,7 +385,7 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`,
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
 		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,
-		pgUUID(eventID), a.TraceParent).Scan(&gen, &current, &found)
+		pgUUID(eventID), a.TraceParent, routeVersion(a)).Scan(&gen, &current, &found)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, ErrLeaseLost
 	}
@@ -396,6 +396,16 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 		return 0, false, fmt.Errorf("recording attempt: delivery %d: %w", deliveryID, ErrNotFound)
 	}
 	return gen, current, nil
+}
+
+// routeVersion is the route version an attempt records, nil for none (a
+// route of config.yaml).
+func routeVersion(a *webhook.Attempt) *int64 {
+	if a.RouteVersion == 0 {
+		return nil
+	}
+	v := a.RouteVersion
+	return &v
 }
 
 // seriesStart is when a's attempt series began, as its retry copy carries

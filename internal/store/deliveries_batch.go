@@ -284,6 +284,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		numbers, claimAttempts            = make([]int32, n), make([]int32, n)
 		bodies                            = make([][]byte, n)
 		traces                            = make([]string, n)
+		versions                          = make([]*int64, n)
 	)
 	for i, it := range items {
 		a := it.a
@@ -293,6 +294,10 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		started[i], numbers[i], bodies[i], series[i] = a.StartedAt, int32(a.Number), a.ResponseBody, seriesStart(a)
 		claimAttempts[i] = int32(it.claimAttempts)
 		traces[i] = a.TraceParent
+		if a.RouteVersion != 0 {
+			v := a.RouteVersion
+			versions[i] = &v
+		}
 		if a.Status != 0 {
 			s := int32(a.Status)
 			statuses[i] = &s
@@ -321,9 +326,9 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		WITH input AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[],
 			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[], $13::timestamptz[],
-			                     $14::int[], $15::uuid[], $16::text[])
+			                     $14::int[], $15::uuid[], $16::text[], $17::bigint[])
 			       WITH ORDINALITY AS t(id, outcome, status, error, started_at, gen, retry_ms, owner, number, duration_ms, headers, body,
-			                            series_start, claim_attempts, event_id, trace_parent, ord)
+			                            series_start, claim_attempts, event_id, trace_parent, route_version, ord)
 		), old AS (
 			-- Locks the rows in id order before u changes them, and reads
 			-- each one's generation before the change. u joins it so that
@@ -382,11 +387,11 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			-- Not for a pair that is gone (purged): answered ErrNotFound.
 			INSERT INTO delivery_attempts
 				(delivery_id, event_id, attempt, started_at, duration_ms, status, response_headers, response_body, error, outcome,
-				 series, claim, gen_after, copy_current, trace_id)
+				 series, claim, gen_after, copy_current, trace_id, route_version)
 			SELECT i.id, i.event_id, i.number, i.started_at, i.duration_ms, i.status, i.headers::jsonb, i.body, i.error,
 			       CASE WHEN u.ord IS NOT NULL THEN i.outcome ELSE 'lost_lease' END,
 			       COALESCE(u.series, o.series, 1),
-			       i.owner, u.gen, u.current, NULLIF(substr(i.trace_parent, 4, 32), '')
+			       i.owner, u.gen, u.current, NULLIF(substr(i.trace_parent, 4, 32), ''), i.route_version
 			FROM input i LEFT JOIN u ON u.ord = i.ord JOIN old o ON o.id = i.id
 			WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.ord = i.ord)
 		)
@@ -394,7 +399,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		       COALESCE(u.current, done.copy_current, false), EXISTS (SELECT 1 FROM old o WHERE o.id = i.id)
 		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`,
 		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series, claimAttempts,
-		eventIDs, traces)
+		eventIDs, traces, versions)
 	if err != nil {
 		return refusedAlone(out, err, func(o *recordOut) { o.alone = true })
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -94,4 +95,37 @@ func (db *DB) OutboxBackoffCount(ctx context.Context) (int64, error) {
 func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+// EventHeaders returns the stored headers of event id (the sender's, less
+// credentials), or ErrNotFound. A transformation that reads them asks for
+// them here at delivery: a message does not carry them.
+func (db *DB) EventHeaders(ctx context.Context, id uuid.UUID) (http.Header, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	var h http.Header
+	err := db.pool.QueryRow(ctx, `SELECT headers FROM events WHERE id = $1`, pgUUID(id)).Scan(&h)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading event headers: %w", err)
+	}
+	return h, nil
+}
+
+// DeliveryExists reports whether the (event, route) pair exists. A route
+// with a filter asks when a copy not addressed to it arrives (a binding
+// left from before its filter): its pairs are made only where its filter
+// took the event, so a copy without a pair is not its to deliver.
+func (db *DB) DeliveryExists(ctx context.Context, eventID uuid.UUID, route string) (bool, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	var ok bool
+	err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE event_id = $1 AND route = $2)`,
+		pgUUID(eventID), route).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("reading delivery: %w", err)
+	}
+	return ok, nil
 }

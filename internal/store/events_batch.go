@@ -19,6 +19,11 @@ import (
 type EventInsertItem struct {
 	Event  *webhook.Event
 	Routes []string
+	// Addressed are the routes of Routes whose filter took the event: they
+	// are bound to no pattern, so the event reaches their queues only by a
+	// copy addressed to them (a second outbox row, one publish to all of
+	// them). A subset of Routes.
+	Addressed []string
 }
 
 // EventInsertResult is what storing one item came to: the id of the event
@@ -31,6 +36,9 @@ type EventInsertResult struct {
 	Err       error
 	// OutboxID is the outbox row written for the event; 0 for a duplicate.
 	OutboxID int64
+	// AddressedOutboxID is the row of the copy addressed to the item's
+	// Addressed routes; 0 when it has none, and for a duplicate.
+	AddressedOutboxID int64
 }
 
 // ErrRowRefused is wrapped (by a *RefusedError) when Postgres refused an
@@ -158,7 +166,13 @@ func headersJSON(h http.Header) string {
 // from eventColumns. Its parameters are one array per event column, then
 // the routing keys, then the deliveries as two arrays (the 1-based position
 // of the event in the batch, the route), then how many milliseconds the
-// outbox rows wait before they are due (HoldOutbox).
+// outbox rows wait before they are due (HoldOutbox), then each event's
+// addressed routes joined with commas ("" for none).
+//
+// Every event gets its outbox row for the topic exchange; one that filtered
+// routes took gets a second, addressed to them: route the first of them,
+// cc the rest, generation 0 (the event's first copy), in the same
+// statement.
 //
 // An event's keys go into event_keys first, and only the events whose keys
 // went in (not duplicates) are stored, with their outbox rows and
@@ -183,7 +197,7 @@ var eventInsertSQL = func() string {
 	cols := strings.Join(names, ", ")
 	return fmt.Sprintf(`
 		WITH input AS (
-			SELECT * FROM unnest(%s, $%d::text[]) WITH ORDINALITY AS i(%s, routing_key, n)
+			SELECT * FROM unnest(%s, $%d::text[], $%d::text[]) WITH ORDINALITY AS i(%s, routing_key, addressed, n)
 		), keys AS (
 			INSERT INTO event_keys (source, idempotency_key, body_sha256, event_id)
 			SELECT source, idempotency_key, body_sha256, id FROM input ORDER BY source, idempotency_key
@@ -194,11 +208,18 @@ var eventInsertSQL = func() string {
 			SELECT %s FROM input JOIN keys ON keys.event_id = input.id
 			RETURNING id
 		), ob AS (
-			INSERT INTO outbox (event_id, routing_key, next_try_at)
-			SELECT input.id, input.routing_key, now() + $%d::bigint * interval '1 millisecond'
+			INSERT INTO outbox (event_id, routing_key, next_try_at, route, gen, cc)
+			SELECT input.id, input.routing_key, now() + $%d::bigint * interval '1 millisecond', a.route, a.gen, a.cc
 			FROM input JOIN ins ON ins.id = input.id
-			ORDER BY input.n
-			RETURNING id, event_id
+			CROSS JOIN LATERAL (
+				SELECT NULL::text AS route, NULL::bigint AS gen, NULL::text[] AS cc, 0 AS k
+				UNION ALL
+				SELECT r[1], 0, CASE WHEN cardinality(r) > 1 THEN r[2:] END, 1
+				FROM string_to_array(NULLIF(input.addressed, ''), ',') AS r
+				WHERE r IS NOT NULL
+			) a
+			ORDER BY input.n, a.k
+			RETURNING id, event_id, route IS NOT NULL AS addressed
 		), dl AS (
 			-- Pending from the moment of acceptance: "which events have not
 			-- arrived" has an answer even before a dispatcher saw them.
@@ -208,8 +229,8 @@ var eventInsertSQL = func() string {
 			JOIN input ON input.n = d.n
 			JOIN ins ON ins.id = input.id
 		)
-		SELECT event_id, id FROM ob`,
-		strings.Join(params, ", "), n+1, cols, cols, strings.Join(exprs, ", "), n+4, n+2, n+3)
+		SELECT event_id, id, addressed FROM ob`,
+		strings.Join(params, ", "), n+1, n+5, cols, cols, strings.Join(exprs, ", "), n+4, n+2, n+3)
 }()
 
 // EventInsertBatch stores every item (its event, its outbox row and a
@@ -238,16 +259,18 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 		args = append(args, c.values(items))
 	}
 	keys := make([]string, len(items))
+	addressed := make([]string, len(items))
 	var delivN []int64
 	var delivRoute []string
 	for i, it := range items {
 		keys[i] = it.Event.RoutingKey()
+		addressed[i] = strings.Join(it.Addressed, ",")
 		for _, r := range it.Routes {
 			delivN = append(delivN, int64(i+1))
 			delivRoute = append(delivRoute, r)
 		}
 	}
-	args = append(args, keys, delivN, delivRoute, db.outboxHold.Milliseconds())
+	args = append(args, keys, delivN, delivRoute, db.outboxHold.Milliseconds(), addressed)
 
 	inserted, err := db.insertEvents(ctx, args, len(items))
 	if isDeadlock(err) {
@@ -278,7 +301,7 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 	var dups []int
 	for i, it := range items {
 		if ob, ok := inserted[it.Event.ID]; ok {
-			results[i].ID, results[i].OutboxID = it.Event.ID, ob
+			results[i].ID, results[i].OutboxID, results[i].AddressedOutboxID = it.Event.ID, ob.topic, ob.addressed
 			continue
 		}
 		dups = append(dups, i)
@@ -289,22 +312,33 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 	return results, nil
 }
 
+// outboxRows are the outbox rows of one inserted event: its topic row's
+// id, and its addressed copy's (0 when none).
+type outboxRows struct{ topic, addressed int64 }
+
 // insertEvents runs the batch's statement and returns the ids of the
-// events it inserted, each with its outbox row's id.
-func (db *DB) insertEvents(ctx context.Context, args []any, n int) (map[uuid.UUID]int64, error) {
+// events it inserted, each with its outbox rows' ids.
+func (db *DB) insertEvents(ctx context.Context, args []any, n int) (map[uuid.UUID]outboxRows, error) {
 	rows, err := db.pool.Query(ctx, eventInsertSQL, args...)
 	if err != nil {
 		return nil, fmt.Errorf("inserting events: %w", refused(err))
 	}
-	inserted := make(map[uuid.UUID]int64, n)
+	inserted := make(map[uuid.UUID]outboxRows, n)
 	for rows.Next() {
 		var id [16]byte // not uuid.UUID: see pgUUID
 		var ob int64
-		if err := rows.Scan(&id, &ob); err != nil {
+		var addressed bool
+		if err := rows.Scan(&id, &ob, &addressed); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("reading inserted events: %w", err)
 		}
-		inserted[id] = ob
+		r := inserted[id]
+		if addressed {
+			r.addressed = ob
+		} else {
+			r.topic = ob
+		}
+		inserted[id] = r
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("inserting events: %w", refused(err))

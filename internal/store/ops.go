@@ -193,6 +193,10 @@ type AttemptRow struct {
 	// tracing UI (tracing.link_template), set by the operator service.
 	TraceID   string `json:"trace_id,omitempty"`
 	TraceLink string `json:"trace_link,omitempty"`
+	// RouteVersion is the version of the run-time route that shaped the
+	// attempt's request (its filter and transformation); absent for a
+	// route of config.yaml.
+	RouteVersion *int64 `json:"route_version,omitempty"`
 }
 
 // DeliveryDetail is one route's delivery with every attempt.
@@ -281,7 +285,7 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 	}
 	rows, err = db.pool.Query(ctx, `
 		SELECT a.delivery_id, a.attempt, a.series, a.started_at, a.duration_ms, a.status, a.response_headers, a.response_body, a.error, a.outcome,
-		       COALESCE(a.trace_id, '')
+		       COALESCE(a.trace_id, ''), a.route_version
 		FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
 		WHERE d.event_id = $1 ORDER BY a.started_at, a.id`, id)
 	if err != nil {
@@ -293,7 +297,7 @@ func (db *DB) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, error)
 		var did int64
 		var respBody []byte
 		if err := rows.Scan(&did, &a.Attempt, &a.Series, &a.StartedAt, &a.DurationMS, &a.Status, &a.ResponseHeaders, &respBody, &a.Error, &a.Outcome,
-			&a.TraceID); err != nil {
+			&a.TraceID, &a.RouteVersion); err != nil {
 			return nil, fmt.Errorf("reading attempt: %w", err)
 		}
 		a.ResponseBody = string(respBody)

@@ -55,7 +55,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 	batch.Queue(`
 		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0), COALESCE(o.attempt, 1),
 		       COALESCE(o.retry_ms, 0), o.first_attempt_at, e.id, e.source, e.event_type, e.content_type, e.body, e.received_at,
-		       COALESCE(o.trace_parent, ''), COALESCE(e.trace_parent, '')
+		       COALESCE(o.trace_parent, ''), COALESCE(e.trace_parent, ''), COALESCE(o.cc, '{}')
 		FROM outbox o
 		-- Per row (LATERAL, OFFSET 0 keeps it apart): each event is one
 		-- probe of its day's primary key, never a join planned as a scan
@@ -80,7 +80,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 				)
 				err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen, &m.Attempt,
 					&retryMS, &first, &m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt,
-					&m.TraceParent, &m.EventTraceParent)
+					&m.TraceParent, &m.EventTraceParent, &m.CC)
 				m.RetryIn = time.Duration(retryMS) * time.Millisecond
 				if first != nil {
 					m.FirstAttemptAt = *first

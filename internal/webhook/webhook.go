@@ -56,6 +56,10 @@ type Message struct {
 	// Route, when set, sends the message to that route's queue only (a
 	// replay) instead of through the topic exchange.
 	Route string
+	// CC, with Route, sends the same message to these routes' queues too
+	// (an event's first copy, addressed to the filtered routes that took
+	// it): one publish, RabbitMQ's sender-selected distribution.
+	CC []string
 	// Gen is the pair's generation for a message addressed to one route.
 	Gen int64
 	// Attempt is the attempt in its series that the message is for: 1,
@@ -130,6 +134,10 @@ type Attempt struct {
 	// "" when tracing is off: its retry copy continues it, and the attempt
 	// is stored with its trace id.
 	TraceParent string
+	// RouteVersion is the version of the route that shaped the attempt's
+	// request (its filter and transformation): a run-time route's; 0 for
+	// a route of config.yaml.
+	RouteVersion int64
 }
 
 // RouteMessage is a message of a route queue as the dispatcher reads it:
@@ -149,6 +157,11 @@ type RouteMessage struct {
 	// FirstAttemptAt is when the series began; zero before its first
 	// attempt.
 	FirstAttemptAt time.Time
+	// Addressed is set on a copy addressed to its route (it carries its
+	// generation): every copy but an event's first copy through the topic
+	// exchange. A route with a filter takes only addressed copies: a topic
+	// copy reaching it (a binding left from before the filter) is not its.
+	Addressed bool
 	// MovedBack is set on a dead letter that an operator moved back to the
 	// route queue: it starts a new series if the pair is still dead at its
 	// generation.
@@ -185,7 +198,9 @@ type Wire struct {
 type DeadLetter struct {
 	Route string
 	// Reason is max_attempts, no_retry_status (410 or one of the route's
-	// no_retry_statuses), malformed or event_missing (the event was purged).
+	// no_retry_statuses), malformed, event_missing (the event was purged),
+	// transform_error (the route's transformation failed on the event) or
+	// route_deleted.
 	Reason string
 	// Attempts is the number of the last attempt of the series.
 	Attempts int

@@ -1,0 +1,4 @@
+SET lock_timeout = '10s';
+
+ALTER TABLE delivery_attempts DROP COLUMN route_version;
+ALTER TABLE outbox DROP COLUMN cc;
