@@ -606,7 +606,7 @@ type Circuit struct {
 type Rules struct {
 	// CostLimit is CEL's cost limit of one evaluation (about one unit per
 	// operation, each element a comprehension visits counted). Default
-	// 100000.
+	// 50000.
 	CostLimit uint64 `mapstructure:"cost_limit" validate:"gte=100,lte=100000000"`
 	// MaxOutputBytes bounds a transformation's body and headers together.
 	// Default 1MiB, at least 1KiB, at most 16MiB.
@@ -679,7 +679,7 @@ func setDefaults(set func(key string, value any)) {
 	set("debug.pprof", false)
 	set("secrets.overlap", "24h")
 	set("tracing.enabled", false)
-	set("rules.cost_limit", 100_000)
+	set("rules.cost_limit", 50_000)
 	set("rules.max_output_bytes", 1<<20)
 	set("rules.timeout", "1s")
 	set("tracing.link_template", "")
