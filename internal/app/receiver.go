@@ -251,6 +251,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		// pool closes (defers run last in, first out).
 		jobCtx, stopJobs := context.WithCancel(ctx)
 		svc.Jobs = ops.NewJobRunner(jobCtx, logger.With().Str("component", "jobs").Logger())
+		svc.Jobs.Sweep(apiDB)
 		defer svc.Jobs.Wait()
 		defer stopJobs()
 		// One count of failed authentications per address for the whole
