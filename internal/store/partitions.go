@@ -171,7 +171,7 @@ func (db *DB) dropDay(ctx context.Context, p dayPartition, cfg PurgeConfig, res 
 			SELECT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id >= $3 AND o.event_id < $4)
 			    OR EXISTS (SELECT 1 FROM deliveries d
 			               WHERE d.event_id >= $3 AND d.event_id < $4
-			                 AND ((d.state IN ('pending', 'retrying') AND ($1::text[] IS NULL OR d.route = ANY($1::text[])))
+			                 AND ((d.state IN ('pending', 'retrying') AND `+servedSQL+`)
 			                  OR (d.state = 'dead' AND NOT $2::boolean)))`,
 			cfg.ServedRoutes, cfg.IncludeDead, lo, hi).Scan(&keep)
 		if err != nil || keep {
