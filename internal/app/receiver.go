@@ -386,6 +386,7 @@ func (rc *receiver) run(ctx context.Context) error {
 	}
 	serve(rc.servers.public, rc.mux)
 	g.Go(func() error { return keepPartitions(gctx, rc.db, logger) })
+	g.Go(func() error { return keepRetention(gctx, rc.db, rc.cfg.Retention, logger) })
 	g.Go(func() error { return rc.follower.Run(gctx) })
 	if rc.servers.metrics != nil {
 		serve(rc.servers.metrics, rc.status)
