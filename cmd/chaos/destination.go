@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,11 +37,28 @@ type destination struct {
 	malformed int
 	// delay holds every request this long before it is answered.
 	delay time.Duration
-	// dups are the times of 2xx answers beyond a pair's first.
-	dups []time.Time
+	// attempts are the attempt numbers (X-Hookrelay-Attempt) each pair's
+	// POSTs carried, whatever they were answered.
+	attempts map[pair]map[int]bool
+	// duplicates counts each pair's duplicate POSTs, and dups are when
+	// they arrived (see isDuplicate).
+	duplicates map[pair]int
+	dups       []time.Time
 }
 
-// duplicatesBetween counts the duplicate 2xx POSTs answered in [from, to).
+// A duplicate POST is one the pair's delivery did not need, whatever the
+// destination answered it: a POST after the one the destination accepted
+// (2xx), or a second POST of an attempt number the pair received already
+// (a copy redelivered after a fault; the flaky route's refused first
+// attempt included, even when the copy is the one accepted). The relay's
+// bound (invariant 5) is about the first kind; the second is what a
+// fault costs while the pair is still failing, and would hide among the
+// refusals if only 2xx answers were counted.
+func (d *destination) isDuplicate(p pair, attempt int) bool {
+	return d.posts[p] > 0 || d.attempts[p][attempt]
+}
+
+// duplicatesBetween counts the duplicate POSTs received in [from, to).
 func (d *destination) duplicatesBetween(from, to time.Time) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -60,7 +79,8 @@ func (d *destination) hold(delay time.Duration) {
 }
 
 func newDestination() (*destination, error) {
-	d := &destination{posts: map[pair]int{}, first: map[pair]time.Time{}, refused: map[pair]int{}}
+	d := &destination{posts: map[pair]int{}, first: map[pair]time.Time{}, refused: map[pair]int{},
+		attempts: map[pair]map[int]bool{}, duplicates: map[pair]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -95,15 +115,24 @@ func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 	if delay > 0 {
 		time.Sleep(delay) // the destination's own slowness, which the fault is about
 	}
+	attempt, aerr := strconv.Atoi(r.Header.Get("X-Hookrelay-Attempt"))
 	d.mu.Lock()
 	d.requests++
-	if err != nil || ev.ID == "" {
+	if err != nil || ev.ID == "" || aerr != nil {
 		d.malformed++
 		d.mu.Unlock()
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
 	p := pair{event: ev.ID, route: route}
+	if d.isDuplicate(p, attempt) {
+		d.duplicates[p]++
+		d.dups = append(d.dups, time.Now())
+	}
+	if d.attempts[p] == nil {
+		d.attempts[p] = map[int]bool{}
+	}
+	d.attempts[p][attempt] = true
 	if route == flakyRoute && d.refused[p] == 0 {
 		// The flaky route refuses each pair's first attempt: its messages
 		// keep passing through the retry tiers while nodes die.
@@ -115,8 +144,6 @@ func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 	d.posts[p]++
 	if _, ok := d.first[p]; !ok {
 		d.first[p] = time.Now()
-	} else {
-		d.dups = append(d.dups, time.Now())
 	}
 	d.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
@@ -168,13 +195,10 @@ func (d *destination) undelivered(ps []pair) []pair {
 	return out
 }
 
-// snapshot copies the per-pair counts.
-func (d *destination) snapshot() (map[pair]int, int, int) {
+// snapshot copies the per-pair counts: 2xx answers, duplicate POSTs (see
+// isDuplicate), and the requests and malformed ones in all.
+func (d *destination) snapshot() (posts, duplicates map[pair]int, requests, malformed int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make(map[pair]int, len(d.posts))
-	for k, v := range d.posts {
-		out[k] = v
-	}
-	return out, d.requests, d.malformed
+	return maps.Clone(d.posts), maps.Clone(d.duplicates), d.requests, d.malformed
 }

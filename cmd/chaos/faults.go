@@ -63,6 +63,8 @@ type faultResult struct {
 	// did within tiersSettleWithin.
 	tiersSettled  time.Duration
 	tiersSettleOK bool
+	// tiersWhy says why they did not settle (a count, or no reading).
+	tiersWhy string
 }
 
 // tiersSettleWithin bounds how long after a node fault's restore the retry
@@ -83,6 +85,9 @@ type backlogSample struct {
 	after                        time.Duration
 	pairs                        int
 	outbox, ready, tiers, tierDL int
+	// unread names what could not be read ("outbox", "queues"): its
+	// counts are unknown, not 0.
+	unread []string
 }
 
 // reconcileReasons are the reasons of hookrelay_reconciled_total.
@@ -311,10 +316,10 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 	res.recovery = time.Since(restored)
 	res.restored = restored
 	if f.strands {
-		res.tiersSettleOK = s.waitTiersSettled(ctx, restored.Add(tiersSettleWithin))
+		res.tiersSettleOK, res.tiersWhy = s.waitTiersSettled(ctx, restored.Add(tiersSettleWithin))
 		res.tiersSettled = time.Since(restored)
-		s.logf("fault %d/%d: %s: retry tiers settled %s after the restore (%v)", n, total, f.name,
-			res.tiersSettled.Round(100*time.Millisecond), res.tiersSettleOK)
+		s.logf("fault %d/%d: %s: retry tiers settled %s after the restore (%v%s)", n, total, f.name,
+			res.tiersSettled.Round(100*time.Millisecond), res.tiersSettleOK, strings.TrimSuffix(": "+res.tiersWhy, ": "))
 	}
 	_, non2xxAfter := s.load.counts()
 	res.non2xx = non2xxAfter - non2xxBefore
@@ -389,36 +394,58 @@ func formatResent(r map[string]float64) string {
 
 // waitTiersSettled waits until a reading of the retry tiers counts no
 // more messages waiting to be dead-lettered than the load keeps passing
-// through, until deadline, and says whether it came.
-func (s *suite) waitTiersSettled(ctx context.Context, deadline time.Time) bool {
+// through, until deadline, and says whether it came; when it did not, why
+// (the last count, or that the management API did not answer: a reading
+// that failed is not a count of zero).
+func (s *suite) waitTiersSettled(ctx context.Context, deadline time.Time) (bool, string) {
 	for {
-		b := s.where(ctx, backlogSample{})
-		if b.tierDL <= transientDeadLettering {
-			return true
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		b, err := s.queueSample(qctx, backlogSample{})
+		cancel()
+		why := ""
+		switch {
+		case err != nil:
+			why = "the management API did not answer: " + err.Error()
+		case b.tierDL <= transientDeadLettering:
+			return true, ""
+		default:
+			why = fmt.Sprintf("%d message(s) waiting to be dead-lettered", b.tierDL)
 		}
 		if time.Now().After(deadline) {
-			return false
+			return false, why
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, why + " (" + ctx.Err().Error() + ")"
 		case <-time.After(time.Second): // the statistics refresh every few seconds
 		}
 	}
 }
 
-// where fills in b where the copies are; what cannot be read stays 0.
+// where fills in b where the copies are; what cannot be read is named in
+// b.unread, never counted as 0.
 func (s *suite) where(ctx context.Context, b backlogSample) backlogSample {
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_ = s.db.QueryRow(qctx, `SELECT count(*) FROM outbox`).Scan(&b.outbox)
+	if err := s.db.QueryRow(qctx, `SELECT count(*) FROM outbox`).Scan(&b.outbox); err != nil {
+		b.unread = append(b.unread, "outbox")
+	}
+	b, err := s.queueSample(qctx, b)
+	if err != nil {
+		b.unread = append(b.unread, "queues")
+	}
+	return b
+}
+
+// queueSample fills in b's queue counts from the management API.
+func (s *suite) queueSample(ctx context.Context, b backlogSample) (backlogSample, error) {
 	m, err := hamqp.NewManagement(s.opts.mgmtURLs, s.opts.amqpURLs[0])
 	if err != nil {
-		return b
+		return b, err
 	}
-	stats, err := m.QueueStats(qctx, prefix+".")
+	stats, err := m.QueueStats(ctx, prefix+".")
 	if err != nil {
-		return b
+		return b, err
 	}
 	for _, q := range stats {
 		switch {
@@ -429,7 +456,7 @@ func (s *suite) where(ctx context.Context, b backlogSample) backlogSample {
 			b.tierDL += q.DeadLettering
 		}
 	}
-	return b
+	return b, nil
 }
 
 // formatWhere writes, for the samples formatBacklog picks, where the
@@ -441,8 +468,14 @@ func formatWhere(b []backlogSample) string {
 	step := (len(b) + 5) / 6
 	var parts []string
 	for i := 0; i < len(b); i += step {
-		parts = append(parts, fmt.Sprintf("%.0fs: outbox %d, route queues ready %d, tiers %d (dead-lettering %d)",
-			b[i].after.Seconds(), b[i].outbox, b[i].ready, b[i].tiers, b[i].tierDL))
+		outbox, queues := fmt.Sprint(b[i].outbox), fmt.Sprintf("route queues ready %d, tiers %d (dead-lettering %d)", b[i].ready, b[i].tiers, b[i].tierDL)
+		if slices.Contains(b[i].unread, "outbox") {
+			outbox = "unknown"
+		}
+		if slices.Contains(b[i].unread, "queues") {
+			queues = "queues unknown (the management API did not answer)"
+		}
+		parts = append(parts, fmt.Sprintf("%.0fs: outbox %s, %s", b[i].after.Seconds(), outbox, queues))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -602,7 +635,7 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	if err := s.db.QueryRow(qctx, `SELECT count(*) FROM outbox`).Scan(&outbox); err != nil {
 		return err
 	}
-	posts, requests, malformed := s.dest.snapshot()
+	posts, duplicates, requests, malformed := s.dest.snapshot()
 	expected := map[string]int{}
 	delivered := map[string]int{}
 	dupPosts := map[string]int{}
@@ -616,19 +649,12 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 				continue
 			}
 			delivered[r]++
-			dupPosts[r] += n - 1
+			dupPosts[r] += duplicates[pair{event: ev.id, route: r}]
 		}
 	}
 	queues, qerr := s.queueMessages(qctx)
-	left := 0
-	var leftNames []string
-	for name, n := range queues {
-		if n > 0 {
-			left += n
-			leftNames = append(leftNames, fmt.Sprintf("%s=%d", name, n))
-		}
-	}
-	sort.Strings(leftNames)
+	stranding := slices.ContainsFunc(results, func(r faultResult) bool { return r.strands })
+	drainLine, drainFail := drainVerdict(queues, qerr, stranding)
 
 	fmt.Fprintln(s.out)
 	fmt.Fprintln(s.out, "faults, one after another under load:")
@@ -651,7 +677,7 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 			fail("fault %q: not recovered within 3m", r.name)
 		}
 		if r.strands && !r.tiersSettleOK {
-			fail("fault %q: the retry tiers still held messages waiting to be dead-lettered %s after the restore", r.name, tiersSettleWithin)
+			fail("fault %q: the retry tiers were not seen settled %s after the restore: %s", r.name, tiersSettleWithin, r.tiersWhy)
 		}
 		if !r.strands && r.reconciled > 0 {
 			fail("fault %q strands nothing, yet the reconciler re-sent %d pair(s): late copies taken for lost ones", r.name, r.reconciled)
@@ -695,18 +721,13 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	fmt.Fprintf(tw, "  LOST (must be 0)\t%d\n", lost)
 	fmt.Fprintf(tw, "  destination requests\t%d (%d malformed)\n", requests, malformed)
 	fmt.Fprintf(tw, "  outbox empty\t%v (%d rows)\n", outbox == 0, outbox)
-	switch {
-	case qerr != nil:
-		fmt.Fprintf(tw, "  queues drained\tunknown: %v\n", qerr)
-	case left == 0:
-		fmt.Fprintf(tw, "  queues drained\tyes (%d queues)\n", len(queues))
-	default:
-		fmt.Fprintf(tw, "  queues drained\tno: %s\n", strings.Join(leftNames, " "))
-	}
+	fmt.Fprintf(tw, "  queues drained\t%s\n", drainLine)
 	_ = tw.Flush()
 
 	fmt.Fprintln(s.out)
 	tw = tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	// What a duplicate is: destination.isDuplicate.
+	fmt.Fprintln(s.out, "duplicate POSTs: those a pair's delivery did not need, whatever their answer (after the accepted one, or an attempt number sent again)")
 	fmt.Fprintln(tw, "  route\tpairs\tdelivered\tduplicate POSTs\tbound (consumers × prefetch 1 × interrupting faults)")
 	for _, r := range routes {
 		bound := dispatches * r.concurrency * interrupting
@@ -734,6 +755,9 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	if malformed > 0 {
 		fail("destination got %d malformed requests", malformed)
 	}
+	if drainFail != "" {
+		fail("%s", drainFail)
+	}
 	fails = append(fails, stopErrs...)
 	if len(fails) > 0 {
 		fmt.Fprintln(s.out, "\nchaos: FAIL")
@@ -744,4 +768,50 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	}
 	fmt.Fprintln(s.out, "\nchaos: PASS: nothing lost, duplicates within their bounds")
 	return nil
+}
+
+// drainVerdict says whether the suite's queues drained after the load
+// stopped: the report's line, and why the run fails ("" when it does
+// not). queues are the message counts of every queue of the suite (qerr:
+// they could not be read: the run fails, as nothing was seen); stranding
+// says whether a fault that can strand messages in the retry tiers ran.
+//
+// Every pair is delivered by then (the run fails otherwise), so a message
+// left is a copy of a delivered pair. In a route queue it means no
+// dispatcher consumes it, in a dead-letter queue that a copy exhausted
+// its attempts or found its event missing: both fail the run. In a retry
+// tier it may be one the broker stranded at a node's death (the
+// reconciler re-sent its pair): explained after a fault that strands,
+// a failure after any other.
+func drainVerdict(queues map[string]int, qerr error, stranding bool) (line, failure string) {
+	if qerr != nil {
+		return fmt.Sprintf("unknown: %v", qerr), fmt.Sprintf("the queues could not be read after the drain: %v", qerr)
+	}
+	var left, inTiers []string
+	tiersOnly := true
+	for name, n := range queues {
+		if n == 0 {
+			continue
+		}
+		left = append(left, fmt.Sprintf("%s=%d", name, n))
+		if strings.HasPrefix(name, prefix+".retry.") {
+			inTiers = append(inTiers, fmt.Sprintf("%s=%d", name, n))
+		} else {
+			tiersOnly = false
+		}
+	}
+	sort.Strings(left)
+	sort.Strings(inTiers)
+	switch {
+	case len(left) == 0:
+		return fmt.Sprintf("yes (%d queues)", len(queues)), ""
+	case tiersOnly && stranding:
+		return "no, explained: " + strings.Join(inTiers, " ") +
+			" stranded in the retry tiers by a node fault (the reconciler re-sent their pairs, every pair is delivered)", ""
+	case tiersOnly:
+		return "no: " + strings.Join(left, " "),
+			"messages left in the retry tiers after the drain, and no fault of the run strands any: " + strings.Join(left, " ")
+	default:
+		return "no: " + strings.Join(left, " "), "queues still hold messages after the drain: " + strings.Join(left, " ")
+	}
 }

@@ -161,7 +161,7 @@ func printPurge(w io.Writer, verb string, res ops.PurgeResult, olderThan, kept s
 		if strings.HasPrefix(verb, "would") {
 			abandon = "would abandon"
 		}
-		fmt.Fprintf(w, "%s: %d pending or retrying deliveries to routes not in the config (no dispatcher delivers them)\n", abandon, res.Abandoned)
+		fmt.Fprintf(w, "%s: %d pending or retrying deliveries to routes neither in the config nor made at run time (no dispatcher delivers them)\n", abandon, res.Abandoned)
 	}
 	if res.KeptUndelivered > 0 {
 		hint := ""

@@ -77,7 +77,7 @@ func TestUnservedRoutePairs(t *testing.T) {
 	out, _, err = runCLI(t, path, "purge", "--older-than", "7d", "--yes")
 	require.NoError(t, err)
 	t.Log("\n" + out)
-	require.Contains(t, out, "abandoned: 1 pending or retrying deliveries to routes not in the config")
+	require.Contains(t, out, "abandoned: 1 pending or retrying deliveries to routes neither in the config nor made at run time")
 	_, err = db.EventShow(ctx, orphan)
 	require.ErrorIs(t, err, store.ErrNotFound, "past the dedupe window: deleted")
 	_, err = db.EventShow(ctx, young)

@@ -296,6 +296,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	g.Go(func() error { return d.controls.Run(gctx) })
 	g.Go(func() error { return d.summarize(gctx) })
 	g.Go(func() error { return keepPartitions(gctx, d.db, d.logger) })
+	g.Go(func() error { return keepRetention(gctx, d.db, cfg.Retention, d.logger) })
 	names := setup.Names(cfg)
 	var serving []string
 	for _, r := range d.follower.Current().All() {

@@ -257,6 +257,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		// pool closes (defers run last in, first out).
 		jobCtx, stopJobs := context.WithCancel(ctx)
 		svc.Jobs = ops.NewJobRunner(jobCtx, logger.With().Str("component", "jobs").Logger())
+		svc.Jobs.Sweep(apiDB)
 		defer svc.Jobs.Wait()
 		defer stopJobs()
 		// One count of failed authentications per address for the whole
@@ -391,6 +392,7 @@ func (rc *receiver) run(ctx context.Context) error {
 	}
 	serve(rc.servers.public, rc.mux)
 	g.Go(func() error { return keepPartitions(gctx, rc.db, logger) })
+	g.Go(func() error { return keepRetention(gctx, rc.db, rc.cfg.Retention, logger) })
 	g.Go(func() error { return rc.follower.Run(gctx) })
 	if rc.servers.metrics != nil {
 		serve(rc.servers.metrics, rc.status)

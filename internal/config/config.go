@@ -354,12 +354,31 @@ type Debug struct {
 	Pprof bool `mapstructure:"pprof"`
 }
 
-// Retention configures what purge keeps.
+// Retention configures what purge keeps, and the purge the relay runs by
+// itself.
 type Retention struct {
 	// DedupeWindow keeps an event's deduplication key this long, so a late
 	// resend is still recognised; longer than any provider retries. Default
 	// 30d.
 	DedupeWindow time.Duration `mapstructure:"dedupe_window" validate:"gt=0"`
+	// MaxAge: the relay purges by itself, every Interval, the events
+	// received longer ago than this with nothing undelivered, as
+	// `hookrelay purge --older-than` would, except that no pair is ever
+	// taken as abandoned (an event pending or retrying on any route is
+	// kept) and dead pairs keep their events (see DeadMaxAge). One process
+	// purges at a time. 0s turns it off (then run `hookrelay purge` from
+	// cron). Default 30d; at least 1h.
+	MaxAge time.Duration `mapstructure:"max_age" validate:"gte=0"`
+	// DeadMaxAge: the relay's purge also deletes the events older than this
+	// whose pairs are all delivered or dead (`purge --include-dead`): their
+	// dead letters stay in RabbitMQ, and a requeue then parks them as
+	// event_missing. 0s (the default): an event with a dead pair is kept
+	// until an operator requeues, replays or drops it, or purges it. At
+	// least max_age.
+	DeadMaxAge time.Duration `mapstructure:"dead_max_age" validate:"gte=0"`
+	// Interval is the time between the relay's purges; the first is
+	// Interval after a process starts, at most 5m. Default 1h; 1m to 24h.
+	Interval time.Duration `mapstructure:"interval" validate:"gt=0"`
 }
 
 // Reconcile configures the dispatcher's reconciler, which sends a pair
@@ -671,6 +690,9 @@ func setDefaults(set func(key string, value any)) {
 	set("outbox.direct_hold", "15s")
 	set("retry.backoff", []string{"10s", "1m", "5m", "15m", "1h", "3h", "6h", "12h"})
 	set("retention.dedupe_window", "30d")
+	set("retention.max_age", "30d")
+	set("retention.dead_max_age", "0s")
+	set("retention.interval", "1h")
 	set("reconcile.interval", "30s")
 	set("reconcile.margin", "1m")
 	set("reconcile.strand_after", "5m")

@@ -627,3 +627,36 @@ func TestTeamRoutesAllowedNetworks(t *testing.T) {
 		require.Contains(t, err.Error(), tt.want)
 	}
 }
+
+// Issue 38, reliability 3: the relay's own purge has a default age, an
+// interval, and keeps dead pairs unless told; an age needs its unit, and
+// one under an hour (a slip of 30m for 30d) is refused.
+func TestRetentionSettings(t *testing.T) {
+	t.Parallel()
+	env := envMap(map[string]string{"ACME_SECRET": "x"})
+	cfg, err := Load(writeConfig(t, validYAML), env)
+	require.NoError(t, err)
+	require.Equal(t, Retention{DedupeWindow: 30 * 24 * time.Hour, MaxAge: 30 * 24 * time.Hour, Interval: time.Hour}, cfg.Retention)
+
+	cfg, err = Load(writeConfig(t, validYAML+"retention: {max_age: 90d, dead_max_age: 180d, interval: 15m}\n"), env)
+	require.NoError(t, err)
+	require.Equal(t, Retention{DedupeWindow: 30 * 24 * time.Hour, MaxAge: 90 * 24 * time.Hour, DeadMaxAge: 180 * 24 * time.Hour, Interval: 15 * time.Minute}, cfg.Retention)
+	cfg, err = Load(writeConfig(t, validYAML+"retention: {max_age: 0s}\n"), env)
+	require.NoError(t, err)
+	require.Zero(t, cfg.Retention.MaxAge, "off")
+
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"no unit", "retention: {max_age: 30}\n", "retention.max_age: duration 30 has no unit"},
+		{"under an hour", "retention: {max_age: 30m}\n", "retention.max_age: 30m is under an hour"},
+		{"dead before the rest", "retention: {max_age: 30d, dead_max_age: 7d}\n", "retention.dead_max_age: 7d must be at least retention.max_age (30d)"},
+		{"dead without the purge", "retention: {max_age: 0s, dead_max_age: 90d}\n", "retention.dead_max_age: is set, but retention.max_age is 0s"},
+		{"interval too short", "retention: {interval: 10s}\n", "retention.interval: 10s must be from 1m to 24h"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(writeConfig(t, validYAML+tt.yaml), env)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}

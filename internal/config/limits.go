@@ -44,6 +44,29 @@ func checkTimeouts(cfg *Config) []string {
 	return problems
 }
 
+// checkRetention: the relay's own purge refuses an age under an hour as
+// `hookrelay purge` does without --force (a unit slip, 30m for 30d, would
+// delete nearly everything every hour).
+func checkRetention(cfg *Config) []string {
+	var problems []string
+	r := cfg.Retention
+	if r.MaxAge > 0 && r.MaxAge < time.Hour {
+		problems = append(problems, fmt.Sprintf("retention.max_age: %s is under an hour: set at least 1h (30d is thirty days), or 0s to turn the relay's purge off",
+			FormatDuration(r.MaxAge)))
+	}
+	switch {
+	case r.DeadMaxAge > 0 && r.MaxAge == 0:
+		problems = append(problems, "retention.dead_max_age: is set, but retention.max_age is 0s (the relay's purge is off)")
+	case r.DeadMaxAge > 0 && r.DeadMaxAge < r.MaxAge:
+		problems = append(problems, fmt.Sprintf("retention.dead_max_age: %s must be at least retention.max_age (%s)",
+			FormatDuration(r.DeadMaxAge), FormatDuration(r.MaxAge)))
+	}
+	if r.Interval > 0 && (r.Interval < time.Minute || r.Interval > 24*time.Hour) {
+		problems = append(problems, fmt.Sprintf("retention.interval: %s must be from 1m to 24h", FormatDuration(r.Interval)))
+	}
+	return problems
+}
+
 // minReconcileMargin is the least reconcile.margin: the reconciler judges
 // whether a retry tier could still hold a pair's copy by RabbitMQ's queue
 // statistics, which are up to about 10 s old by default (a quorum queue

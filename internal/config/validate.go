@@ -280,6 +280,7 @@ func crossCheck(cfg *Config, operator bool) []string {
 
 	problems = append(problems, checkTimeouts(cfg)...)
 	problems = append(problems, checkReconcile(cfg)...)
+	problems = append(problems, checkRetention(cfg)...)
 	problems = append(problems, checkRateLimits(cfg)...)
 	problems = append(problems, checkHolds(cfg)...)
 	problems = append(problems, checkRules(cfg)...)

@@ -18,15 +18,16 @@ import (
 // JobStore keeps the jobs long actions run as (*store.DB).
 type JobStore interface {
 	JobCreate(ctx context.Context, j *store.Job) (*store.Job, bool, error)
-	JobProgress(ctx context.Context, id uuid.UUID, progress json.RawMessage) error
-	JobFinish(ctx context.Context, id uuid.UUID, progress, result json.RawMessage, errText string) error
+	JobProgress(ctx context.Context, id, owner uuid.UUID, progress json.RawMessage) error
+	JobFinish(ctx context.Context, id, owner uuid.UUID, progress, result json.RawMessage, errText string) error
+	JobsAbandon(ctx context.Context) (int64, error)
 	JobGet(ctx context.Context, id uuid.UUID) (*store.Job, error)
 	JobList(ctx context.Context, before uuid.UUID, limit int) ([]store.Job, int64, error)
 }
 
 // Job timing: a running job moves its heartbeat every jobHeartbeat (one
-// older than store.JobAbandoned is reported failed), and stores its
-// progress at most every jobProgressEvery.
+// older than store.JobAbandoned is marked failed by the sweep, which runs
+// as often), and stores its progress at most every jobProgressEvery.
 const (
 	jobHeartbeat     = 5 * time.Second
 	jobProgressEvery = 500 * time.Millisecond
@@ -39,6 +40,9 @@ const (
 type JobRunner struct {
 	ctx    context.Context
 	logger zerolog.Logger
+	// owner names this runner in the jobs it stores: only it beats and
+	// ends them.
+	owner uuid.UUID
 
 	mu     sync.Mutex // guards closed and wg.Add against Wait
 	closed bool
@@ -48,10 +52,41 @@ type JobRunner struct {
 // NewJobRunner returns a runner whose jobs stop when ctx ends (the
 // process stops): each is then stored as failed, saying so.
 func NewJobRunner(ctx context.Context, logger zerolog.Logger) *JobRunner {
-	return &JobRunner{ctx: ctx, logger: logger}
+	return &JobRunner{ctx: ctx, logger: logger, owner: uuid.New()}
 }
 
-// Wait refuses new jobs and waits for the running ones to end.
+// Sweep marks abandoned, every jobHeartbeat until the runner's ctx ends,
+// the running jobs of any process whose heartbeat lapsed
+// (store.JobsAbandon): a job's state is the one stored, so a job whose
+// process died reads failed from then on, and stays so. Wait waits for
+// it (once ctx ended).
+func (r *JobRunner) Sweep(st JobStore) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		// Every team's jobs, whichever pool st reads through.
+		ctx := store.WithTeam(r.ctx, store.TeamAll)
+		t := time.NewTicker(jobHeartbeat)
+		defer t.Stop()
+		for {
+			n, err := st.JobsAbandon(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				r.logger.Warn().Err(err).Msg("marking abandoned jobs")
+			case n > 0:
+				r.logger.Warn().Int64("jobs", n).Msg("jobs marked abandoned: their processes stopped beating their heartbeats")
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Wait refuses new jobs and waits for the running ones to end (and for
+// Sweep, which ends with the runner's ctx).
 func (r *JobRunner) Wait() {
 	r.mu.Lock()
 	r.closed = true
@@ -95,7 +130,7 @@ func (s *Service) StartJob(ctx context.Context, kind, idempotencyKey string, req
 	if r.closed || r.ctx.Err() != nil {
 		return nil, false, ErrNoJobs
 	}
-	job, created, err := s.Store.JobCreate(ctx, &store.Job{ID: id, Kind: kind, Actor: actor, IdempotencyKey: idempotencyKey, Request: req})
+	job, created, err := s.Store.JobCreate(ctx, &store.Job{ID: id, Kind: kind, Actor: actor, IdempotencyKey: idempotencyKey, Request: req, Owner: r.owner})
 	if err != nil {
 		return nil, false, err
 	}
@@ -123,20 +158,32 @@ func sameJSON(a, b []byte) bool {
 
 func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind string, run func(ctx context.Context, progress func(any)) (any, error)) {
 	log := r.logger.With().Str("job", id.String()).Str("kind", kind).Logger()
+	// A job marked abandoned (its heartbeat lapsed: a process stalled,
+	// Postgres out of reach) is over for its readers: it stops here too,
+	// rather than go on changing things under a job that reads failed.
+	ctx, abandon := context.WithCancelCause(ctx)
+	defer abandon(nil)
+	lost := func(err error) bool {
+		if !errors.Is(err, store.ErrJobNotRunning) {
+			return false
+		}
+		abandon(err)
+		return true
+	}
 	var (
 		mu      sync.Mutex
 		last    json.RawMessage
 		stored  time.Time
 		pending bool
 	)
-	store := func(force bool) {
+	save := func(force bool) {
 		mu.Lock()
 		defer mu.Unlock() // held while storing: the newest progress is stored last
 		if !pending || (!force && time.Since(stored) < jobProgressEvery) {
 			return
 		}
 		pending, stored = false, time.Now()
-		if err := st.JobProgress(context.WithoutCancel(ctx), id, last); err != nil {
+		if err := st.JobProgress(context.WithoutCancel(ctx), id, r.owner, last); err != nil && !lost(err) {
 			log.Warn().Err(err).Msg("storing job progress")
 		}
 	}
@@ -148,7 +195,7 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 		mu.Lock()
 		last, pending = raw, true
 		mu.Unlock()
-		store(false)
+		save(false)
 	}
 	// The heartbeat tells a poller the job is alive while its progress
 	// does not move (a replay waiting on a slow destination).
@@ -162,7 +209,9 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 			case <-beat:
 				return
 			case <-t.C:
-				if err := st.JobProgress(context.WithoutCancel(ctx), id, nil); err != nil {
+				if err := st.JobProgress(context.WithoutCancel(ctx), id, r.owner, nil); lost(err) {
+					log.Error().Err(err).Msg("job marked abandoned while it ran: stopping it")
+				} else if err != nil {
 					log.Warn().Err(err).Msg("job heartbeat")
 				}
 			}
@@ -171,12 +220,12 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 	res, err := protect(ctx, log, run, progress)
 	close(beat)
 	<-beatDone
-	store(true)
+	save(true)
 	errText := ""
 	if err != nil {
 		log.Warn().Err(err).Msg("job ended with an error")
 		errText = PublicError(err)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), store.ErrJobNotRunning) {
 			errText = "stopped: the process running it shut down (" + errText + "); what it did stays done, run it again for the rest"
 		}
 	}
@@ -191,7 +240,13 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 	mu.Unlock()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := st.JobFinish(fctx, id, p, raw, errText); err != nil {
+	if err := st.JobFinish(fctx, id, r.owner, p, raw, errText); errors.Is(err, store.ErrJobNotRunning) {
+		// Its readers were told it was abandoned, and that stands: what
+		// it did is in the audit log, and here.
+		log.Error().Err(err).RawJSON("progress", orEmpty(p)).RawJSON("result", orEmpty(raw)).Str("reported", errText).
+			Msg("a job marked abandoned ended afterwards; its end is not stored")
+		return
+	} else if err != nil {
 		log.Error().Err(err).Msg("storing the end of a job")
 		return
 	}
@@ -245,4 +300,12 @@ func (s *Service) JobList(ctx context.Context, before uuid.UUID, limit int) ([]s
 		limit = DefaultListLimit
 	}
 	return s.Store.JobList(ctx, before, limit)
+}
+
+// orEmpty is raw, or an empty JSON object when there is none.
+func orEmpty(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("{}")
+	}
+	return raw
 }

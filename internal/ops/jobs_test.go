@@ -44,24 +44,43 @@ func (s *jobStore) JobCreate(_ context.Context, j *store.Job) (*store.Job, bool,
 	return &out, true, nil
 }
 
-func (s *jobStore) JobProgress(_ context.Context, id uuid.UUID, p json.RawMessage) error {
+func (s *jobStore) JobProgress(_ context.Context, id, owner uuid.UUID, p json.RawMessage) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if j := s.jobs[id]; j.State != store.JobRunning || j.Owner != owner {
+		return store.ErrJobNotRunning
+	}
 	if p != nil {
 		s.jobs[id].Progress = p
 	}
 	return nil
 }
 
-func (s *jobStore) JobFinish(_ context.Context, id uuid.UUID, p, res json.RawMessage, errText string) error {
+// JobsAbandon finds nothing: the tests mark a job abandoned with abandon.
+func (s *jobStore) JobsAbandon(context.Context) (int64, error) { return 0, nil }
+
+// abandon marks job id abandoned, as JobsAbandon would once its heartbeat
+// lapsed.
+func (s *jobStore) abandon(id uuid.UUID) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.jobs[id].State, s.jobs[id].Error = store.JobFailed, "abandoned"
+}
+
+// JobFinish ends a running job of owner's (the done channel hears of
+// every call, refused or not).
+func (s *jobStore) JobFinish(_ context.Context, id, owner uuid.UUID, p, res json.RawMessage, errText string) error {
+	defer func() { s.done <- id }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	j := s.jobs[id]
+	if j.State != store.JobRunning || j.Owner != owner {
+		return store.ErrJobNotRunning
+	}
 	j.State, j.Result, j.Error = store.JobSucceeded, res, errText
 	if errText != "" {
 		j.State = store.JobFailed
 	}
-	s.mu.Unlock()
-	s.done <- id
 	return nil
 }
 
@@ -154,4 +173,33 @@ func TestJobIdempotencyAndShutdown(t *testing.T) {
 	svc.Jobs.Wait()
 	_, _, err = svc.StartJob(ctx, "purge", "", nil, nil)
 	require.ErrorIs(t, err, ops.ErrNoJobs)
+}
+
+// Issue 38, reliability 4: a job marked abandoned while its process still
+// ran it (a stall past the heartbeat's limit) stops there, and its late
+// end is not stored: it reads failed, abandoned, as it did.
+func TestJobMarkedAbandonedStopsAndStaysFailed(t *testing.T) {
+	svc, st, _ := jobService(t)
+	ctx := actorCtx()
+	marked, stopped := make(chan struct{}), make(chan error, 1)
+	job, started, err := svc.StartJob(ctx, "replay", "", nil, func(ctx context.Context, progress func(any)) (any, error) {
+		<-marked
+		progress(map[string]int{"enqueued": 1}) // its owner learns it is no longer running
+		select {
+		case <-ctx.Done():
+			stopped <- context.Cause(ctx)
+		case <-time.After(testenv.Scaled(10 * time.Second)):
+			stopped <- nil
+		}
+		return map[string]int{"replayed": 1}, nil
+	})
+	require.NoError(t, err)
+	require.True(t, started)
+	st.abandon(job.ID)
+	close(marked)
+	require.ErrorIs(t, <-stopped, store.ErrJobNotRunning, "the job was stopped")
+	j := st.wait(t)
+	require.Equal(t, store.JobFailed, j.State)
+	require.Equal(t, "abandoned", j.Error)
+	require.Nil(t, j.Result, "its late end is not stored")
 }

@@ -266,9 +266,12 @@ type PurgeRequest struct {
 
 // Purge deletes what is older than req.OlderThan (see store.Purge),
 // keeping dedupe keys for the retention window and every event with
-// something undelivered. Pairs pending or retrying on a route that is not
-// in the config are abandoned: no dispatcher will ever deliver them. A
-// dry run counts the same selection and changes nothing.
+// something undelivered. Pairs pending or retrying on a route that is
+// neither in the config nor made at run time (and not retired) are
+// abandoned: no dispatcher will ever deliver them. The run-time routes
+// are read when each day or batch is decided, not here: one made while
+// the purge runs is served. A dry run counts the same selection and
+// changes nothing.
 func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResult, error) {
 	if err := PurgeAllowed(ctx); err != nil {
 		return store.PurgeResult{}, err
@@ -282,7 +285,7 @@ func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResul
 		DedupeBefore: now.Add(-s.DedupeWindow),
 		Batch:        req.Batch,
 		IncludeDead:  req.IncludeDead,
-		ServedRoutes: append([]string{}, s.RoutesNow().Names()...), // never nil: nil would mean every route is served
+		ServedRoutes: declaredRoutes(s.RoutesNow()), // never nil: nil would mean every route is served
 		ProgressFunc: req.ProgressFunc,
 	}
 	if req.DryRun {
@@ -293,4 +296,16 @@ func (s *Service) Purge(ctx context.Context, req PurgeRequest) (store.PurgeResul
 		func(r store.PurgeResult) map[string]any {
 			return map[string]any{"events": r.Events, "days": r.Days, "keys": r.Keys, "batches": r.Batches}
 		})
+}
+
+// declaredRoutes names the routes of the config in set, never nil (none
+// is no route, where nil would be every route).
+func declaredRoutes(set *routeset.Set) []string {
+	out := []string{}
+	for _, r := range set.All() {
+		if r.Declared {
+			out = append(out, r.Name)
+		}
+	}
+	return out
 }

@@ -292,29 +292,37 @@ type Job struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	HeartbeatAt    time.Time       `json:"heartbeat_at"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// Owner is the runner that runs the job (JobCreate stores it): only
+	// it moves the heartbeat and ends the job. Not shown.
+	Owner uuid.UUID `json:"-"`
 }
 
-// JobAbandoned is how old a running job's heartbeat may be: one older is
-// reported failed, its process gone (a running job beats every few
-// seconds).
+// JobAbandoned is how old a running job's heartbeat may be before
+// JobsAbandon marks the job failed, its process gone (a running job beats
+// every few seconds).
 const JobAbandoned = 30 * time.Second
 
-// jobColumns read a job, and the database's clock to judge its heartbeat.
-const jobColumns = `id, kind, actor, COALESCE(idempotency_key, ''), request, state, progress, result, COALESCE(error, ''), created_at, heartbeat_at, finished_at, now()`
+// jobAbandonedError is the error of a job JobsAbandon ended.
+const jobAbandonedError = "abandoned: the process running it stopped beating its heartbeat for " +
+	"more than 30s; what it did stays done, run it again for the rest"
+
+// ErrJobNotRunning is returned by JobProgress and JobFinish for a job
+// that is not running under the caller: it ended, or was marked abandoned
+// (JobsAbandon). Its stored state stands.
+var ErrJobNotRunning = errors.New("the job is no longer running under this process (it was marked abandoned)")
+
+// jobColumns read a job.
+const jobColumns = `id, kind, actor, COALESCE(idempotency_key, ''), request, state, progress, result, COALESCE(error, ''), created_at, heartbeat_at, finished_at`
 
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
-	var now time.Time
-	err := row.Scan(&j.ID, &j.Kind, &j.Actor, &j.IdempotencyKey, &j.Request, &j.State, &j.Progress, &j.Result, &j.Error, &j.CreatedAt, &j.HeartbeatAt, &j.FinishedAt, &now)
-	if err == nil && j.State == JobRunning && now.Sub(j.HeartbeatAt) > JobAbandoned {
-		j.State, j.Error = JobFailed, "abandoned: the process running it stopped (its heartbeat is "+now.Sub(j.HeartbeatAt).Round(time.Second).String()+" old); what it did stays done, run it again for the rest"
-	}
+	err := row.Scan(&j.ID, &j.Kind, &j.Actor, &j.IdempotencyKey, &j.Request, &j.State, &j.Progress, &j.Result, &j.Error, &j.CreatedAt, &j.HeartbeatAt, &j.FinishedAt)
 	return &j, err
 }
 
-// JobCreate stores a new running job. When j has an idempotency key its
-// actor used before, it stores nothing and returns the earlier job with
-// created false.
+// JobCreate stores a new running job, owned by j.Owner. When j has an
+// idempotency key its actor used before, it stores nothing and returns
+// the earlier job with created false.
 func (db *DB) JobCreate(ctx context.Context, j *Job) (out *Job, created bool, err error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
@@ -327,10 +335,11 @@ func (db *DB) JobCreate(ctx context.Context, j *Job) (out *Job, created bool, er
 		req = json.RawMessage("{}")
 	}
 	out, err = scanJob(db.pool.QueryRow(ctx, `
-		INSERT INTO api_jobs (id, kind, actor, idempotency_key, request, state) VALUES ($1, $2, $3, $4, $5, 'running')
+		INSERT INTO api_jobs (id, kind, actor, idempotency_key, request, state, owner) VALUES ($1, $2, $3, $4, $5, 'running', $6)
 		ON CONFLICT (actor, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING `+jobColumns, j.ID, j.Kind, j.Actor, key, req))
+		RETURNING `+jobColumns, j.ID, j.Kind, j.Actor, key, req, nilUUID(j.Owner)))
 	if err == nil {
+		out.Owner = j.Owner
 		return out, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
@@ -344,36 +353,66 @@ func (db *DB) JobCreate(ctx context.Context, j *Job) (out *Job, created bool, er
 }
 
 // JobProgress stores a running job's progress (nil keeps it) and moves
-// its heartbeat.
-func (db *DB) JobProgress(ctx context.Context, id uuid.UUID, progress json.RawMessage) error {
+// its heartbeat, for its owner only: a job that is not running under
+// owner (ended, or marked abandoned) fails with ErrJobNotRunning, and its
+// runner stops it.
+func (db *DB) JobProgress(ctx context.Context, id, owner uuid.UUID, progress json.RawMessage) error {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
-	if _, err := db.pool.Exec(ctx, `
-		UPDATE api_jobs SET progress = COALESCE($2, progress), heartbeat_at = now() WHERE id = $1 AND state = 'running'`, id, progress); err != nil {
+	tag, err := db.pool.Exec(ctx, `
+		UPDATE api_jobs SET progress = COALESCE($3, progress), heartbeat_at = now()
+		WHERE id = $1 AND state = 'running' AND owner = $2`, id, owner, progress)
+	if err != nil {
 		return fmt.Errorf("storing job %s progress: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("storing job %s progress: %w", id, ErrJobNotRunning)
 	}
 	return nil
 }
 
-// JobFinish ends a job: succeeded with result, or failed with errText.
-func (db *DB) JobFinish(ctx context.Context, id uuid.UUID, progress, result json.RawMessage, errText string) error {
+// JobFinish ends a job running under owner: succeeded with result, or
+// failed with errText. A job that is not running under owner (ended, or
+// marked abandoned meanwhile) is left as it is stored, and the call fails
+// with ErrJobNotRunning.
+func (db *DB) JobFinish(ctx context.Context, id, owner uuid.UUID, progress, result json.RawMessage, errText string) error {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	state := JobSucceeded
 	if errText != "" {
 		state = JobFailed
 	}
-	if _, err := db.pool.Exec(ctx, `
-		UPDATE api_jobs SET state = $2, progress = COALESCE($3, progress), result = $4, error = NULLIF($5, ''),
+	tag, err := db.pool.Exec(ctx, `
+		UPDATE api_jobs SET state = $3, progress = COALESCE($4, progress), result = $5, error = NULLIF($6, ''),
 			heartbeat_at = now(), finished_at = now()
-		WHERE id = $1 AND state = 'running'`, id, state, progress, result, errText); err != nil {
+		WHERE id = $1 AND state = 'running' AND owner = $2`, id, owner, state, progress, result, errText)
+	if err != nil {
 		return fmt.Errorf("finishing job %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("finishing job %s: %w", id, ErrJobNotRunning)
 	}
 	return nil
 }
 
-// JobGet returns one job, or ErrNotFound. A running job whose heartbeat
-// is older than JobAbandoned is reported failed.
+// JobsAbandon marks failed every running job whose heartbeat is older
+// than JobAbandoned (by Postgres' clock), saying it was abandoned, and
+// answers how many. Every runner calls it every few seconds: the state a
+// reader sees is the one stored, and an abandoned job's process, if it
+// comes back, can neither beat nor end it (ErrJobNotRunning).
+func (db *DB) JobsAbandon(ctx context.Context) (int64, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	tag, err := db.pool.Exec(ctx, `
+		UPDATE api_jobs SET state = 'failed', error = $2, finished_at = now()
+		WHERE state = 'running' AND heartbeat_at < now() - $1::interval`, JobAbandoned, jobAbandonedError)
+	if err != nil {
+		return 0, fmt.Errorf("marking abandoned jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// JobGet returns one job, or ErrNotFound.
 func (db *DB) JobGet(ctx context.Context, id uuid.UUID) (*Job, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrLeaseLost is returned when a delivery lease was taken over by
@@ -89,6 +90,11 @@ func (db *DB) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route
 func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
+	return db.claimOn(ctx, db.lax, owner, eventID, route, attempt, copyGen, ttl)
+}
+
+// claimOn is claim through q.
+func (db *DB) claimOn(ctx context.Context, q querier, owner, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
 	for range 2 {
 		var (
 			claimed, tookOver bool
@@ -100,10 +106,10 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 		// prev locks the row for this statement only (no transaction is
 		// held afterwards) and reads the lease as it is now, so the update
 		// and the record of an expired lease see the same holder.
-		err := db.lax.QueryRow(ctx, `
+		err := q.QueryRow(ctx, withDays(`
 			WITH prev AS (
 				SELECT id, state, gen, lease_owner, lease_at, lease_until, lease_attempt, attempts
-				FROM deliveries WHERE event_id = $1 AND route = $2
+				FROM deliveries WHERE event_id = $1 AND route = $2 AND @day(event_id)
 				FOR UPDATE
 			), u AS (
 				UPDATE deliveries d SET
@@ -116,7 +122,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 					last_error    = CASE WHEN taken.over THEN $6 ELSE d.last_error END,
 					updated_at    = now()
 				FROM prev, LATERAL (SELECT prev.lease_owner IS NOT NULL AND prev.lease_owner <> $3 AS over) taken
-				WHERE d.event_id = $1 AND d.id = prev.id AND prev.state NOT IN ('delivered', 'stale') AND ($7::bigint IS NULL OR prev.gen = $7)
+				WHERE d.event_id = $1 AND @day(d.event_id) AND d.id = prev.id AND prev.state NOT IN ('delivered', 'stale') AND ($7::bigint IS NULL OR prev.gen = $7)
 				  AND (prev.lease_until IS NULL OR prev.lease_until <= now() OR prev.lease_owner = $3)
 				RETURNING d.id, d.state, d.gen, d.series, taken.over AS took_over,
 				          prev.lease_at, prev.lease_until, prev.lease_attempt, d.attempts
@@ -128,12 +134,12 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 			SELECT true, id, state, gen, took_over, 0::float8, attempts FROM u
 			UNION ALL
 			SELECT false, id, state, gen, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8, attempts
-			FROM prev WHERE NOT EXISTS (SELECT 1 FROM u)`,
+			FROM prev WHERE NOT EXISTS (SELECT 1 FROM u)`, eventID),
 			pgUUID(eventID), route, pgUUID(owner), ttl, attempt, leaseExpiredError, copyGen,
 		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining, &attempts)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No row for the pair yet: create it, then claim.
-			if err := deliveryCreate(ctx, db, eventID, route); err != nil {
+			if err := deliveryCreate(ctx, q, eventID, route); err != nil {
 				return nil, err
 			}
 			continue
@@ -156,18 +162,18 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 	return nil, errors.New("claiming delivery: the pair's lease changed hands twice during the claim")
 }
 
-func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string) error {
+func deliveryCreate(ctx context.Context, q querier, eventID uuid.UUID, route string) error {
 	// The event's row is locked (KEY SHARE, as a foreign key would) so
 	// that a purge cannot delete it, or drop its day, under the new row.
 	var found bool
-	if err := db.lax.QueryRow(ctx, `
+	if err := q.QueryRow(ctx, withDays(`
 		WITH e AS (
-			SELECT id FROM events WHERE id = $1 FOR KEY SHARE
+			SELECT id FROM events WHERE id = $1 AND @day(id) FOR KEY SHARE
 		), ins AS (
 			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
 			ON CONFLICT (event_id, route) DO NOTHING
 		)
-		SELECT EXISTS (SELECT 1 FROM e)`, pgUUID(eventID), route).Scan(&found); err != nil {
+		SELECT EXISTS (SELECT 1 FROM e)`, eventID), pgUUID(eventID), route).Scan(&found); err != nil {
 		return fmt.Errorf("creating delivery: %w", err)
 	}
 	if !found {
@@ -192,9 +198,15 @@ func (l *DeliveryLease) Gen() int64 { return l.gen }
 func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	err := l.db.pool.QueryRow(ctx, `
+	return l.restartOn(ctx, l.db.pool)
+}
+
+// restartOn is Restart through q.
+func (l *DeliveryLease) restartOn(ctx context.Context, q querier) (int64, error) {
+	err := q.QueryRow(ctx, withDays(`
 		UPDATE deliveries SET state = 'pending', gen = gen + 1, series = series + 1, due_at = now(), updated_at = now()
-		WHERE event_id = $3 AND id = $1 AND lease_owner = $2 RETURNING gen`, l.id, pgUUID(l.owner), pgUUID(l.eventID)).Scan(&l.gen)
+		WHERE event_id = $3 AND @day(event_id) AND id = $1 AND lease_owner = $2 RETURNING gen`, l.eventID),
+		l.id, pgUUID(l.owner), pgUUID(l.eventID)).Scan(&l.gen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrLeaseLost
 	}
@@ -242,7 +254,8 @@ func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int
 // not recorded twice.
 func (l *DeliveryLease) recordAgain(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	err = pgx.BeginFunc(ctx, l.db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM deliveries WHERE event_id = $2 AND id = $1 FOR UPDATE`, l.id, pgUUID(l.eventID)); err != nil {
+		if _, err := tx.Exec(ctx, withDays(`SELECT 1 FROM deliveries WHERE event_id = $2 AND @day(event_id) AND id = $1 FOR UPDATE`, l.eventID),
+			l.id, pgUUID(l.eventID)); err != nil {
 			return fmt.Errorf("recording attempt: locking delivery: %w", err)
 		}
 		gen, current, err = recordAttempt(ctx, tx, l.id, l.eventID, l.owner, l.attempts, a)
@@ -259,9 +272,14 @@ func (l *DeliveryLease) Release(ctx context.Context) error {
 	}
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
-	if _, err := l.db.lax.Exec(ctx, `
+	return l.releaseOn(ctx, l.db.lax)
+}
+
+// releaseOn is Release through q.
+func (l *DeliveryLease) releaseOn(ctx context.Context, q querier) error {
+	if _, err := q.Exec(ctx, withDays(`
 		UPDATE deliveries SET lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL
-		WHERE event_id = $3 AND id = $1 AND lease_owner = $2`, l.id, pgUUID(l.owner), pgUUID(l.eventID)); err != nil {
+		WHERE event_id = $3 AND @day(event_id) AND id = $1 AND lease_owner = $2`, l.eventID), l.id, pgUUID(l.owner), pgUUID(l.eventID)); err != nil {
 		return fmt.Errorf("releasing delivery lease: %w", err)
 	}
 	l.held = false
@@ -285,8 +303,11 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 	return l.Record(ctx, a)
 }
 
-// querier runs one statement: the pool, or a transaction.
+// querier runs statements: a pool, or a transaction (a test counts the
+// locks a statement takes inside one).
 type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -323,12 +344,12 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 		gen            int64
 		current, found bool
 	)
-	err := q.QueryRow(ctx, `
+	err := q.QueryRow(ctx, withDays(`
 		WITH old AS (
 			-- Locks the row and reads its generation as it is now (a replay
 			-- may have moved it since this statement's snapshot); u joins it
 			-- so that it runs first.
-			SELECT id, gen FROM deliveries WHERE event_id = $16 AND id = $1 FOR UPDATE
+			SELECT id, gen FROM deliveries WHERE event_id = $16 AND @day(event_id) AND id = $1 FOR UPDATE
 		), u AS (
 			UPDATE deliveries d SET
 				state            = CASE WHEN d.state = 'delivered' THEN 'delivered'
@@ -351,15 +372,15 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 			-- the pair's attempts are as the claim left them (no other
 			-- claim took the pair over or recorded since), and not when this
 			-- claim recorded already (done, below).
-			WHERE d.event_id = $16 AND d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND d.attempts = $15 AND NOT EXISTS (
-			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = $16 AND a.delivery_id = $1 AND a.claim = $8)))
+			WHERE d.event_id = $16 AND @day(d.event_id) AND d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND d.attempts = $15 AND NOT EXISTS (
+			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = $16 AND @day(a.event_id) AND a.delivery_id = $1 AND a.claim = $8)))
 			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AS current, old.gen = $6 AND $2 = 'retrying' AS moved
 		), done AS (
 			-- This claim's attempt, recorded by an earlier try whose answer
 			-- was lost (its caller gave up, the connection dropped after the
 			-- commit): answered as then, nothing changes.
 			SELECT a.gen_after AS gen, a.copy_current AS current FROM delivery_attempts a
-			WHERE a.event_id = $16 AND a.delivery_id = $1 AND a.claim = $8 AND a.outcome <> 'lost_lease'
+			WHERE a.event_id = $16 AND @day(a.event_id) AND a.delivery_id = $1 AND a.claim = $8 AND a.outcome <> 'lost_lease'
 			  AND NOT EXISTS (SELECT 1 FROM u)
 			LIMIT 1
 		), i AS (
@@ -369,7 +390,7 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 				 series, claim, gen_after, copy_current, trace_id, route_version)
 			SELECT $1, $16, $9, $5, $10, $3, $11, $12, $4,
 			       CASE WHEN EXISTS (SELECT 1 FROM u) THEN $2 ELSE 'lost_lease' END,
-			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE event_id = $16 AND id = $1), 1),
+			       COALESCE((SELECT series FROM u), (SELECT series FROM deliveries WHERE event_id = $16 AND @day(event_id) AND id = $1), 1),
 			       $8, (SELECT gen FROM u), (SELECT current FROM u), NULLIF(substr($17::text, 4, 32), ''), $18::bigint
 			WHERE NOT EXISTS (SELECT 1 FROM done) AND EXISTS (SELECT 1 FROM old)
 		), r AS (
@@ -379,10 +400,10 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 			INSERT INTO outbox (event_id, routing_key, route, gen, attempt, retry_ms, first_attempt_at, trace_parent)
 			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, $9 + 1, $13, $14, NULLIF($17::text, '')
 			FROM u JOIN events e ON e.id = u.event_id
-			WHERE u.moved AND e.id = $16
+			WHERE u.moved AND e.id = $16 AND @day(e.id)
 		)
 		SELECT gen, current, true FROM u UNION ALL SELECT gen, current, true FROM done
-		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`,
+		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`, eventID),
 		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
 		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,
 		pgUUID(eventID), a.TraceParent, routeVersion(a)).Scan(&gen, &current, &found)

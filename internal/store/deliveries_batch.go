@@ -107,6 +107,12 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 	}
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
+	return db.claimBatchOn(ctx, db.lax, items, out)
+}
+
+// claimBatchOn is claimBatch's statement through q, for more than one
+// item.
+func (db *DB) claimBatchOn(ctx context.Context, q querier, items []claimItem, out []claimOut) ([]claimOut, error) {
 	// One row per pair: a second claim of a pair in the same batch would
 	// join its row twice. It claims alone, after this one.
 	index := make(map[pairKey]int, len(items))
@@ -130,7 +136,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 		gens = append(gens, it.gen)
 		ttls = append(ttls, it.ttl.Milliseconds())
 	}
-	rows, err := db.lax.Query(ctx, `
+	rows, err := q.Query(ctx, withDays(`
 		WITH input AS (
 			SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::bigint[], $6::bigint[])
 			       AS t(event_id, route, owner, attempt, copy_gen, ttl_ms)
@@ -139,7 +145,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 			       i.event_id, i.route, i.owner, i.attempt, i.copy_gen, i.ttl_ms,
 			       d.lease_owner IS NOT NULL AND d.lease_owner <> i.owner AS over
 			FROM input i JOIN deliveries d ON d.event_id = i.event_id AND d.route = i.route
-			WHERE d.event_id = ANY($1::uuid[]) -- as recordBatch's old: probes, not scans
+			WHERE d.event_id = ANY($1::uuid[]) AND @day(d.event_id) -- as recordBatch's old: probes, not scans
 			ORDER BY d.id
 			FOR UPDATE OF d
 		), u AS (
@@ -153,7 +159,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 				last_error    = CASE WHEN p.over THEN $7 ELSE d.last_error END,
 				updated_at    = now()
 			FROM prev p
-			WHERE d.event_id = ANY($1::uuid[]) AND d.event_id = p.event_id AND d.id = p.id
+			WHERE d.event_id = ANY($1::uuid[]) AND @day(d.event_id) AND d.event_id = p.event_id AND d.id = p.id
 			  AND p.state NOT IN ('delivered', 'stale') AND p.gen = p.copy_gen
 			  AND (p.lease_until IS NULL OR p.lease_until <= now() OR p.lease_owner = p.owner)
 			RETURNING d.id, d.event_id, d.state, d.gen, d.series, p.over, p.lease_at, p.lease_until, p.lease_attempt, d.attempts
@@ -166,7 +172,7 @@ func (db *DB) claimBatch(ctx context.Context, items []claimItem) ([]claimOut, er
 		       COALESCE(u.over, false),
 		       CASE WHEN u.id IS NULL THEN COALESCE(EXTRACT(EPOCH FROM p.lease_until - now()), 0) ELSE 0 END::float8,
 		       COALESCE(u.attempts, p.attempts)
-		FROM prev p LEFT JOIN u ON u.id = p.id`,
+		FROM prev p LEFT JOIN u ON u.id = p.id`, claimIDs(items)...),
 		eventIDs, routes, owners, attempts, gens, ttls, leaseExpiredError)
 	if err != nil {
 		return refusedAlone(out, err, func(o *claimOut) { o.alone = true })
@@ -273,6 +279,12 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		o.gen, o.current, o.err = recordAttempt(ctx, db.pool, it.deliveryID, it.eventID, it.owner, it.claimAttempts, it.a)
 		return out, nil
 	}
+	return recordBatchOn(ctx, db.pool, items, out)
+}
+
+// recordBatchOn is recordBatch's statement through q, for more than one
+// item.
+func recordBatchOn(ctx context.Context, q querier, items []recordItem, out []recordOut) ([]recordOut, error) {
 	n := len(items)
 	var (
 		ids, gens, retryMS, durMS []int64 = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -322,7 +334,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 	// another generation records its attempt, and a success, but changes
 	// nothing else; a fence that fails stores the attempt as lost_lease,
 	// unless the claim's attempt is recorded already.
-	rows, err := db.pool.Query(ctx, `
+	rows, err := q.Query(ctx, withDays(`
 		WITH input AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[],
 			                     $7::bigint[], $8::uuid[], $9::int[], $10::bigint[], $11::text[], $12::bytea[], $13::timestamptz[],
@@ -340,7 +352,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			-- partitions a join would skip); ids are unique per day
 			-- (0021), so these are index probes whatever the statistics.
 			SELECT d.id, d.gen, d.series FROM deliveries d
-			WHERE d.event_id = ANY($15::uuid[]) AND d.id = ANY($1::bigint[])
+			WHERE d.event_id = ANY($15::uuid[]) AND @day(d.event_id) AND d.id = ANY($1::bigint[])
 			ORDER BY d.id
 			FOR UPDATE
 		), u AS (
@@ -359,10 +371,10 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 				lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL,
 				updated_at       = now()
 			FROM input i JOIN old o ON o.id = i.id
-			WHERE d.event_id = ANY($15::uuid[]) AND d.id = ANY($1::bigint[])
+			WHERE d.event_id = ANY($15::uuid[]) AND @day(d.event_id) AND d.id = ANY($1::bigint[])
 			  AND d.id = i.id AND (d.lease_owner = i.owner OR (d.lease_owner IS NULL
 			      AND d.attempts = i.claim_attempts AND NOT EXISTS (
-			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = i.event_id AND a.delivery_id = i.id AND a.claim = i.owner)))
+			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = i.event_id AND @day(a.event_id) AND a.delivery_id = i.id AND a.claim = i.owner)))
 			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AS current,
 			          o.gen = i.gen AND i.outcome = 'retrying' AS moved
 		), done AS (
@@ -372,7 +384,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			SELECT i.ord, a.gen_after, a.copy_current
 			FROM input i CROSS JOIN LATERAL (
 				SELECT a.gen_after, a.copy_current FROM delivery_attempts a
-				WHERE a.event_id = i.event_id AND a.delivery_id = i.id AND a.claim = i.owner AND a.outcome <> 'lost_lease'
+				WHERE a.event_id = i.event_id AND @day(a.event_id) AND a.delivery_id = i.id AND a.claim = i.owner AND a.outcome <> 'lost_lease'
 				ORDER BY a.id LIMIT 1) a
 			WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = i.ord)
 		), r AS (
@@ -381,7 +393,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 			SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen, i.number + 1, i.retry_ms, i.series_start,
 			       NULLIF(i.trace_parent, '')
 			FROM u JOIN input i ON i.ord = u.ord JOIN events e ON e.id = u.event_id
-			WHERE u.moved AND e.id = ANY($15::uuid[])
+			WHERE u.moved AND e.id = ANY($15::uuid[]) AND @day(e.id)
 			ORDER BY u.ord
 		), ins AS (
 			-- Not for a pair that is gone (purged): answered ErrNotFound.
@@ -397,7 +409,7 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		)
 		SELECT i.ord, u.ord IS NOT NULL OR done.ord IS NOT NULL, COALESCE(u.gen, done.gen_after, 0),
 		       COALESCE(u.current, done.copy_current, false), EXISTS (SELECT 1 FROM old o WHERE o.id = i.id)
-		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`,
+		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`, recordIDs(items)...),
 		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series, claimAttempts,
 		eventIDs, traces, versions)
 	if err != nil {
@@ -439,4 +451,22 @@ func (db *DB) recordBatch(ctx context.Context, items []recordItem) ([]recordOut,
 		}
 	}
 	return out, nil
+}
+
+// claimIDs are the events of items.
+func claimIDs(items []claimItem) []uuid.UUID {
+	ids := make([]uuid.UUID, len(items))
+	for i, it := range items {
+		ids[i] = it.eventID
+	}
+	return ids
+}
+
+// recordIDs are the events of items.
+func recordIDs(items []recordItem) []uuid.UUID {
+	ids := make([]uuid.UUID, len(items))
+	for i, it := range items {
+		ids[i] = it.eventID
+	}
+	return ids
 }

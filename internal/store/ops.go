@@ -350,23 +350,33 @@ type PurgeConfig struct {
 	// IncludeDead purges events with dead pairs too. Their dead letters
 	// then become event_missing on requeue, so it is off by default.
 	IncludeDead bool
-	// ServedRoutes are the routes a dispatcher delivers. A pair pending or
-	// retrying on any other route never clears on its own: it is abandoned
-	// and purged with its event. nil means every route is served.
+	// ServedRoutes are the routes of the config (the purging process's):
+	// a dispatcher delivers them. Routes made at run time and not retired
+	// are served too, read by each statement that decides what goes (a
+	// day under its tables' lock, a batch after its events' locks), so a
+	// route made while a long purge runs, and the events replayed to it,
+	// are seen. A pair pending or retrying on any other route never
+	// clears on its own: it is abandoned and purged with its event. nil
+	// means every route is served.
 	ServedRoutes []string
 	// ProgressFunc, when set, is called after each day dropped and each
 	// batch with the counts so far.
 	ProgressFunc func(PurgeResult)
 }
 
+// servedSQL holds when route d.route is served: $1 names the config's
+// routes (NULL: every route is served), and a run-time route is served
+// until it retired, as its statement's snapshot sees the routes.
+const servedSQL = `($1::text[] IS NULL OR d.route = ANY($1::text[])
+	OR EXISTS (SELECT 1 FROM routes r WHERE r.name = d.route AND NOT r.declared AND r.retired_at IS NULL))`
+
 // purgeableSQL holds when nothing of event e must be kept: no outbox row
-// (a replay or an unpublished event), no pair in flight on a served route,
-// no dead pair unless $2 (include dead). $1 is the served routes (NULL:
-// all).
+// (a replay or an unpublished event), no pair in flight on a served route
+// (servedSQL), no dead pair unless $2 (include dead).
 const purgeableSQL = `
 	NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id)
 	AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND (
-		(d.state IN ('pending', 'retrying') AND ($1::text[] IS NULL OR d.route = ANY($1::text[])))
+		(d.state IN ('pending', 'retrying') AND ` + servedSQL + `)
 		OR (d.state = 'dead' AND NOT $2::boolean)))`
 
 // Purge removes the events older than cfg.OlderThan with nothing to keep

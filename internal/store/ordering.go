@@ -33,15 +33,20 @@ type Stale struct {
 func (db *DB) DeliveryStale(ctx context.Context, eventID uuid.UUID, route string) (*Stale, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
+	return deliveryStale(ctx, db.pool, eventID, route)
+}
+
+// deliveryStale is DeliveryStale through q.
+func deliveryStale(ctx context.Context, q querier, eventID uuid.UUID, route string) (*Stale, error) {
 	var s Stale
-	err := db.pool.QueryRow(ctx, `
+	err := q.QueryRow(ctx, withDays(`
 		SELECT e.ordering_resource, e.ordering_version, v.version, v.event_id
 		FROM events e
 		JOIN route_resource_versions v
 		  ON v.route = $2 AND v.source = e.source AND v.resource = e.ordering_resource
-		WHERE e.id = $1
+		WHERE e.id = $1 AND @day(e.id)
 		  AND hookrelay_version_newer(v.version_num, v.version, e.ordering_version_num, e.ordering_version)
-		  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = $1 AND d.route = $2 AND d.stale_override)`,
+		  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = $1 AND @day(d.event_id) AND d.route = $2 AND d.stale_override)`, eventID),
 		eventID, route,
 	).Scan(&s.Resource, &s.Version, &s.Delivered, &s.DeliveredEvent)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,6 +44,12 @@ type OutboxFailure struct {
 // reached), oldest first, skipping rows another publisher holds. A row the
 // broker refused waits out its backoff without holding back the rows behind
 // it. An empty batch has no transaction open.
+//
+// The rows are claimed first, and their events read in a second statement
+// that names the events' days (days.go): read in the claim, through a join,
+// the events would be found by a parameter and every day partition locked
+// at each claim, rows or none. An empty claim is one round trip, as
+// before; a claim with rows takes one more.
 func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
@@ -50,48 +57,7 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 	if err != nil {
 		return nil, fmt.Errorf("claiming outbox batch: %w", err)
 	}
-	batch := &pgx.Batch{}
-	batch.Queue(`BEGIN`)
-	batch.Queue(`
-		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0), COALESCE(o.attempt, 1),
-		       COALESCE(o.retry_ms, 0), o.first_attempt_at, e.id, e.source, e.event_type, e.content_type, e.body, e.received_at,
-		       COALESCE(o.trace_parent, ''), COALESCE(e.trace_parent, ''), COALESCE(o.cc, '{}')
-		FROM outbox o
-		-- Per row (LATERAL, OFFSET 0 keeps it apart): each event is one
-		-- probe of its day's primary key, never a join planned as a scan
-		-- of every day's events.
-		CROSS JOIN LATERAL (SELECT e.id, e.source, e.event_type, e.content_type, e.body, e.received_at, e.trace_parent
-		                    FROM events e WHERE e.id = o.event_id OFFSET 0) e
-		WHERE o.next_try_at <= now()
-		ORDER BY o.id
-		LIMIT $1
-		FOR UPDATE OF o SKIP LOCKED`, limit)
-	br := conn.SendBatch(ctx, batch)
-	var msgs []webhook.Message
-	_, err = br.Exec()
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			msgs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
-				var (
-					m       webhook.Message
-					retryMS int64
-					first   *time.Time
-				)
-				err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen, &m.Attempt,
-					&retryMS, &first, &m.EventID, &m.Source, &m.EventType, &m.ContentType, &m.Body, &m.ReceivedAt,
-					&m.TraceParent, &m.EventTraceParent, &m.CC)
-				m.RetryIn = time.Duration(retryMS) * time.Millisecond
-				if first != nil {
-					m.FirstAttemptAt = *first
-				}
-				return m, err
-			})
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	msgs, err := outboxClaim(ctx, conn, limit)
 	if err != nil {
 		db.endTx(ctx, conn)
 		return nil, fmt.Errorf("claiming outbox batch: %w", err)
@@ -103,6 +69,91 @@ func (db *DB) OutboxClaim(ctx context.Context, limit int) (*OutboxBatch, error) 
 		return &OutboxBatch{}, nil
 	}
 	return &OutboxBatch{db: db, conn: conn, messages: msgs}, nil
+}
+
+// outboxClaim begins a transaction on conn, locks up to limit due rows and
+// reads their events: OutboxClaim's statements.
+func outboxClaim(ctx context.Context, conn *pgxpool.Conn, limit int) ([]webhook.Message, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN`)
+	batch.Queue(`
+		SELECT o.id, o.attempts, o.routing_key, COALESCE(o.route, ''), COALESCE(o.gen, 0), COALESCE(o.attempt, 1),
+		       COALESCE(o.retry_ms, 0), o.first_attempt_at, o.event_id, COALESCE(o.trace_parent, ''), COALESCE(o.cc, '{}')
+		FROM outbox o
+		WHERE o.next_try_at <= now()
+		ORDER BY o.id
+		LIMIT $1
+		FOR UPDATE OF o SKIP LOCKED`, limit)
+	br := conn.SendBatch(ctx, batch)
+	var msgs []webhook.Message
+	_, err := br.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			msgs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhook.Message, error) {
+				var (
+					m       webhook.Message
+					retryMS int64
+					first   *time.Time
+					eventID [16]byte
+				)
+				err := row.Scan(&m.OutboxID, &m.OutboxAttempts, &m.RoutingKey, &m.Route, &m.Gen, &m.Attempt,
+					&retryMS, &first, &eventID, &m.TraceParent, &m.CC)
+				m.EventID = eventID
+				m.RetryIn = time.Duration(retryMS) * time.Millisecond
+				if first != nil {
+					m.FirstAttemptAt = *first
+				}
+				return m, err
+			})
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	ids := make([]uuid.UUID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.EventID
+	}
+	rows, err := conn.Query(ctx, withDays(`
+		SELECT e.id, e.source, e.event_type, e.content_type, e.body, e.received_at, COALESCE(e.trace_parent, '')
+		FROM events e WHERE e.id = ANY($1::uuid[]) AND @day(e.id)`, ids...), ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading the events of outbox rows: %w", err)
+	}
+	type event struct {
+		source, eventType, contentType string
+		body                           []byte
+		receivedAt                     time.Time
+		traceParent                    string
+	}
+	events := make(map[uuid.UUID]event, len(ids))
+	var (
+		id [16]byte
+		ev event
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &ev.source, &ev.eventType, &ev.contentType, &ev.body, &ev.receivedAt, &ev.traceParent}, func() error {
+		events[id] = ev
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading the events of outbox rows: %w", err)
+	}
+	// A row whose event is gone is left where it is (locked until the
+	// batch ends, then due again), as the join this replaces left it.
+	out := msgs[:0]
+	for _, m := range msgs {
+		ev, ok := events[m.EventID]
+		if !ok {
+			continue
+		}
+		m.Source, m.EventType, m.ContentType, m.Body, m.ReceivedAt, m.EventTraceParent =
+			ev.source, ev.eventType, ev.contentType, ev.body, ev.receivedAt, ev.traceParent
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // endTx rolls back the transaction open on conn, if any, and gives the

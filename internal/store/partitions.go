@@ -131,27 +131,55 @@ func uuid7Floor(t time.Time) uuid.UUID {
 	return u
 }
 
+// dayKeepSQL holds when something of the day of ids [$3, $4) must be
+// kept (purgeableSQL, for every event of the day at once).
+const dayKeepSQL = `
+	SELECT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id >= $3 AND o.event_id < $4)
+	    OR EXISTS (SELECT 1 FROM deliveries d
+	               WHERE d.event_id >= $3 AND d.event_id < $4
+	                 AND ((d.state IN ('pending', 'retrying') AND ` + servedSQL + `)
+	                  OR (d.state = 'dead' AND NOT $2::boolean)))`
+
+// dayProtocol runs a statement about one day (its range of ids) with its
+// arguments in its text (the simple protocol): planned for that day, it
+// reaches that day's partitions only, where a plan for any day (the
+// processes' generic plans) would lock every day's. Each statement is run
+// once per day and purge, so nothing is lost by planning it each time.
+const dayProtocol = pgx.QueryExecModeSimpleProtocol
+
 // dropDay drops one day's three partitions when nothing of the day must be
-// kept (purgeableSQL, for every event of the day at once), and adds what
-// went to res. It answers false, dropping nothing, when something must be
-// kept: the row-by-row purge then takes what it can of the day. The
-// partitions are locked first, so no claim, replay or record is between
-// the check and the drop; the lock waits partitionLockTimeout at most.
+// kept (dayKeepSQL), and adds what went to res. It answers false, dropping
+// nothing, when something must be kept: the row-by-row purge then takes
+// what it can of the day. A day seen to keep something is left at once;
+// one that may go is locked and checked again, so no claim, replay or
+// record is between the check and the drop; the lock waits
+// partitionLockTimeout at most. A day that keeps something (a dead pair)
+// costs every purge a check, never a lock.
 func (db *DB) dropDay(ctx context.Context, p dayPartition, cfg PurgeConfig, res *PurgeResult) (bool, error) {
 	// The partitions are reached through their parents, by the day's range
 	// of ids (pruned to the day's partition): the processes' role is granted
 	// the parents only, so their policies hold. Only the drop itself needs
 	// the owner, in hookrelay_drop_day.
 	lo, hi := uuid7Floor(p.day), uuid7Floor(p.day.AddDate(0, 0, 1))
+	var keep bool
+	cctx, cancel := db.boundOps(ctx)
+	err := db.pool.QueryRow(cctx, dayKeepSQL, dayProtocol, cfg.ServedRoutes, cfg.IncludeDead, lo, hi).Scan(&keep)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("checking day %s: %w", p.day.Format(time.DateOnly), err)
+	}
+	if keep {
+		return false, nil
+	}
 	// Counted before the lock, not under it: a day's count takes a while,
 	// and only rows that cannot change are counted (a purgeable day has no
 	// open pair; its events are not written again).
 	var nEvents, nDeliveries, nAbandoned int64
-	err := db.pool.QueryRow(ctx, `
+	err = db.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM events WHERE id >= $1 AND id < $2),
 		       (SELECT count(*) FROM deliveries WHERE event_id >= $1 AND event_id < $2),
 		       (SELECT count(*) FROM deliveries WHERE event_id >= $1 AND event_id < $2 AND state IN ('pending', 'retrying'))`,
-		lo, hi).Scan(&nEvents, &nDeliveries, &nAbandoned)
+		dayProtocol, lo, hi).Scan(&nEvents, &nDeliveries, &nAbandoned)
 	if err != nil {
 		return false, fmt.Errorf("counting day %s: %w", p.day.Format(time.DateOnly), err)
 	}
@@ -166,19 +194,12 @@ func (db *DB) dropDay(ctx context.Context, p dayPartition, cfg PurgeConfig, res 
 		if _, err := tx.Exec(ctx, `LOCK TABLE events, deliveries, delivery_attempts IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return fmt.Errorf("locking: %w", err)
 		}
-		var keep bool
-		err := tx.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id >= $3 AND o.event_id < $4)
-			    OR EXISTS (SELECT 1 FROM deliveries d
-			               WHERE d.event_id >= $3 AND d.event_id < $4
-			                 AND ((d.state IN ('pending', 'retrying') AND ($1::text[] IS NULL OR d.route = ANY($1::text[])))
-			                  OR (d.state = 'dead' AND NOT $2::boolean)))`,
-			cfg.ServedRoutes, cfg.IncludeDead, lo, hi).Scan(&keep)
+		err := tx.QueryRow(ctx, dayKeepSQL, dayProtocol, cfg.ServedRoutes, cfg.IncludeDead, lo, hi).Scan(&keep)
 		if err != nil || keep {
 			return err
 		}
 		resSources, resIDs, err := resourcesOf(ctx, tx, `SELECT DISTINCT source, ordering_resource FROM events
-			WHERE id >= $1 AND id < $2 AND ordering_resource IS NOT NULL AND purged_at IS NULL`, lo, hi)
+			WHERE id >= $1 AND id < $2 AND ordering_resource IS NOT NULL AND purged_at IS NULL`, dayProtocol, lo, hi)
 		if err != nil {
 			return err
 		}
@@ -265,4 +286,38 @@ func (db *DB) expireKeys(ctx context.Context, before time.Time, batch int) (int6
 			return total, nil
 		}
 	}
+}
+
+// Alone runs fn unless a process runs a function of the same name now, and
+// answers whether it ran: a session advisory lock on a connection of the
+// pool, taken without waiting and held while fn runs (a process that dies
+// lets go of it with its connection). The relay's own purge runs so, one
+// process at a time.
+func (db *DB) Alone(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	actx, cancel := db.boundOps(ctx)
+	conn, err := db.pool.Acquire(actx)
+	if err != nil {
+		cancel()
+		return false, fmt.Errorf("taking the %s lock: %w", name, err)
+	}
+	var got bool
+	err = conn.QueryRow(actx, `SELECT pg_try_advisory_lock(hashtext('hookrelay.' || $1))`, name).Scan(&got)
+	cancel()
+	if err != nil || !got {
+		conn.Release()
+		if err != nil {
+			return false, fmt.Errorf("taking the %s lock: %w", name, err)
+		}
+		return false, nil
+	}
+	defer func() {
+		uctx, cancel := db.bound(context.WithoutCancel(ctx))
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('hookrelay.' || $1))`, name); err != nil {
+			// The lock must not outlive fn: the session goes with it.
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}()
+	return true, fn(ctx)
 }

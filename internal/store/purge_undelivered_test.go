@@ -147,3 +147,68 @@ func TestReplayEnqueueSkipsEventPurgedSinceSelection(t *testing.T) {
 	_, body := eventKept(t, db, id2)
 	require.True(t, body)
 }
+
+// Issue 38, reliability 2: which routes are served is decided when each
+// day (or each batch of events) is decided, under its lock, not at the
+// purge's start: a route made at run time while a long purge runs, and
+// the old events replayed to it, keep their days, whole or row by row.
+func TestPurgeDecidesServedRoutesUnderTheLock(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	now := time.Now()
+	days := func(n int) time.Time { return now.AddDate(0, 0, -n) }
+	_, err := db.EnsurePartitionsFor(ctx, days(42), now)
+	require.NoError(t, err)
+	insert := func(key string, at time.Time, outcome webhook.DeliveryState) uuid.UUID {
+		ev := newEventAt("acme", key, at)
+		id, _, err := db.EventInsert(ctx, ev, []string{"billing"})
+		require.NoError(t, err)
+		require.NoError(t, recordErr(db.AttemptRecord(ctx, &webhook.Attempt{
+			EventID: id, Route: "billing", Number: 1, StartedAt: at, Status: 200, Outcome: outcome,
+		})))
+		return id
+	}
+	insert("first", days(41), webhook.StateDelivered) // a day dropped whole: the purge is under way
+	whole := insert("whole", days(40), webhook.StateDelivered)
+	byRow := insert("by_row", days(39), webhook.StateDelivered)
+	insert("dead", days(39), webhook.StateDead) // its day goes row by row
+	gone := insert("gone", days(39), webhook.StateDelivered)
+	_, err = db.Pool().Exec(ctx, `DELETE FROM outbox`)
+	require.NoError(t, err)
+
+	var made bool
+	cfg := store.PurgeConfig{OlderThan: days(7), DedupeBefore: days(30), Batch: 100, ServedRoutes: []string{"billing"},
+		ProgressFunc: func(store.PurgeResult) {
+			if made {
+				return
+			}
+			made = true
+			// After the first day went: an operator makes a route and
+			// replays two old events to it, and their copies are
+			// published (the outbox rows go).
+			_, err := db.Pool().Exec(ctx, `INSERT INTO routes (name, team, declared, spec) VALUES ('late', 'platform', false, '{}')`)
+			require.NoError(t, err)
+			done, err := db.ReplayEnqueue(ctx, []store.ReplayPair{{EventID: whole, Route: "late"}, {EventID: byRow, Route: "late"}}, false, false)
+			require.NoError(t, err)
+			require.Len(t, done, 2)
+			_, err = db.Pool().Exec(ctx, `DELETE FROM outbox`)
+			require.NoError(t, err)
+		}}
+	res, err := db.Purge(ctx, cfg)
+	require.NoError(t, err)
+	require.True(t, made)
+	require.Zero(t, res.Abandoned, "nothing of the new route is abandoned")
+	for _, id := range []uuid.UUID{whole, byRow} {
+		row, body := eventKept(t, db, id)
+		require.True(t, row && body, "an event replayed to the new route is kept whole")
+		state, _, err := db.DeliveryGet(ctx, id, "late")
+		require.NoError(t, err)
+		require.Equal(t, webhook.StatePending, state)
+	}
+	row, _ := eventKept(t, db, gone)
+	require.False(t, row, "the rest of the row-by-row day is purged")
+	var exists bool
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, "events_p"+days(40).UTC().Format("20060102")).Scan(&exists))
+	require.True(t, exists, "the day of the replayed event is not dropped")
+}
