@@ -44,9 +44,7 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 		if r.Consumers != nil {
 			consumers = fmt.Sprint(*r.Consumers)
 		}
-		if r.OldestUndeliveredSeconds != nil {
-			oldest = time.Duration(*r.OldestUndeliveredSeconds * float64(time.Second)).Round(time.Second).String()
-		}
+		oldest = ops.AgeText(r.OldestUndeliveredSeconds)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Route, r.Team, routeKind(r), r.Queue, strings.Join(r.Bindings, " "),
 			r.Pending, r.Retrying, r.Dead, stateText(r), consumers, ready, oldest)
 	}

@@ -60,15 +60,24 @@ type Listing[T any] struct {
 	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as cursor for the next page; absent on the last page."`
 }
 
+// RouteListing is the routes listing, shaped as every listing is (one
+// page: every route), with why the broker's figures are null when it
+// could not be asked.
+type RouteListing struct {
+	Listing[ops.RouteSummary]
+	BrokerError string `json:"broker_error,omitempty" doc:"Why ready and consumers are null: the broker could not be asked."`
+}
+
 func (a *server) routes() {
 	huma.Register(a.api, op(http.MethodGet, "/routes", "list-routes", ops.RoleViewer,
 		"List the routes with their state, backlog, dead letters, consumers and circuit"),
-		func(ctx context.Context, _ *struct{}) (*body[*ops.RouteList], error) {
+		func(ctx context.Context, _ *struct{}) (*body[RouteListing], error) {
 			list, err := a.svc.RouteList(ctx)
 			if err != nil {
 				return nil, a.fail(ctx, "listing routes", err)
 			}
-			return answer(list), nil
+			return answer(RouteListing{Listing: Listing[ops.RouteSummary]{Total: int64(len(list.Routes)), Items: list.Routes},
+				BrokerError: list.BrokerError}), nil
 		})
 	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/pause", "pause-route", ops.RoleOperator,
 		"Pause a route: every dispatcher stops taking its messages within 2s; nothing is lost", http.StatusNotFound),
@@ -233,6 +242,7 @@ type EventsInput struct {
 	Until     string `query:"until" doc:"Received before: RFC 3339, or an age."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"The most events on a page."`
 	Cursor    string `query:"cursor" doc:"The next_cursor of the page before."`
+	Key       string `query:"key" maxLength:"500" doc:"Only events with this sender's id (their idempotency key, evt_1Q…), of any source (or of source)."`
 }
 
 func (a *server) events() {
@@ -240,7 +250,7 @@ func (a *server) events() {
 		"List events newest first, each with its deliveries' states"),
 		func(ctx context.Context, in *EventsInput) (*body[Listing[ops.EventSummary]], error) {
 			f, err := ops.FilterFromFields(ops.FilterFields{Source: in.Source, EventType: in.EventType, State: in.State, Route: in.Route,
-				Since: in.Since, Until: in.Until, Limit: in.Limit, Cursor: in.Cursor})
+				Since: in.Since, Until: in.Until, Limit: in.Limit, Cursor: in.Cursor, Key: in.Key})
 			if err != nil {
 				return nil, a.fail(ctx, "listing events", err)
 			}

@@ -31,23 +31,20 @@ func parsePages() (map[string]*template.Template, error) {
 		},
 		"deref": func(p *int) string {
 			if p == nil {
-				return "-"
+				return ops.NoValue
 			}
 			return fmt.Sprint(*p)
 		},
+		"status":   ops.StatusText[int],
+		"status64": ops.StatusText[int64],
 		"derefs": func(p *string) string {
 			if p == nil {
 				return ""
 			}
 			return *p
 		},
-		"seconds": func(p *float64) string {
-			if p == nil {
-				return "-"
-			}
-			return (time.Duration(*p * float64(time.Second))).Round(time.Second).String()
-		},
-		"ms":       func(n int) string { return (time.Duration(n) * time.Millisecond).String() },
+		"seconds":  ops.AgeText,
+		"ms":       ops.DurationText,
 		"operator": func() string { return ops.RoleOperator },
 		"admin":    func() string { return ops.RoleAdmin },
 		"join":     strings.Join,

@@ -57,7 +57,9 @@ type DeadLetter struct {
 	Source         string `json:"source"`
 	EventType      string `json:"event_type"`
 	Attempts       int64  `json:"attempts"`
-	LastStatus     int64  `json:"last_status"`
+	// LastStatus is the last attempt's HTTP status, absent when none
+	// arrived (a refused connection, a timeout).
+	LastStatus     *int64 `json:"last_status,omitempty"`
 	LastError      string `json:"last_error"`
 	FirstAttemptAt string `json:"first_attempt_at"`
 	LastAttemptAt  string `json:"last_attempt_at"`
