@@ -53,10 +53,10 @@ type DeadLetter struct {
 	EventID string `json:"event_id"`
 	// State is the pair's delivery state in Postgres, or "missing" when
 	// Postgres has no delivery of it (its event purged).
-	State          string `json:"state"`
-	Source         string `json:"source"`
-	EventType      string `json:"event_type"`
-	Attempts       int64  `json:"attempts"`
+	State     string `json:"state"`
+	Source    string `json:"source"`
+	EventType string `json:"event_type"`
+	Attempts  int64  `json:"attempts"`
 	// LastStatus is the last attempt's HTTP status, absent when none
 	// arrived (a refused connection, a timeout).
 	LastStatus     *int64 `json:"last_status,omitempty"`
