@@ -261,9 +261,13 @@ func (s *Service) checkSubscriptions(ctx context.Context, team string, bindings 
 			return fmt.Errorf("%w: bindings: %q spans every source; a team's route names its source (the first word)", ErrInvalidRequest, b)
 		}
 		i := slices.IndexFunc(sources, func(o store.Owned) bool { return o.Name == first })
-		if i < 0 || (sources[i].Team != team && !slices.Contains(sources[i].Subscribers, team) && !slices.Contains(sources[i].Subscribers, "*")) {
-			return fmt.Errorf("%w: bindings: %q: team %s may not subscribe to source %q (its owner lists the teams that may in sources[].subscribers)",
-				ErrInvalidRequest, b, team, first)
+		if i < 0 {
+			return fmt.Errorf("%w: bindings: %q: there is no source %q (the sources are the config's, stored when a receiver or dispatcher starts)",
+				ErrInvalidRequest, b, first)
+		}
+		if sources[i].Team != team && !slices.Contains(sources[i].Subscribers, team) && !slices.Contains(sources[i].Subscribers, "*") {
+			return fmt.Errorf("%w: bindings: %q: team %s may not subscribe to source %q (its owner lists the teams that may in sources[].subscribers; "+
+				"a change of the config takes effect when a receiver or dispatcher restarts)", ErrInvalidRequest, b, team, first)
 		}
 	}
 	return nil
