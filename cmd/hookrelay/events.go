@@ -177,7 +177,7 @@ is due.`,
 // wraps ("invalid request: ", "not found: "): what the operator reads.
 func plainMessage(err error) string {
 	msg := err.Error()
-	for _, s := range []error{ops.ErrInvalidRequest, ops.ErrNotFound} {
+	for _, s := range []error{ops.ErrInvalidRequest, ops.ErrNotFound, ops.ErrConflict} {
 		msg = strings.TrimPrefix(msg, s.Error()+": ")
 	}
 	return msg

@@ -395,13 +395,14 @@ func (a *server) deadLetters() {
 			return answer(Listing[ops.DeadLetter]{Total: int64(list.Total), Items: list.Items}), nil
 		})
 	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/dead-letters/requeue", "requeue-dead-letters", ops.RoleOperator,
-		"Move a route's dead letters back to its queue as fresh attempt series, as a job", http.StatusNotFound),
+		"Move a route's dead letters back to its queue as fresh attempt series, as a job; a deleted route's answer 409 (it has no queue)",
+		http.StatusNotFound, http.StatusConflict),
 		func(ctx context.Context, in *struct {
 			RouteInput
 			IdempotencyInput
 			Body RequeueBody
 		}) (*jobAnswer, error) {
-			if err := a.svc.CheckRoute(ctx, in.Route); err != nil {
+			if err := a.svc.CheckDeadLetterRoute(ctx, in.Route); err != nil {
 				return nil, a.fail(ctx, "requeue", err)
 			}
 			return a.start(ctx, "requeue", in.IdempotencyKey, map[string]any{"route": in.Route, "limit": in.Body.Limit},
@@ -419,6 +420,19 @@ func (a *server) deadLetters() {
 			Body DropBody
 		}) (*body[*ops.DeadDropResult], error) {
 			res, err := a.svc.DeadDropDelivered(ctx, in.Route, in.Body.DryRun)
+			if err != nil {
+				return nil, a.fail(ctx, "dropping dead letters", err)
+			}
+			return answer(res), nil
+		})
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/dead-letters/drop", "drop-dead-letters", ops.RoleOperator,
+		"Remove every dead letter of a deleted route (its queue is gone: they cannot be requeued; their pairs stay dead, their events replayable); "+
+			"a route there is answers 409", http.StatusNotFound, http.StatusConflict),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			Body DropBody
+		}) (*body[*ops.DeadDropResult], error) {
+			res, err := a.svc.DeadDropAll(ctx, in.Route, in.Body.DryRun)
 			if err != nil {
 				return nil, a.fail(ctx, "dropping dead letters", err)
 			}

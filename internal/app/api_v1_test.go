@@ -322,6 +322,7 @@ func roleSamples(eventID string) map[string]roleSample {
 		"update-route":        {"/api/v1/routes/billing", map[string]any{"concurrency": 2}},
 		"rotate-route-secret": {"/api/v1/routes/billing/rotate-secret", nil},
 		"delete-route":        {"/api/v1/routes/billing", nil},
+		"drop-dead-letters":   {"/api/v1/routes/billing/dead-letters/drop", map[string]any{"dry_run": true}}, // billing is not deleted: 409
 	}
 }
 

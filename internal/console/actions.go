@@ -36,8 +36,8 @@ func (c *console) startJob(w http.ResponseWriter, r *http.Request, kind string, 
 // chosen (event fields), or all of them (none chosen, all=1).
 func (c *console) requeue(w http.ResponseWriter, r *http.Request, _ user) {
 	route := r.PathValue("route")
-	if err := c.svc.CheckRoute(r.Context(), route); err != nil || route == "" {
-		c.failed(w, r, "requeue", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, route))
+	if err := c.svc.CheckDeadLetterRoute(r.Context(), route); err != nil {
+		c.failed(w, r, "requeue", err)
 		return
 	}
 	if err := r.ParseForm(); err != nil {
@@ -91,6 +91,18 @@ func (c *console) dropDelivered(w http.ResponseWriter, r *http.Request, _ user) 
 		return
 	}
 	c.flash(r, fmt.Sprintf("%d delivered letter(s) dropped of %d read", res.Dropped, res.Read))
+	http.Redirect(w, r, "/routes/"+url.PathEscape(route)+"/dead-letters", http.StatusSeeOther)
+}
+
+// dropAll drops every dead letter of a deleted route.
+func (c *console) dropAll(w http.ResponseWriter, r *http.Request, _ user) {
+	route := r.PathValue("route")
+	res, err := c.svc.DeadDropAll(r.Context(), route, false)
+	if err != nil {
+		c.failed(w, r, "dropping dead letters", err)
+		return
+	}
+	c.flash(r, fmt.Sprintf("%d letter(s) dropped of %d read", res.Dropped, res.Read))
 	http.Redirect(w, r, "/routes/"+url.PathEscape(route)+"/dead-letters", http.StatusSeeOther)
 }
 

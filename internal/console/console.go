@@ -140,6 +140,7 @@ var Pages = []Page{
 	{"GET /routes/{route}/dead-letters", ops.RoleViewer, (*console).deadLetters},
 	{"POST /routes/{route}/dead-letters/requeue", ops.RoleOperator, (*console).requeue},
 	{"POST /routes/{route}/dead-letters/drop-delivered", ops.RoleOperator, (*console).dropDelivered},
+	{"POST /routes/{route}/dead-letters/drop", ops.RoleOperator, (*console).dropAll},
 	{"GET /replay", ops.RoleViewer, (*console).replayPage},
 	{"POST /replay", ops.RoleOperator, (*console).replay},
 	{"GET /jobs/{id}", ops.RoleViewer, (*console).job},

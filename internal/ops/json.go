@@ -43,8 +43,11 @@ type DeadLetterList struct {
 	Read  int `json:"read"`
 	Shown int `json:"shown"`
 	// State is the pair state the listing showed only, if any.
-	State string       `json:"state,omitempty"`
-	Items []DeadLetter `json:"items"`
+	State string `json:"state,omitempty"`
+	// RouteDeleted: the route was deleted and its queue is gone; its
+	// letters can be read and dropped, not requeued.
+	RouteDeleted bool         `json:"route_deleted,omitempty"`
+	Items        []DeadLetter `json:"items"`
 }
 
 // DeadLetter is a message in a route's dead-letter queue, as its headers
