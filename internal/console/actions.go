@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
@@ -117,7 +118,23 @@ func replayForm(v url.Values) ops.FilterFields {
 func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
 	q := r.URL.Query()
 	ff := replayForm(q)
-	data := map[string]any{"Filter": ff, "States": []string{"", "dead", "delivered", "stale"}}
+	routes, err := c.svc.RouteList(r.Context())
+	if err != nil {
+		c.failed(w, r, "listing routes", err)
+		return
+	}
+	// The routes the user sees and a dispatcher delivers (and the one
+	// asked for, as typed, so the form shows what it previews).
+	var names []string
+	for _, rt := range routes.Routes {
+		if !rt.Unserved {
+			names = append(names, rt.Route)
+		}
+	}
+	if ff.Route != "" && !slices.Contains(names, ff.Route) {
+		names = append(names, ff.Route)
+	}
+	data := map[string]any{"Filter": ff, "States": []string{"", "dead", "delivered", "stale"}, "Routes": names}
 	if q.Has("preview") {
 		f, err := ops.FilterFromFields(ff)
 		if err == nil && f == (ops.EventFilter{}) {

@@ -103,6 +103,7 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 	for _, p := range Pages {
 		mux.Handle(p.Pattern, c.authed(p.Role, func(w http.ResponseWriter, r *http.Request, u user) { p.serve(c, w, r, u) }))
 	}
+	mux.HandleFunc("/", c.notFound) // any other path: a page of the console saying so
 
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
