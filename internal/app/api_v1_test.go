@@ -621,6 +621,9 @@ func TestAPISuite(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	a = c.call("delete-route", http.MethodDelete, "/api/v1/routes/suite", admin, nil)
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	// A deleted route's dead letters stay: read, dropped (none here).
+	a = c.call("drop-dead-letters", http.MethodPost, "/api/v1/routes/suite/dead-letters/drop", op, map[string]any{"dry_run": true})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	a = c.call("list-audit", http.MethodGet, "/api/v1/audit?target=suite", viewer, nil)
 	var routeAudit struct {
 		Items []ops.AuditEntry `json:"items"`

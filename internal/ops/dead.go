@@ -28,11 +28,12 @@ const deadScanBatch = 100
 
 // deadLetterRoute checks route for an operation on its dead letters: a
 // route there is (checkRoute), or a deleted one the caller sees, whose
-// dead-letter queue stays for the operator after its queue went: deleted
-// reports that one.
+// dead-letter queue stays for the operator once its queue went. deleted
+// reports a deleted route, retiring or retired: its letters are read and
+// dropped, never put back in a queue that is going or gone.
 func (s *Service) deadLetterRoute(ctx context.Context, route string) (deleted bool, err error) {
 	err = s.requireRoute(ctx, route)
-	if err == nil || !errors.Is(err, ErrUnknownRoute) {
+	if err != nil && !errors.Is(err, ErrUnknownRoute) {
 		return false, err
 	}
 	row, gerr := s.Store.RouteGet(ctx, route)
@@ -41,10 +42,10 @@ func (s *Service) deadLetterRoute(ctx context.Context, route string) (deleted bo
 		return false, err
 	case gerr != nil:
 		return false, gerr
-	case !row.Deleted():
-		return false, err
+	case row.Deleted():
+		return true, nil
 	}
-	return true, nil
+	return false, err
 }
 
 // CheckDeadLetterRoute is the check of a requeue before it starts (the
