@@ -7,9 +7,10 @@
 # scripts/services.sh says each change it makes to the machine before making
 # it (README, "What the scripts change on the machine").
 #
-# The default config.yaml reads two secrets from the environment. For a local
-# try-out this script sets demo values when they are unset and says so; set
-# real ones in any shared or production environment.
+# The default config.yaml reads two secrets from the environment, and routes
+# made at run time need a key every process shares (HOOKRELAY_SECRETS_KEY).
+# For a local try-out this script sets demo values when they are unset and
+# says so; set real ones in any shared or production environment.
 [[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,12 @@ fi
 if [[ -z "${BILLING_SIGNING_SECRET:-}" ]]; then
 	export BILLING_SIGNING_SECRET=whsec_ZGVtby1zaWduaW5nLXNlY3JldC0xMjM0NTY3ODkw
 	echo "run: BILLING_SIGNING_SECRET unset, using a demo value" >&2
+fi
+# The same key must reach every process and the CLI that makes routes
+# (docs/operating.md, "Routes at run time", gives the CLI this one).
+if [[ -z "${HOOKRELAY_SECRETS_KEY:-}" ]]; then
+	export HOOKRELAY_SECRETS_KEY=ZGVtby1zZWNyZXRzLWtleS1ub3QtZm9yLXByb2QtMzI=
+	echo "run: HOOKRELAY_SECRETS_KEY unset, using the demo key of docs/operating.md (routes at run time)" >&2
 fi
 
 go build -buildvcs=auto -o bin/ ./cmd/...

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -56,7 +57,14 @@ queue holds more.`,
 				if asJSON {
 					return printJSON(c.out, list)
 				}
-				return printDeadLetters(c.out, list)
+				if err := printDeadLetters(c.out, list); err != nil {
+					return err
+				}
+				if list.RouteDeleted {
+					_, err = fmt.Fprintf(c.out, "route %s was deleted: its letters can be read and dropped (dead drop --route %s --all), not requeued\n",
+						req.Route, req.Route)
+				}
+				return err
 			})
 		},
 	}
@@ -71,23 +79,36 @@ queue holds more.`,
 
 func (c *cli) deadDropCmd() *cobra.Command {
 	var route string
-	var delivered, dryRun, asJSON bool
+	var delivered, all, dryRun, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "drop --route ROUTE --delivered",
-		Short: "Remove the dead letters whose pair has been delivered since",
+		Use:   "drop --route ROUTE --delivered|--all",
+		Short: "Remove the dead letters whose pair has been delivered since, or all of a deleted route's",
 		Long: `Remove from the route's dead-letter queue the letters whose pair Postgres holds
 as delivered (a replay or requeue delivered them after they were parked), so
 the queue and "routes" agree again. Every other letter goes back to the queue.
 It reads the messages the queue holds when it starts. --dry-run counts them
-and removes nothing.`,
-		Example: `  hookrelay dead drop --route billing --delivered --dry-run`,
-		Args:    setup.NoArgs,
+and removes nothing.
+
+--all removes every letter of a deleted route (hookrelay routes delete): its
+queue is gone, so they cannot be requeued; their pairs stay dead in Postgres
+and their events can be replayed to the routes there are. A route there is
+keeps its letters: requeue them, or drop the delivered ones.`,
+		Example: `  hookrelay dead drop --route billing --delivered --dry-run
+  hookrelay dead drop --route ledger --all`,
+		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !delivered {
-				return setup.Usagef(cmd, "say what to drop: --delivered (the only kind a drop removes)")
+			if delivered == all {
+				return setup.Usagef(cmd, "say what to drop: --delivered (the letters whose pair is delivered) or --all (a deleted route's)")
 			}
 			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				res, err := svc.DeadDropDelivered(cmd.Context(), route, dryRun)
+				drop, why := svc.DeadDropDelivered, " (their pair is delivered)"
+				if all {
+					drop, why = svc.DeadDropAll, " (the route was deleted)"
+				}
+				res, err := drop(cmd.Context(), route, dryRun)
+				if errors.Is(err, ops.ErrConflict) {
+					return errors.New(plainMessage(err))
+				}
 				if err != nil {
 					return err
 				}
@@ -98,13 +119,14 @@ and removes nothing.`,
 				if dryRun {
 					verb = "would drop"
 				}
-				_, err = fmt.Fprintf(c.out, "%s %d of %d dead letter(s) in %s (their pair is delivered)\n", verb, res.Dropped, res.Read, res.Queue)
+				_, err = fmt.Fprintf(c.out, "%s %d of %d dead letter(s) in %s%s\n", verb, res.Dropped, res.Read, res.Queue, why)
 				return err
 			})
 		},
 	}
 	cmd.Flags().StringVar(&route, "route", "", "the route whose dead letters to drop (required)")
-	cmd.Flags().BoolVar(&delivered, "delivered", false, "drop the letters whose pair is delivered (required)")
+	cmd.Flags().BoolVar(&delivered, "delivered", false, "drop the letters whose pair is delivered")
+	cmd.Flags().BoolVar(&all, "all", false, "drop every letter of a deleted route")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be dropped; drop nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"queue", "total", "read", "dropped", "dry_run"}`)
 	_ = cmd.MarkFlagRequired("route") // the flag is declared just above
@@ -136,6 +158,9 @@ stderr.`,
 					p.update(int64(moved), int64(total), "to "+names.RouteQueue(route))
 				})
 				p.done()
+				if errors.Is(err, ops.ErrConflict) {
+					return errors.New(plainMessage(err))
+				}
 				if err != nil {
 					if n > 0 {
 						fmt.Fprintf(c.errOut, "requeue: stopped after %d message(s) moved from %s to %s\n",

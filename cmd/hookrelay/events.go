@@ -2,13 +2,11 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"net/url"
 	"os/user"
 	"strconv"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
@@ -61,6 +59,8 @@ its resource was delivered on a route with ordering drop_stale).`,
 type filter struct {
 	source, eventType, state, route, since, until string
 	limit                                         int
+	// key is events list's --key (replay has none: it replays by id).
+	key string
 }
 
 func (f *filter) flags(fs *pflag.FlagSet, limit int, limitUsage string) {
@@ -78,7 +78,7 @@ func (f *filter) flags(fs *pflag.FlagSet, limit int, limitUsage string) {
 func (f *filter) filter(cmd *cobra.Command) (ops.EventFilter, error) {
 	v := url.Values{}
 	for k, s := range map[string]string{"source": f.source, "event_type": f.eventType, "state": f.state,
-		"route": f.route, "since": f.since, "until": f.until} {
+		"route": f.route, "since": f.since, "until": f.until, "key": f.key} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -106,6 +106,7 @@ func (c *cli) eventsListCmd() *cobra.Command {
 state and attempt count. It shows --limit of them and, when more match, ends
 with "100 of 112 shown (--limit N for more)".`,
 		Example: `  hookrelay events list --route billing --state dead --since 3h
+  hookrelay events list --key evt_1QAbc
   hookrelay events list --source stripe --event-type invoice.paid --since 2026-11-27T14:00:00Z --json`,
 		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -126,36 +127,36 @@ with "100 of 112 shown (--limit N for more)".`,
 		},
 	}
 	f.flags(cmd.Flags(), ops.DefaultListLimit, "most events to show")
+	cmd.Flags().StringVar(&f.key, "key", "", "only events with this sender's id (idempotency key), of any source")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"total", "shown", "items"}`)
 	return cmd
 }
 
 func (c *cli) eventsShowCmd() *cobra.Command {
 	var asJSON bool
+	var source string
 	cmd := &cobra.Command{
 		Use:   "show EVENT-ID",
 		Short: "Show one event, its deliveries and every attempt",
-		Long: `Show one event, each route's delivery and every attempt: when it started, how
+		Long: `Show one event, by our id or the sender's own (its idempotency key, evt_1Q…;
+--source when two sources used it), each route's delivery and every attempt: when it started, how
 long it took, the HTTP status, the error, the first KiB of the response.
 Attempts are numbered within their series: a replay or a requeued dead
 letter starts a new series. A retrying delivery says when its next attempt
 is due.`,
-		Example: `  hookrelay events show 01a229c8-bab8-7a6b-bf48-19685687e687 --json`,
+		Example: `  hookrelay events show 01a229c8-bab8-7a6b-bf48-19685687e687 --json
+  hookrelay events show evt_1QAbc --source stripe`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return errors.New("events show needs one event id")
-			}
-			if _, err := uuid.Parse(args[0]); err != nil {
-				return fmt.Errorf("invalid event id %q", args[0])
+			if len(args) != 1 || strings.TrimSpace(args[0]) == "" {
+				return errors.New("events show needs one event id: ours, or the sender's")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id := uuid.MustParse(args[0])
 			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				ev, err := svc.EventShow(cmd.Context(), id)
-				if errors.Is(err, ops.ErrNotFound) {
-					return fmt.Errorf("no event %s", id)
+				ev, err := svc.EventFind(cmd.Context(), args[0], source)
+				if errors.Is(err, ops.ErrNotFound) || errors.Is(err, ops.ErrInvalidRequest) {
+					return errors.New(plainMessage(err))
 				}
 				if err != nil {
 					return err
@@ -168,5 +169,16 @@ is due.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (response headers included)")
+	cmd.Flags().StringVar(&source, "source", "", "the source whose event it is, when two sources used the sender's id")
 	return cmd
+}
+
+// plainMessage is err's message without the prefix of the sentinel it
+// wraps ("invalid request: ", "not found: "): what the operator reads.
+func plainMessage(err error) string {
+	msg := err.Error()
+	for _, s := range []error{ops.ErrInvalidRequest, ops.ErrNotFound, ops.ErrConflict} {
+		msg = strings.TrimPrefix(msg, s.Error()+": ")
+	}
+	return msg
 }

@@ -95,7 +95,7 @@ func TestCLIRejectsBadUsage(t *testing.T) {
 	_, dbURL := storetest.Open(t)
 	for _, args := range [][]string{
 		{"events", "show"},
-		{"events", "show", "not-a-uuid"},
+		{"events", "show", "evt_1", "evt_2"}, // one id: ours, or the sender's (issue 38)
 		{"events", "list", "--state", "lost"},
 		{"events", "list", "--since", "yesterday"},
 		{"replay"},

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,11 +28,8 @@ func printDeadLetters(w io.Writer, list *ops.DeadLetterList) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EVENT\tSTATE\tSOURCE\tTYPE\tATTEMPTS\tLAST STATUS\tLAST ERROR\tLAST ATTEMPT\tREASON")
 	for _, d := range list.Items {
-		status := "-" // no response, as events show says it
-		if d.LastStatus != 0 {
-			status = strconv.FormatInt(d.LastStatus, 10)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", orDash(d.EventID), d.State, orDash(d.Source), orDash(d.EventType), d.Attempts, status,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", orDash(d.EventID), d.State, orDash(d.Source), orDash(d.EventType), d.Attempts,
+			ops.StatusText(d.LastStatus),
 			orDash(d.LastError), toSeconds(d.LastAttemptAt), orDash(d.Reason))
 	}
 	if err := tw.Flush(); err != nil {
@@ -111,15 +107,12 @@ func printEvent(w io.Writer, ev *ops.EventDetail) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SERIES\t#\tSTARTED\tDURATION\tSTATUS\tOUTCOME\tERROR\tRESPONSE")
 		for _, a := range d.AttemptRows {
-			status := "-"
-			if a.Status != nil {
-				status = strconv.Itoa(*a.Status)
-			}
 			errText := ""
 			if a.Error != nil {
 				errText = *a.Error
 			}
-			fmt.Fprintf(tw, "  %d\t%d\t%s\t%dms\t%s\t%s\t%s\t%s\n", a.Series, a.Attempt, a.StartedAt.UTC().Format(time.RFC3339), a.DurationMS, status, a.Outcome, errText, snippet(a.ResponseBody, 80))
+			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Series, a.Attempt, a.StartedAt.UTC().Format(time.RFC3339),
+				ops.DurationText(a.DurationMS), ops.StatusText(a.Status), a.Outcome, errText, snippet(a.ResponseBody, 80))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -31,6 +31,11 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 	fmt.Fprintln(tw, "ROUTE\tTEAM\tKIND\tQUEUE\tBINDINGS\tPENDING\tRETRYING\tDEAD\tSTATE\tCONSUMERS\tREADY\tOLDEST")
 	configured, others := 0, 0
 	for _, r := range list.Routes {
+		if r.Unserved && r.Deleted {
+			others++
+			fmt.Fprintf(tw, "%s\t%s\t%s\t(retired)\t-\t%d\t%d\t%d\n", r.Route, r.Team, routeKind(r), r.Pending, r.Retrying, r.Dead)
+			continue
+		}
 		if r.Unserved {
 			others++
 			fmt.Fprintf(tw, "%s\t-\t-\t(not configured)\t-\t%d\t%d\t%d\n", r.Route, r.Pending, r.Retrying, r.Dead)
@@ -44,9 +49,7 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 		if r.Consumers != nil {
 			consumers = fmt.Sprint(*r.Consumers)
 		}
-		if r.OldestUndeliveredSeconds != nil {
-			oldest = time.Duration(*r.OldestUndeliveredSeconds * float64(time.Second)).Round(time.Second).String()
-		}
+		oldest = ops.AgeText(r.OldestUndeliveredSeconds)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Route, r.Team, routeKind(r), r.Queue, strings.Join(r.Bindings, " "),
 			r.Pending, r.Retrying, r.Dead, stateText(r), consumers, ready, oldest)
 	}
@@ -68,6 +71,11 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 			line += ": " + r.PausedReason
 		}
 		fmt.Fprintln(w, line)
+	}
+	for _, r := range list.Routes {
+		if r.Unserved && r.Deleted && r.Dead > 0 {
+			fmt.Fprintf(w, "%s was deleted; its dead letters stay: hookrelay dead list --route %s, dead drop --route %s --all\n", r.Route, r.Route, r.Route)
+		}
 	}
 	if list.BrokerError != "" {
 		fmt.Fprintf(w, "CONSUMERS and READY unknown (?): %s\n", list.BrokerError)

@@ -60,15 +60,24 @@ type Listing[T any] struct {
 	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as cursor for the next page; absent on the last page."`
 }
 
+// RouteListing is the routes listing, shaped as every listing is (one
+// page: every route), with why the broker's figures are null when it
+// could not be asked.
+type RouteListing struct {
+	Listing[ops.RouteSummary]
+	BrokerError string `json:"broker_error,omitempty" doc:"Why ready and consumers are null: the broker could not be asked."`
+}
+
 func (a *server) routes() {
 	huma.Register(a.api, op(http.MethodGet, "/routes", "list-routes", ops.ActionRead,
 		"List the routes with their state, backlog, dead letters, consumers and circuit"),
-		func(ctx context.Context, _ *struct{}) (*body[*ops.RouteList], error) {
+		func(ctx context.Context, _ *struct{}) (*body[RouteListing], error) {
 			list, err := a.svc.RouteList(ctx)
 			if err != nil {
 				return nil, a.fail(ctx, "listing routes", err)
 			}
-			return answer(list), nil
+			return answer(RouteListing{Listing: Listing[ops.RouteSummary]{Total: int64(len(list.Routes)), Items: list.Routes},
+				BrokerError: list.BrokerError}), nil
 		})
 	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/pause", "pause-route", ops.ActionRoutePause,
 		"Pause a route: every dispatcher stops taking its messages within 2s; nothing is lost", http.StatusNotFound),
@@ -246,6 +255,7 @@ type EventsInput struct {
 	Until     string `query:"until" doc:"Received before: RFC 3339, or an age."`
 	Limit     int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"The most events on a page."`
 	Cursor    string `query:"cursor" doc:"The next_cursor of the page before."`
+	Key       string `query:"key" maxLength:"500" doc:"Only events with this sender's id (their idempotency key, evt_1Q…), of any source (or of source)."`
 }
 
 func (a *server) events() {
@@ -253,7 +263,7 @@ func (a *server) events() {
 		"List events newest first, each with its deliveries' states"),
 		func(ctx context.Context, in *EventsInput) (*body[Listing[ops.EventSummary]], error) {
 			f, err := ops.FilterFromFields(ops.FilterFields{Source: in.Source, EventType: in.EventType, State: in.State, Route: in.Route,
-				Since: in.Since, Until: in.Until, Limit: in.Limit, Cursor: in.Cursor})
+				Since: in.Since, Until: in.Until, Limit: in.Limit, Cursor: in.Cursor, Key: in.Key})
 			if err != nil {
 				return nil, a.fail(ctx, "listing events", err)
 			}
@@ -400,13 +410,14 @@ func (a *server) deadLetters() {
 			return answer(Listing[ops.DeadLetter]{Total: int64(list.Total), Items: list.Items}), nil
 		})
 	huma.Register(a.api, jobOp(http.MethodPost, "/routes/{route}/dead-letters/requeue", "requeue-dead-letters", ops.ActionDeadRequeue,
-		"Move a route's dead letters back to its queue as fresh attempt series, as a job", http.StatusNotFound),
+		"Move a route's dead letters back to its queue as fresh attempt series, as a job; a deleted route's answer 409 (it has no queue)",
+		http.StatusNotFound, http.StatusConflict),
 		func(ctx context.Context, in *struct {
 			RouteInput
 			IdempotencyInput
 			Body RequeueBody
 		}) (*jobAnswer, error) {
-			if err := a.svc.CheckRoute(ctx, in.Route); err != nil {
+			if err := a.svc.CheckDeadLetterRoute(ctx, in.Route); err != nil {
 				return nil, a.fail(ctx, "requeue", err)
 			}
 			return a.start(ctx, "requeue", in.IdempotencyKey, map[string]any{"route": in.Route, "limit": in.Body.Limit},
@@ -424,6 +435,19 @@ func (a *server) deadLetters() {
 			Body DropBody
 		}) (*body[*ops.DeadDropResult], error) {
 			res, err := a.svc.DeadDropDelivered(ctx, in.Route, in.Body.DryRun)
+			if err != nil {
+				return nil, a.fail(ctx, "dropping dead letters", err)
+			}
+			return answer(res), nil
+		})
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/dead-letters/drop", "drop-dead-letters", ops.RoleOperator,
+		"Remove every dead letter of a deleted route (its queue is gone: they cannot be requeued; their pairs stay dead, their events replayable); "+
+			"a route there is answers 409", http.StatusNotFound, http.StatusConflict),
+		func(ctx context.Context, in *struct {
+			RouteInput
+			Body DropBody
+		}) (*body[*ops.DeadDropResult], error) {
+			res, err := a.svc.DeadDropAll(ctx, in.Route, in.Body.DryRun)
 			if err != nil {
 				return nil, a.fail(ctx, "dropping dead letters", err)
 			}

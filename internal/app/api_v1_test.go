@@ -324,6 +324,7 @@ func roleSamples(eventID string) map[string]roleSample {
 		"update-route":        {"/api/v1/routes/billing", map[string]any{"concurrency": 2}},
 		"rotate-route-secret": {"/api/v1/routes/billing/rotate-secret", nil},
 		"delete-route":        {"/api/v1/routes/billing", nil},
+		"drop-dead-letters":   {"/api/v1/routes/billing/dead-letters/drop", map[string]any{"dry_run": true}}, // billing is not deleted: 409
 	}
 }
 
@@ -385,12 +386,18 @@ func TestAPISuite(t *testing.T) {
 	}
 	a := c.call("list-routes", http.MethodGet, "/api/v1/routes", viewer, nil)
 	require.Equal(t, http.StatusOK, a.Status)
-	var routes ops.RouteList
+	// A listing as every other (issue 38, first-time user 8).
+	var routes struct {
+		Total       int64              `json:"total"`
+		Items       []ops.RouteSummary `json:"items"`
+		BrokerError string             `json:"broker_error"`
+	}
 	a.decode(t, &routes)
-	require.Len(t, routes.Routes, 1)
-	require.Equal(t, "billing", routes.Routes[0].Route)
-	require.NotNil(t, routes.Routes[0].Consumers, "consumers from the broker: %s", routes.BrokerError)
-	require.Positive(t, *routes.Routes[0].Consumers, "a dispatcher consumes billing")
+	require.EqualValues(t, 1, routes.Total)
+	require.Len(t, routes.Items, 1)
+	require.Equal(t, "billing", routes.Items[0].Route)
+	require.NotNil(t, routes.Items[0].Consumers, "consumers from the broker: %s", routes.BrokerError)
+	require.Positive(t, *routes.Items[0].Consumers, "a dispatcher consumes billing")
 	// The last hour (its figures: TestAPIActivity).
 	require.Equal(t, http.StatusOK, c.call("get-activity", http.MethodGet, "/api/v1/activity", viewer, nil).Status)
 
@@ -616,6 +623,9 @@ func TestAPISuite(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	a = c.call("delete-route", http.MethodDelete, "/api/v1/routes/suite", admin, nil)
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	// A deleted route's dead letters stay: read, dropped (none here).
+	a = c.call("drop-dead-letters", http.MethodPost, "/api/v1/routes/suite/dead-letters/drop", op, map[string]any{"dry_run": true})
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	a = c.call("list-audit", http.MethodGet, "/api/v1/audit?target=suite", viewer, nil)
 	var routeAudit struct {
 		Items []ops.AuditEntry `json:"items"`
@@ -739,7 +749,7 @@ func TestAPIDocExamples(t *testing.T) {
 	cmd.Env = append(os.Environ(), "API="+h.api.base+"/api/v1", "TOKEN="+h.tokens["admin"])
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "docs/api.md examples:\n%s", out)
-	require.Contains(t, string(out), `"routes"`)
+	require.Contains(t, string(out), `{"total":1,"items":[{"route":"billing"`, "the routes listing is a listing as every other")
 	require.Contains(t, string(out), `"state": "succeeded"`, "the replay job ran to its end")
 	require.Contains(t, string(out), ops.TokenPrefix, "the new token's secret")
 	require.Contains(t, string(out), `"action":"route.pause"`, "the audit log names the pause")

@@ -236,10 +236,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Contains(t, text(t, ctx, `section.delivery[data-route="billing"] ol.trace`), "attempt 1.2: HTTP 200")
 	screenshot(t, ctx, "console-event-delivered")
 
-	// Replay it to billing from its page: delivered once more, as a new
-	// series.
+	// Replay it to billing from its page, "also where delivered" ticked
+	// (it is not by default): delivered once more, as a new series.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.SetValue(chromedp.CSS(`#replay-event select[name=route]`), "billing"),
+		chromedp.Click(chromedp.CSS(`#replay-event input[name=include_delivered]`)),
 		chromedp.Click(chromedp.CSS(`#replay-event button`)),
 	))
 	waitText(t, ctx, ".flash", "1 pair(s) replayed")
@@ -368,8 +369,8 @@ func TestConsoleReplayAndDeadLetters(t *testing.T) {
 	// its end on its page.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/replay"),
-		chromedp.WaitVisible(chromedp.CSS(`input[name=route]`)),
-		chromedp.SendKeys(chromedp.CSS(`input[name=route]`), "billing"),
+		chromedp.WaitVisible(chromedp.CSS(`select[name=route]`)),
+		chromedp.SetValue(chromedp.CSS(`select[name=route]`), "billing"),
 		chromedp.SetValue(chromedp.CSS(`select[name=state]`), "dead"),
 		chromedp.SendKeys(chromedp.CSS(`input[name=since]`), "1h"),
 		chromedp.Click(chromedp.CSS(`button[name=preview]`)),

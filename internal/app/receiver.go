@@ -404,7 +404,9 @@ func (rc *receiver) run(ctx context.Context) error {
 	}
 	if rc.admin != nil {
 		serve(rc.servers.admin, rc.admin)
-		logger.Info().Str("listen", rc.adminLn.Addr().String()).Msg("admin API started")
+		admin := baseURL(rc.adminLn)
+		logger.Info().Str("listen", rc.adminLn.Addr().String()).Str("console", admin+"/").Str("api", admin+"/api/v1").
+			Msg("console and admin API started: " + admin + "/")
 	}
 	base := baseURL(rc.ln)
 	var hooks []string

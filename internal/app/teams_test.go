@@ -295,10 +295,10 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 	require.Len(t, ev.Deliveries, 1)
 	require.Equal(t, "a-billing", ev.Deliveries[0].Route)
 	a = c.call("list-routes", http.MethodGet, "/api/v1/routes", tokA, nil)
-	var routes ops.RouteList
+	var routes struct{ Items []ops.RouteSummary }
 	a.decode(t, &routes)
-	require.Len(t, routes.Routes, 1)
-	require.Equal(t, "a-billing", routes.Routes[0].Route)
+	require.Len(t, routes.Items, 1)
+	require.Equal(t, "a-billing", routes.Items[0].Route)
 	require.Equal(t, http.StatusOK, c.call("pause-route", http.MethodPost, "/api/v1/routes/a-billing/pause", tokA, nil).Status)
 	// The platform sees both.
 	a = c.call("get-event", http.MethodGet, "/api/v1/events/"+shared, adminToken, nil)
@@ -306,7 +306,7 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 	require.Len(t, ev.Deliveries, 2)
 	a = c.call("list-routes", http.MethodGet, "/api/v1/routes", adminToken, nil)
 	a.decode(t, &routes)
-	require.Len(t, routes.Routes, 2)
+	require.Len(t, routes.Items, 2)
 }
 
 // bState is what A must not change of B's: its pairs, its route's state,

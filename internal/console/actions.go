@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
@@ -36,8 +37,8 @@ func (c *console) startJob(w http.ResponseWriter, r *http.Request, kind string, 
 // chosen (event fields), or all of them (none chosen, all=1).
 func (c *console) requeue(w http.ResponseWriter, r *http.Request, _ user) {
 	route := r.PathValue("route")
-	if err := c.svc.CheckRoute(r.Context(), route); err != nil || route == "" {
-		c.failed(w, r, "requeue", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, route))
+	if err := c.svc.CheckDeadLetterRoute(r.Context(), route); err != nil {
+		c.failed(w, r, "requeue", err)
 		return
 	}
 	if err := r.ParseForm(); err != nil {
@@ -94,6 +95,18 @@ func (c *console) dropDelivered(w http.ResponseWriter, r *http.Request, _ user) 
 	http.Redirect(w, r, "/routes/"+url.PathEscape(route)+"/dead-letters", http.StatusSeeOther)
 }
 
+// dropAll drops every dead letter of a deleted route.
+func (c *console) dropAll(w http.ResponseWriter, r *http.Request, _ user) {
+	route := r.PathValue("route")
+	res, err := c.svc.DeadDropAll(r.Context(), route, false)
+	if err != nil {
+		c.failed(w, r, "dropping dead letters", err)
+		return
+	}
+	c.flash(r, fmt.Sprintf("%d letter(s) dropped of %d read", res.Dropped, res.Read))
+	http.Redirect(w, r, "/routes/"+url.PathEscape(route)+"/dead-letters", http.StatusSeeOther)
+}
+
 // replayForm reads a replay's filter from a query or a form.
 func replayForm(v url.Values) ops.FilterFields {
 	return ops.FilterFields{Source: v.Get("source"), EventType: v.Get("event_type"), State: v.Get("state"), Route: v.Get("route"),
@@ -105,7 +118,23 @@ func replayForm(v url.Values) ops.FilterFields {
 func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
 	q := r.URL.Query()
 	ff := replayForm(q)
-	data := map[string]any{"Filter": ff, "States": []string{"", "dead", "delivered", "stale"}}
+	routes, err := c.svc.RouteList(r.Context())
+	if err != nil {
+		c.failed(w, r, "listing routes", err)
+		return
+	}
+	// The routes the user sees and a dispatcher delivers (and the one
+	// asked for, as typed, so the form shows what it previews).
+	var names []string
+	for _, rt := range routes.Routes {
+		if !rt.Unserved {
+			names = append(names, rt.Route)
+		}
+	}
+	if ff.Route != "" && !slices.Contains(names, ff.Route) {
+		names = append(names, ff.Route)
+	}
+	data := map[string]any{"Filter": ff, "States": []string{"", "dead", "delivered", "stale"}, "Routes": names}
 	if q.Has("preview") {
 		f, err := ops.FilterFromFields(ff)
 		if err == nil && f == (ops.EventFilter{}) {

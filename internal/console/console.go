@@ -109,6 +109,7 @@ func Handler(ctx context.Context, svc *ops.Service, opts Options, logger zerolog
 		}
 		mux.Handle(p.Pattern, c.authed(p.Action, func(w http.ResponseWriter, r *http.Request, u user) { p.serve(c, w, r, u) }))
 	}
+	mux.HandleFunc("/", c.notFound) // any other path: a page of the console saying so
 
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -150,6 +151,7 @@ var Pages = []Page{
 	{"GET /routes/{route}/dead-letters", ops.ActionRead, (*console).deadLetters},
 	{"POST /routes/{route}/dead-letters/requeue", ops.ActionDeadRequeue, (*console).requeue},
 	{"POST /routes/{route}/dead-letters/drop-delivered", ops.ActionDeadDrop, (*console).dropDelivered},
+	{"POST /routes/{route}/dead-letters/drop", ops.ActionDeadDrop, (*console).dropAll},
 	{"GET /replay", ops.ActionRead, (*console).replayPage},
 	{"POST /replay", ops.ActionReplay, (*console).replay},
 	{"GET /jobs/{id}", ops.ActionRead, (*console).job},

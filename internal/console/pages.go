@@ -17,7 +17,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each with layout.html.
-var pageNames = []string{"signin", "overview", "route", "events", "event", "dead", "replay", "job", "audit", "newroute", "secret"}
+var pageNames = []string{"signin", "overview", "route", "events", "event", "dead", "replay", "job", "audit", "newroute", "secret", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -31,25 +31,22 @@ func parsePages() (map[string]*template.Template, error) {
 		},
 		"deref": func(p *int) string {
 			if p == nil {
-				return "-"
+				return ops.NoValue
 			}
 			return fmt.Sprint(*p)
 		},
+		"status":   ops.StatusText[int],
+		"status64": ops.StatusText[int64],
 		"derefs": func(p *string) string {
 			if p == nil {
 				return ""
 			}
 			return *p
 		},
-		"seconds": func(p *float64) string {
-			if p == nil {
-				return "-"
-			}
-			return (time.Duration(*p * float64(time.Second))).Round(time.Second).String()
-		},
-		"ms":    func(n int) string { return (time.Duration(n) * time.Millisecond).String() },
-		"join":  strings.Join,
-		"chart": chart,
+		"seconds": ops.AgeText,
+		"ms":      ops.DurationText,
+		"join":    strings.Join,
+		"chart":   chart,
 		"isUUID": func(s string) bool {
 			_, err := uuid.Parse(s)
 			return err == nil
@@ -110,21 +107,48 @@ func (c *console) render(w http.ResponseWriter, r *http.Request, page string, u 
 func (c *console) failed(w http.ResponseWriter, r *http.Request, what string, err error) {
 	switch {
 	case errors.Is(err, ops.ErrNotFound), errors.Is(err, ops.ErrUnknownRoute):
-		http.Error(w, err.Error(), http.StatusNotFound)
+		c.errorPage(w, r, http.StatusNotFound, err.Error())
 	case errors.Is(err, ops.ErrDestinationRefused):
 		// A team probing the relay's side is the operator's business too.
 		c.logger.Warn().Err(err).Str("actor", ops.ActorOf(r.Context())).Msg("console: a team's route to the relay's own side refused")
-		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
+		c.errorPage(w, r, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, ops.ErrInvalidRequest):
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		c.errorPage(w, r, http.StatusBadRequest, err.Error())
 	default:
 		if status, ok := refusal(err); ok {
-			http.Error(w, err.Error(), status)
+			c.errorPage(w, r, status, err.Error())
 			return
 		}
 		c.logger.Error().Err(err).Str("actor", ops.ActorOf(r.Context())).Msg("console: " + what)
-		http.Error(w, what+" failed: storage unavailable (the receiver's log says why)", http.StatusServiceUnavailable)
+		c.errorPage(w, r, http.StatusServiceUnavailable, what+" failed: storage unavailable (the receiver's log says why)")
 	}
+}
+
+// errorTitles head the error page, by status.
+var errorTitles = map[int]string{
+	http.StatusBadRequest: "Not accepted", http.StatusForbidden: "Refused", http.StatusNotFound: "Not found",
+	http.StatusConflict: "Refused", http.StatusServiceUnavailable: "Unavailable",
+}
+
+// errorPage answers status with msg on a page of the console: its frame
+// (the signed-in user's navigation), the message, a way on.
+func (c *console) errorPage(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	u, _, err := c.current(r)
+	if err != nil {
+		u = user{} // the frame without the navigation: the message still says what went wrong
+	}
+	title := errorTitles[status]
+	if title == "" {
+		title = http.StatusText(status)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	c.render(w, r, "error", u, map[string]any{"Title": title, "Message": msg})
+}
+
+// notFound answers a path the console does not have.
+func (c *console) notFound(w http.ResponseWriter, r *http.Request) {
+	c.errorPage(w, r, http.StatusNotFound, "The console has no page at "+r.URL.Path+".")
 }
 
 func (c *console) overview(w http.ResponseWriter, r *http.Request, u user) {
@@ -209,7 +233,7 @@ var eventStates = []string{"", "pending", "retrying", "delivered", "dead", "stal
 const maxBody = 64 << 10
 
 func (c *console) event(w http.ResponseWriter, r *http.Request, u user) {
-	id, ok := eventID(w, r)
+	id, ok := c.eventID(w, r)
 	if !ok {
 		return
 	}
@@ -238,7 +262,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, u user) {
 }
 
 func (c *console) retry(w http.ResponseWriter, r *http.Request, _ user) {
-	id, ok := eventID(w, r)
+	id, ok := c.eventID(w, r)
 	if !ok {
 		return
 	}
@@ -255,21 +279,23 @@ func (c *console) retry(w http.ResponseWriter, r *http.Request, _ user) {
 	http.Redirect(w, r, "/events/"+id.String(), http.StatusSeeOther)
 }
 
-// eventID reads the path's event id, answering 400 when it is none.
-func eventID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+// eventID reads the path's event id, answering 404 when it is none (no
+// event has it).
+func (c *console) eventID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		http.Error(w, "not an event id", http.StatusBadRequest)
+		c.errorPage(w, r, http.StatusNotFound, "not an event id: "+r.PathValue("id"))
 		return uuid.Nil, false
 	}
 	return id, true
 }
 
 // replayEvent replays one event to one route or all, now (a handful of
-// pairs: no job). An operator asking for one event asks for it again
-// even where it was delivered: include_delivered is the form's default.
+// pairs: no job). Delivered and stale pairs are left alone unless the
+// form asks for them (include_delivered), as the CLI leaves them unless
+// told; a delivery's own "Replay" asks for its pair whatever its state.
 func (c *console) replayEvent(w http.ResponseWriter, r *http.Request, _ user) {
-	id, ok := eventID(w, r)
+	id, ok := c.eventID(w, r)
 	if !ok {
 		return
 	}

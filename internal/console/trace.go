@@ -33,7 +33,7 @@ func trace(ev *ops.EventDetail, d ops.DeliveryDetail) []step {
 		} else if a.Error != nil {
 			what += ": " + *a.Error
 		}
-		what += fmt.Sprintf(" in %s", (time.Duration(a.DurationMS) * time.Millisecond).String())
+		what += " in " + ops.DurationText(a.DurationMS)
 		s := step{At: at(a.StartedAt)}
 		switch a.Outcome {
 		case "delivered":

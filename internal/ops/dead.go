@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,6 +26,47 @@ var DeadLetterStates = []string{
 // their pairs in Postgres.
 const deadScanBatch = 100
 
+// deadLetterRoute checks route for an operation on its dead letters: a
+// route there is (checkRoute), or a deleted one the caller sees, whose
+// dead-letter queue stays for the operator once its queue went. deleted
+// reports a deleted route, retiring or retired: its letters are read and
+// dropped, never put back in a queue that is going or gone.
+func (s *Service) deadLetterRoute(ctx context.Context, route string) (deleted bool, err error) {
+	err = s.requireRoute(ctx, route)
+	if err != nil && !errors.Is(err, ErrUnknownRoute) {
+		return false, err
+	}
+	row, gerr := s.Store.RouteGet(ctx, route)
+	switch {
+	case errors.Is(gerr, store.ErrNotFound):
+		return false, err
+	case gerr != nil:
+		return false, gerr
+	case row.Deleted():
+		return true, nil
+	}
+	return false, err
+}
+
+// CheckDeadLetterRoute is the check of a requeue before it starts (the
+// API and the console start it as a job): the route's dead letters can
+// go back to its queue. A deleted route has none to go back to: refused
+// as ErrConflict, saying what to do instead.
+func (s *Service) CheckDeadLetterRoute(ctx context.Context, route string) error {
+	deleted, err := s.deadLetterRoute(ctx, route)
+	if err == nil && deleted {
+		return deletedRequeue(route)
+	}
+	return err
+}
+
+// deletedRequeue is the refusal of a requeue of a deleted route's letters.
+func deletedRequeue(route string) error {
+	return fmt.Errorf("%w: route %s was deleted: its dead letters have no queue to go back to; "+
+		"replay their events to the routes that want them now (replay --event ID), then drop the letters (dead drop --route %s --all)",
+		ErrConflict, route, route)
+}
+
 // DeadListRequest says which dead letters to list.
 type DeadListRequest struct {
 	Route string
@@ -41,7 +83,8 @@ type DeadListRequest struct {
 // a replay, say) is stale and can be dropped. With req.State it reads on
 // past letters of other states, up to the queue's count at the start.
 func (s *Service) DeadList(ctx context.Context, req DeadListRequest) (*DeadLetterList, error) {
-	if err := s.requireRoute(ctx, req.Route); err != nil {
+	deleted, err := s.deadLetterRoute(ctx, req.Route)
+	if err != nil {
 		return nil, err
 	}
 	if req.State != "" && !slices.Contains(DeadLetterStates, req.State) {
@@ -54,7 +97,7 @@ func (s *Service) DeadList(ctx context.Context, req DeadListRequest) (*DeadLette
 	if req.State == "" {
 		batch = req.Limit // read no more than are shown
 	}
-	out := &DeadLetterList{Queue: s.DeadLetters.Queue(req.Route), State: req.State, Items: []DeadLetter{}}
+	out := &DeadLetterList{Queue: s.DeadLetters.Queue(req.Route), State: req.State, RouteDeleted: deleted, Items: []DeadLetter{}}
 	total, err := s.DeadLetters.Scan(ctx, req.Route, batch, func(items []DeadLetter) ([]bool, bool, error) {
 		out.Read += len(items)
 		if err := s.fillStates(ctx, req.Route, items); err != nil {
@@ -115,19 +158,46 @@ type DeadDropResult struct {
 // pair's series (a replay that sends it again starts from the outbox, not
 // from the letter), so a letter dropped here is never needed.
 func (s *Service) DeadDropDelivered(ctx context.Context, route string, dryRun bool) (*DeadDropResult, error) {
-	if err := s.requireRoute(ctx, route); err != nil {
+	if _, err := s.deadLetterRoute(ctx, route); err != nil {
 		return nil, err
 	}
-	if dryRun {
-		return s.deadDrop(ctx, route, true)
+	return s.deadDropAudited(ctx, route, false, dryRun)
+}
+
+// DeadDropAll removes every letter of a deleted route's dead-letter
+// queue: the route has no queue they could go back to, and their pairs
+// stay dead in Postgres (events show, events list --state dead), their
+// events replayable. A route there is keeps its letters (requeue them,
+// or drop the delivered ones): refused as ErrConflict. A dry run counts
+// them and removes nothing.
+func (s *Service) DeadDropAll(ctx context.Context, route string, dryRun bool) (*DeadDropResult, error) {
+	deleted, err := s.deadLetterRoute(ctx, route)
+	if err != nil {
+		return nil, err
 	}
-	return audited(ctx, s, ActionDeadDrop, route, nil, func() (*DeadDropResult, error) { return s.deadDrop(ctx, route, false) },
+	if !deleted {
+		return nil, fmt.Errorf("%w: route %s is not deleted: requeue its dead letters, or drop the delivered ones; "+
+			"dropping all is for a deleted route's", ErrConflict, route)
+	}
+	return s.deadDropAudited(ctx, route, true, dryRun)
+}
+
+func (s *Service) deadDropAudited(ctx context.Context, route string, all, dryRun bool) (*DeadDropResult, error) {
+	if dryRun {
+		return s.deadDrop(ctx, route, all, true)
+	}
+	var args map[string]any
+	if all {
+		args = map[string]any{"all": true}
+	}
+	return audited(ctx, s, ActionDeadDrop, route, args, func() (*DeadDropResult, error) { return s.deadDrop(ctx, route, all, false) },
 		func(r *DeadDropResult) map[string]any {
 			return map[string]any{"total": r.Total, "read": r.Read, "dropped": r.Dropped}
 		})
 }
 
-func (s *Service) deadDrop(ctx context.Context, route string, dryRun bool) (*DeadDropResult, error) {
+// deadDrop drops route's letters whose pair is delivered, or all of them.
+func (s *Service) deadDrop(ctx context.Context, route string, all, dryRun bool) (*DeadDropResult, error) {
 	out := &DeadDropResult{Queue: s.DeadLetters.Queue(route), DryRun: dryRun}
 	total, err := s.DeadLetters.Scan(ctx, route, deadScanBatch, func(items []DeadLetter) ([]bool, bool, error) {
 		out.Read += len(items)
@@ -136,7 +206,7 @@ func (s *Service) deadDrop(ctx context.Context, route string, dryRun bool) (*Dea
 		}
 		drop := make([]bool, len(items))
 		for i, it := range items {
-			if it.State == string(webhook.StateDelivered) {
+			if all || it.State == string(webhook.StateDelivered) {
 				out.Dropped++
 				drop[i] = !dryRun
 			}
@@ -156,7 +226,7 @@ func (s *Service) deadDrop(ctx context.Context, route string, dryRun bool) (*Dea
 // original is acked, so a crash can duplicate a message, never lose one.
 // progress, when set, is called after each message (moved, of total).
 func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, progress func(moved, total int)) (int, error) {
-	if err := s.requireRoute(ctx, route); err != nil {
+	if err := s.CheckDeadLetterRoute(ctx, route); err != nil {
 		return 0, err
 	}
 	return audited(ctx, s, ActionDeadRequeue, route, map[string]any{"limit": limit},
@@ -172,7 +242,7 @@ const MaxRequeueEvents = 1000
 // reading the queue once; the rest stay. progress gets the count moved and
 // the count read.
 func (s *Service) DeadRequeueEvents(ctx context.Context, route string, events []uuid.UUID, progress func(moved, read int)) (int, error) {
-	if err := s.requireRoute(ctx, route); err != nil {
+	if err := s.CheckDeadLetterRoute(ctx, route); err != nil {
 		return 0, err
 	}
 	if len(events) == 0 || len(events) > MaxRequeueEvents {

@@ -197,7 +197,7 @@ func retry(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Lo
 // flags have the same names). Times are RFC 3339 or an age.
 func FilterFromQuery(q url.Values) (store.EventFilter, error) {
 	ff := FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
-		Since: q.Get("since"), Until: q.Get("until")}
+		Since: q.Get("since"), Until: q.Get("until"), Key: q.Get("key")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -218,11 +218,13 @@ type FilterFields struct {
 	Source, EventType, State, Route, Since, Until string
 	Limit                                         int
 	Cursor                                        string
+	// Key is the sender's own event id (the idempotency key).
+	Key string
 }
 
 // FilterFromFields checks and reads ff (ErrInvalidRequest when wrong).
 func FilterFromFields(ff FilterFields) (store.EventFilter, error) {
-	f := store.EventFilter{Source: ff.Source, EventType: ff.EventType, State: ff.State, Route: ff.Route, Limit: ff.Limit}
+	f := store.EventFilter{Source: ff.Source, EventType: ff.EventType, State: ff.State, Route: ff.Route, Limit: ff.Limit, Key: ff.Key}
 	var err error
 	if f.Since, err = parseTime(ff.Since); err != nil {
 		return f, Invalid("since: " + err.Error())

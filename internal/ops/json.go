@@ -43,8 +43,11 @@ type DeadLetterList struct {
 	Read  int `json:"read"`
 	Shown int `json:"shown"`
 	// State is the pair state the listing showed only, if any.
-	State string       `json:"state,omitempty"`
-	Items []DeadLetter `json:"items"`
+	State string `json:"state,omitempty"`
+	// RouteDeleted: the route was deleted and its queue is gone; its
+	// letters can be read and dropped, not requeued.
+	RouteDeleted bool         `json:"route_deleted,omitempty"`
+	Items        []DeadLetter `json:"items"`
 }
 
 // DeadLetter is a message in a route's dead-letter queue, as its headers
@@ -53,11 +56,13 @@ type DeadLetter struct {
 	EventID string `json:"event_id"`
 	// State is the pair's delivery state in Postgres, or "missing" when
 	// Postgres has no delivery of it (its event purged).
-	State          string `json:"state"`
-	Source         string `json:"source"`
-	EventType      string `json:"event_type"`
-	Attempts       int64  `json:"attempts"`
-	LastStatus     int64  `json:"last_status"`
+	State     string `json:"state"`
+	Source    string `json:"source"`
+	EventType string `json:"event_type"`
+	Attempts  int64  `json:"attempts"`
+	// LastStatus is the last attempt's HTTP status, absent when none
+	// arrived (a refused connection, a timeout).
+	LastStatus     *int64 `json:"last_status,omitempty"`
 	LastError      string `json:"last_error"`
 	FirstAttemptAt string `json:"first_attempt_at"`
 	LastAttemptAt  string `json:"last_attempt_at"`

@@ -22,6 +22,7 @@ func TestJSONShapesAreStable(t *testing.T) {
 	at := time.Date(2026, 11, 27, 14, 0, 0, 123000000, time.UTC)
 	id := uuid.MustParse("0193a3c0-0000-7000-8000-000000000001")
 	st, le := 503, "HTTP 503"
+	dst := int64(500)
 	for _, tc := range []struct {
 		name string
 		v    any
@@ -46,9 +47,13 @@ func TestJSONShapesAreStable(t *testing.T) {
 		{"purged event", ops.EventDetail{ID: id, Purged: true, Deliveries: []ops.DeliveryDetail{}},
 			`{"id":"0193a3c0-0000-7000-8000-000000000001","source":"","event_type":"","idempotency_key":"","content_type":"","received_at":"0001-01-01T00:00:00Z","headers":null,"body":"","purged":true,"deliveries":[]}`},
 		{"dead letters", ops.DeadLetterList{Queue: "hr.route.billing.dead", Total: 2, Read: 1, Shown: 1, Items: []ops.DeadLetter{
-			{EventID: id.String(), State: "dead", Source: "acme", EventType: "invoice.paid", Attempts: 4, LastStatus: 500, LastError: "HTTP 500",
+			{EventID: id.String(), State: "dead", Source: "acme", EventType: "invoice.paid", Attempts: 4, LastStatus: &dst, LastError: "HTTP 500",
 				FirstAttemptAt: "2026-11-27T14:00:00Z", LastAttemptAt: "2026-11-27T14:05:00Z", Reason: "max_attempts"},
 		}}, `{"queue":"hr.route.billing.dead","total":2,"read":1,"shown":1,"items":[{"event_id":"0193a3c0-0000-7000-8000-000000000001","state":"dead","source":"acme","event_type":"invoice.paid","attempts":4,"last_status":500,"last_error":"HTTP 500","first_attempt_at":"2026-11-27T14:00:00Z","last_attempt_at":"2026-11-27T14:05:00Z","reason":"max_attempts"}]}`},
+		// Issue 38, first-time user 8: a letter that got no answer has no
+		// status (the CLI and the console print "-"), not a status 0.
+		{"dead letter without a status", ops.DeadLetter{EventID: id.String(), State: "dead", Attempts: 9, LastError: "connection refused", Reason: "max_attempts"},
+			`{"event_id":"0193a3c0-0000-7000-8000-000000000001","state":"dead","source":"","event_type":"","attempts":9,"last_error":"connection refused","first_attempt_at":"","last_attempt_at":"","reason":"max_attempts"}`},
 		{"no dead letters", ops.DeadLetterList{Queue: "q", Items: []ops.DeadLetter{}}, `{"queue":"q","total":0,"read":0,"shown":0,"items":[]}`},
 		{"replay result", ops.ReplayResult{DryRun: true, Events: 3, Scanned: 2, ReplayedCount: 1, SkippedCount: 1, NextAfter: "n",
 			Replayed: []ops.ReplayItem{{EventID: id, Source: "acme", EventType: "t", ReceivedAt: at, Route: "billing", State: "dead"}},
@@ -83,4 +88,19 @@ func TestReplayBodyDecodes(t *testing.T) {
 	raw, err := json.Marshal(ops.ReplayBody{Filter: ops.FilterBody{Route: "billing"}, DryRun: true})
 	require.NoError(t, err)
 	require.Equal(t, `{"filter":{"route":"billing"},"dry_run":true}`, string(raw))
+}
+
+// Issue 38, first-time user 8: the CLI and the console print a status, a
+// duration and an age with the same words.
+func TestWordsOfTheFrontEnds(t *testing.T) {
+	t.Parallel()
+	st := int64(503)
+	require.Equal(t, "-", ops.StatusText[int64](nil))
+	require.Equal(t, "503", ops.StatusText(&st))
+	for ms, want := range map[int]string{0: "0s", 12: "12ms", 1500: "1.5s", 10000: "10s", 60000: "1m"} {
+		require.Equal(t, want, ops.DurationText(ms), "%d ms", ms)
+	}
+	age := 3599.6
+	require.Equal(t, "1h0m0s", ops.AgeText(&age))
+	require.Equal(t, "-", ops.AgeText(nil))
 }

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -181,6 +183,46 @@ func (s *Service) EventShow(ctx context.Context, id uuid.UUID) (*EventDetail, er
 	}
 	return eventDetail(ev, s.served, link), nil
 }
+
+// EventFind returns the event ref names: our id, else the sender's own id
+// (its idempotency key) in any source, or in source when set. A sender's
+// id two sources used asks for the source (ErrInvalidRequest, naming
+// them); one nothing has is ErrNotFound, saying so.
+func (s *Service) EventFind(ctx context.Context, ref, source string) (*EventDetail, error) {
+	if id, err := uuid.Parse(ref); err == nil {
+		ev, err := s.EventShow(ctx, id)
+		if !errors.Is(err, store.ErrNotFound) {
+			return ev, err
+		}
+		// A sender's ids may be UUIDs too: look for it as theirs.
+	}
+	list, err := s.Store.EventList(ctx, store.EventFilter{Key: ref, Source: source, Limit: maxFound})
+	if err != nil {
+		return nil, err
+	}
+	switch len(list) {
+	case 0:
+		where := ""
+		if source != "" {
+			where = " in source " + source
+		}
+		return nil, fmt.Errorf("%w: no event has our id or the sender's id %q%s", ErrNotFound, ref, where)
+	case 1:
+		return s.EventShow(ctx, list[0].ID)
+	}
+	var sources []string
+	for _, e := range list {
+		if !slices.Contains(sources, e.Source) {
+			sources = append(sources, e.Source)
+		}
+	}
+	slices.Sort(sources)
+	return nil, Invalid(fmt.Sprintf("%q is the id of %d events, of sources %s: give --source (or show one by our id: events list --key %s)",
+		ref, len(list), strings.Join(sources, ", "), ref))
+}
+
+// maxFound bounds the events a sender's id is looked up in.
+const maxFound = 100
 
 // DefaultListLimit is how many events or dead letters a listing shows
 // unless told otherwise.

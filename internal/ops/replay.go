@@ -141,6 +141,9 @@ type ReplayProgress struct {
 // A replay that is not a dry run is audited as "replay" when it starts
 // and when it ends.
 func (s *Service) Replay(ctx context.Context, req ReplayRequest) (*ReplayResult, error) {
+	if req.Filter.Key != "" {
+		return nil, Invalid(store.ErrKeyFilter.Error())
+	}
 	if req.DryRun {
 		return s.replay(ctx, req)
 	}

@@ -266,6 +266,10 @@ func stored(k *routeset.Keyring, r config.Route) ([]byte, error) {
 	return json.Marshal(spec)
 }
 
+// sourcesNote says where sources and their subscribers come from.
+const sourcesNote = "a source admits its owner's team and the teams listed in its subscribers; " +
+	"sources are the config's, stored when a receiver or dispatcher starts"
+
 // checkSubscriptions refuses bindings of team's route to sources whose
 // owners do not let team subscribe (sources[].subscribers). A pattern
 // whose first word is a wildcard spans every source: the platform's only.
@@ -285,9 +289,17 @@ func (s *Service) checkSubscriptions(ctx context.Context, team string, bindings 
 			return fmt.Errorf("%w: bindings: %q spans every source; a team's route names its source (the first word)", ErrInvalidRequest, b)
 		}
 		i := slices.IndexFunc(sources, func(o store.Owned) bool { return o.Name == first })
-		if i < 0 || (sources[i].Team != team && !slices.Contains(sources[i].Subscribers, team) && !slices.Contains(sources[i].Subscribers, "*")) {
-			return fmt.Errorf("%w: bindings: %q: team %s may not subscribe to source %q (its owner lists the teams that may in sources[].subscribers)",
-				ErrInvalidRequest, b, team, first)
+		admits := i >= 0 && (sources[i].Team == team || slices.Contains(sources[i].Subscribers, team) || slices.Contains(sources[i].Subscribers, "*"))
+		switch {
+		case admits:
+		case !Platform(ctx):
+			// A team's token learns nothing of the sources it may not
+			// use: one that does not admit it answers as one there is not.
+			return fmt.Errorf("%w: bindings: %q: there is no source %q that admits team %s (%s)", ErrInvalidRequest, b, first, team, sourcesNote)
+		case i < 0:
+			return fmt.Errorf("%w: bindings: %q: there is no source %q (%s)", ErrInvalidRequest, b, first, sourcesNote)
+		default:
+			return fmt.Errorf("%w: bindings: %q: source %q does not admit team %s (%s)", ErrInvalidRequest, b, first, team, sourcesNote)
 		}
 	}
 	return nil

@@ -116,6 +116,14 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 	for _, route := range others {
 		n := counts[route]
 		rs := RouteSummary{Route: route, Bindings: []string{}, Pending: n.Pending, Retrying: n.Retrying, Dead: n.Dead, Unserved: true}
+		// A run-time route deleted and retired: its dead letters stay
+		// (dead list, dead drop --all).
+		switch row, err := s.Store.RouteGet(ctx, route); {
+		case err == nil && row.Deleted():
+			rs.Deleted, rs.Disposal, rs.Team, rs.Version = true, row.Disposal, row.Team, row.Version
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, err
+		}
 		if n.Undelivered > 0 {
 			age := n.OldestUndelivered.Seconds()
 			rs.OldestUndeliveredSeconds = &age

@@ -150,8 +150,11 @@ func (d deadLetters) Scan(ctx context.Context, route string, batch int, visit fu
 		for i, it := range infos {
 			items[i] = ops.DeadLetter{
 				EventID: it.EventID, Source: it.Source, EventType: it.EventType, Attempts: it.Attempts,
-				LastStatus: it.LastStatus, LastError: it.LastError, FirstAttemptAt: it.FirstAttemptAt,
+				LastError: it.LastError, FirstAttemptAt: it.FirstAttemptAt,
 				LastAttemptAt: it.LastAttemptAt, Reason: it.Reason,
+			}
+			if it.LastStatus != 0 { // the header's 0: no answer arrived
+				items[i].LastStatus = &it.LastStatus
 			}
 		}
 		return visit(items)

@@ -77,6 +77,9 @@ func afterArgs(after ReplayCursor) []any {
 // oldest first, with their delivery states. f.Limit is ignored: the caller
 // counts.
 func (db *DB) ReplayCandidatesPage(ctx context.Context, f EventFilter, after ReplayCursor, limit int) ([]ReplayCandidate, error) {
+	if f.Key != "" {
+		return nil, ErrKeyFilter
+	}
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	args := append(append(filterArgs(f), afterArgs(after)...), limit)
@@ -100,6 +103,9 @@ func (db *DB) ReplayCandidatesPage(ctx context.Context, f EventFilter, after Rep
 // ReplayCandidateCount counts the events f selects after cursor, ignoring
 // f.Limit.
 func (db *DB) ReplayCandidateCount(ctx context.Context, f EventFilter, after ReplayCursor) (int64, error) {
+	if f.Key != "" {
+		return 0, ErrKeyFilter
+	}
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	var n int64

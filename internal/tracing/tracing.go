@@ -165,7 +165,8 @@ func Start(ctx context.Context, s Settings) (*Tracing, error) {
 		// as the batch processor exports.
 		s.Logger.Warn().Err(err).Msg("tracing")
 	}))
-	s.Logger.Info().Str("protocol", protocol(getenv)).Int("queue", queue).Msg("tracing on: exporting spans over OTLP")
+	s.Logger.Info().Str("protocol", protocol(getenv)).Str("endpoint", endpoint(getenv)).Int("queue", queue).
+		Msg("tracing on: exporting spans over OTLP")
 	return With(tp), nil
 }
 
@@ -196,16 +197,32 @@ func protocol(getenv func(string) string) string {
 
 // newExporter is the OTLP exporter of the protocol the environment names;
 // the exporter reads its endpoint, headers, timeout and TLS settings there.
+//
+// With no endpoint set it sends to the OTLP default, localhost:4318 (4317
+// for grpc), in plain HTTP (plaintext gRPC), as a local Jaeger or collector
+// listens and as the docs say: the exporters' own default is TLS, a
+// handshake a plain receiver answers with nothing exported. An endpoint
+// set (its scheme says http or https) or OTEL_EXPORTER_OTLP_INSECURE set
+// keeps the exporter's reading of them.
 func newExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	plain := defaultsToPlain(getenv)
 	switch p := protocol(getenv); p {
 	case "http/protobuf":
-		exp, err := otlptracehttp.New(ctx)
+		var opts []otlptracehttp.Option
+		if plain {
+			opts = append(opts, otlptracehttp.WithInsecure())
+		}
+		exp, err := otlptracehttp.New(ctx, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("tracing: otlp http exporter: %w", err)
 		}
 		return exp, nil
 	case "grpc":
-		exp, err := otlptracegrpc.New(ctx)
+		var opts []otlptracegrpc.Option
+		if plain {
+			opts = append(opts, otlptracegrpc.WithInsecure())
+		}
+		exp, err := otlptracegrpc.New(ctx, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("tracing: otlp grpc exporter: %w", err)
 		}
@@ -213,6 +230,36 @@ func newExporter(ctx context.Context, getenv func(string) string) (sdktrace.Span
 	default:
 		return nil, fmt.Errorf("tracing: OTLP protocol %q: use http/protobuf or grpc", p)
 	}
+}
+
+// defaultsToPlain reports whether the environment leaves both the
+// endpoint and its security to the default.
+func defaultsToPlain(getenv func(string) string) bool {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE"} {
+		if strings.TrimSpace(getenv(k)) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// endpoint says where spans go, for the start's log line: the variable
+// that names it (without credentials or query), or the default.
+func endpoint(getenv func(string) string) string {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			if u, err := url.Parse(v); err == nil {
+				u.User, u.RawQuery = nil, ""
+				return u.String()
+			}
+			return k
+		}
+	}
+	if protocol(getenv) == "grpc" {
+		return "localhost:4317 (plaintext)"
+	}
+	return "http://localhost:4318"
 }
 
 func envInt(getenv func(string) string, key string, def int) (int, error) {

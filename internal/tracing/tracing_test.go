@@ -3,7 +3,17 @@ package tracing
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"testing"
+	"time"
+
+	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/rs/zerolog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -168,4 +178,48 @@ func TestContextRoundTripsAndLinks(t *testing.T) {
 	require.Equal(t, "http://j/trace/abc", Link("http://j/trace/{trace_id}", "abc"))
 	require.Equal(t, "", Link("", "abc"))
 	require.Equal(t, "", Link("http://j/{trace_id}", ""))
+}
+
+// Issue 38, first-time user 2: with tracing on and no endpoint set, spans go
+// to Jaeger's default, http://localhost:4318, in plain HTTP, as
+// docs/operating.md says (the exporter's own default was https, a TLS hello
+// to a plain receiver that exported nothing). The receiver listens on the
+// documented address itself, so the port is fixed: nothing else in the
+// suite uses it.
+func TestDefaultEndpointIsPlainHTTPOnLocalhost4318(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE", "OTEL_EXPORTER_OTLP_PROTOCOL",
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED"} {
+		t.Setenv(k, "")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:4318")
+	require.NoError(t, err, "the documented default endpoint's port must be free for this test")
+	got := make(chan string, 16)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		select {
+		case got <- fmt.Sprintf("%s %s %s %d", r.Method, r.URL.Path, r.Header.Get("Content-Type"), len(body)):
+		default:
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+
+	tr, err := Start(context.Background(), Settings{Enabled: true, Service: "hookrelay-test",
+		Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop(), Getenv: os.Getenv})
+	require.NoError(t, err)
+	_, span := tr.Tracer.Start(context.Background(), "POST /webhooks/demo")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scaled(10*time.Second))
+	defer cancel()
+	require.NoError(t, tr.Shutdown(ctx), "the export reached a plain-HTTP receiver")
+	select {
+	case req := <-got:
+		require.Regexp(t, `^POST /v1/traces application/x-protobuf [1-9]\d*$`, req)
+	default:
+		require.FailNow(t, "no export reached http://localhost:4318")
+	}
 }
