@@ -440,7 +440,7 @@ func (a *server) deadLetters() {
 			}
 			return answer(res), nil
 		})
-	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/dead-letters/drop", "drop-dead-letters", ops.RoleOperator,
+	huma.Register(a.api, op(http.MethodPost, "/routes/{route}/dead-letters/drop", "drop-dead-letters", ops.ActionDeadDrop,
 		"Remove every dead letter of a deleted route (its queue is gone: they cannot be requeued; their pairs stay dead, their events replayable); "+
 			"a route there is answers 409", http.StatusNotFound, http.StatusConflict),
 		func(ctx context.Context, in *struct {

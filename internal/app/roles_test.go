@@ -32,6 +32,7 @@ var apiActions = map[string]ops.Action{
 	"create-token": ops.ActionTokenCreate, "revoke-token": ops.ActionTokenRevoke,
 	"create-route": ops.ActionRouteCreate, "update-route": ops.ActionRouteUpdate,
 	"rotate-route-secret": ops.ActionRouteRotateSecret, "delete-route": ops.ActionRouteDelete,
+	"drop-dead-letters": ops.ActionDeadDrop, "test-route": ops.ActionRead,
 }
 
 // consoleActions is apiActions for the console's pages and actions.
@@ -47,6 +48,7 @@ var consoleActions = map[string]ops.Action{
 	"POST /routes/{route}/versions/reset":              ops.ActionVersionReset,
 	"POST /routes/{route}/dead-letters/requeue":        ops.ActionDeadRequeue,
 	"POST /routes/{route}/dead-letters/drop-delivered": ops.ActionDeadDrop,
+	"POST /routes/{route}/dead-letters/drop":           ops.ActionDeadDrop,
 }
 
 // Issue 38, security 6: ops owns each action's role, and the API and the
