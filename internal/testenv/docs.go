@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"github.com/google/shlex"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,7 +56,13 @@ func ShownCommands(root string) ([]ShownCommand, error) {
 				l.text = l.text[:k]
 			}
 			for _, m := range shownCommand.FindAllStringSubmatch(l.text, -1) {
-				args := strings.Fields(m[1])
+				// Quoted as a shell quotes ('{"id": body.id}' is one
+				// argument); a line a shell could not split is split at
+				// its spaces, so the CLI names what it refuses.
+				args, err := shlex.Split(m[1])
+				if err != nil {
+					args = strings.Fields(m[1])
+				}
 				if len(args) == 0 || !unicode.IsLower(rune(args[0][0])) && !strings.HasPrefix(args[0], "-") {
 					continue
 				}
