@@ -693,7 +693,7 @@ func TestAPISuite(t *testing.T) {
 	a.decode(t, &tried)
 	require.NotNil(t, tried.FilterError)
 	require.Equal(t, "compile", tried.FilterError.Phase)
-	require.Equal(t, []rule.Problem{{Line: 1, Column: 1, Message: "undeclared reference to 'bdy' (in container '')"}}, tried.FilterError.Problems)
+	require.Equal(t, []rule.Problem{{Line: 1, Column: 1, Message: "undeclared reference to 'bdy'"}}, tried.FilterError.Problems)
 
 	// Every operation of the document was reached with a 2xx.
 	var missed []string

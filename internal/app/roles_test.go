@@ -49,6 +49,7 @@ var consoleActions = map[string]ops.Action{
 	"POST /routes/{route}/dead-letters/requeue":        ops.ActionDeadRequeue,
 	"POST /routes/{route}/dead-letters/drop-delivered": ops.ActionDeadDrop,
 	"POST /routes/{route}/dead-letters/drop":           ops.ActionDeadDrop,
+	"POST /routes/{route}/test":                        ops.ActionRead,
 }
 
 // Issue 38, security 6: ops owns each action's role, and the API and the

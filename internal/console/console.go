@@ -145,6 +145,7 @@ var Pages = []Page{
 	{"GET /routes/new", ops.ActionRouteCreate, (*console).newRoutePage}, // the form of the action
 	{"POST /routes", ops.ActionRouteCreate, (*console).createRoute},
 	{"POST /routes/{route}/update", ops.ActionRouteUpdate, (*console).updateRoute},
+	{"POST /routes/{route}/test", ops.ActionRead, (*console).routeTest}, // reads: tries rules, saves nothing
 	{"POST /routes/{route}/rotate-secret", ops.ActionRouteRotateSecret, (*console).rotateSecret},
 	{"POST /routes/{route}/delete", ops.ActionRouteDelete, (*console).deleteRoute},
 	{"POST /routes/{route}/versions/reset", ops.ActionVersionReset, (*console).versionReset},

@@ -345,15 +345,25 @@ func (c *console) pause(paused bool) func(w http.ResponseWriter, r *http.Request
 // routePage shows one route: its state with the pause's reason, circuit
 // and holds, its backlog and last hour, and the resource versions.
 func (c *console) routePage(w http.ResponseWriter, r *http.Request, u user) {
+	data, ok := c.routeData(w, r)
+	if !ok {
+		return
+	}
+	c.render(w, r, "route", u, data)
+}
+
+// routeData is what the route page shows; false when it answered the
+// request already (an error page).
+func (c *console) routeData(w http.ResponseWriter, r *http.Request) (map[string]any, bool) {
 	name := r.PathValue("route")
 	if err := c.svc.CheckRoute(r.Context(), name); err != nil || name == "" {
 		c.failed(w, r, "reading a route", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, name))
-		return
+		return nil, false
 	}
 	list, err := c.svc.RouteList(r.Context())
 	if err != nil {
 		c.failed(w, r, "reading a route", err)
-		return
+		return nil, false
 	}
 	var route *ops.RouteSummary
 	for i := range list.Routes {
@@ -363,12 +373,12 @@ func (c *console) routePage(w http.ResponseWriter, r *http.Request, u user) {
 	}
 	if route == nil {
 		c.failed(w, r, "reading a route", fmt.Errorf("%w: %q", ops.ErrUnknownRoute, name))
-		return
+		return nil, false
 	}
 	act, err := c.svc.Activity(r.Context())
 	if err != nil {
 		c.failed(w, r, "reading the last hour", err)
-		return
+		return nil, false
 	}
 	var limited bool
 	if rc := c.svc.RoutesNow().Get(name); rc != nil {
@@ -379,7 +389,7 @@ func (c *console) routePage(w http.ResponseWriter, r *http.Request, u user) {
 		d, err := c.svc.RouteGet(r.Context(), name)
 		if err != nil {
 			c.failed(w, r, "reading a route", err)
-			return
+			return nil, false
 		}
 		data["Detail"] = d
 	}
@@ -393,12 +403,12 @@ func (c *console) routePage(w http.ResponseWriter, r *http.Request, u user) {
 			data["NoVersion"] = true
 		case err != nil:
 			c.failed(w, r, "reading a version", err)
-			return
+			return nil, false
 		default:
 			data["Version"] = v
 		}
 	}
-	c.render(w, r, "route", u, data)
+	return data, true
 }
 
 func (c *console) versionReset(w http.ResponseWriter, r *http.Request, _ user) {

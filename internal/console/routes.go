@@ -62,7 +62,40 @@ func routeInput(r *http.Request) (ops.RouteInput, error) {
 		}
 		in.RateLimit = &f
 	}
+	// The rules (docs/rules.md): a form that shows them (rules=1) sends
+	// all three, so an emptied box removes its rule; the new-route form's
+	// empty boxes mean none.
+	rule := func(name string) *string {
+		if v := strings.TrimSpace(r.PostFormValue(name)); v != "" || r.PostFormValue("rules") == "1" {
+			return &v
+		}
+		return nil
+	}
+	in.Filter, in.Transform, in.TransformHeaders = rule("filter"), rule("transform"), rule("transform_headers")
 	return in, nil
+}
+
+// routeTest tries the rules of the route page's form on a stored event and
+// shows the route page with what a delivery would send: nothing is saved,
+// sent or audited.
+func (c *console) routeTest(w http.ResponseWriter, r *http.Request, u user) {
+	data, ok := c.routeData(w, r)
+	if !ok {
+		return
+	}
+	field := func(name string) *string {
+		v := strings.TrimSpace(r.PostFormValue(name))
+		return &v
+	}
+	in := ops.RouteTestInput{EventID: strings.TrimSpace(r.PostFormValue("event_id")), Route: r.PathValue("route"),
+		Filter: field("filter"), Transform: field("transform"), TransformHeaders: field("transform_headers")}
+	res, err := c.svc.RouteTest(r.Context(), in)
+	if err != nil {
+		c.failed(w, r, "testing a route's rules", err)
+		return
+	}
+	data["Test"], data["TestInput"] = res, in
+	c.render(w, r, "route", u, data)
 }
 
 // createRoute makes a route and shows its secret once.

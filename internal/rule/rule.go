@@ -164,7 +164,10 @@ func compile(src string, want *cel.Type, l Limits) (cel.Program, *cel.Ast, error
 	if iss != nil && iss.Err() != nil {
 		ce := &CompileError{}
 		for _, ie := range iss.Errors() {
-			ce.Problems = append(ce.Problems, Problem{Line: ie.Location.Line(), Column: ie.Location.Column() + 1, Message: ie.Message})
+			// cel-go names the container it resolved in; ours is always
+			// the empty one, which says nothing to the reader.
+			msg := strings.TrimSuffix(ie.Message, " (in container '')")
+			ce.Problems = append(ce.Problems, Problem{Line: ie.Location.Line(), Column: ie.Location.Column() + 1, Message: msg})
 		}
 		return nil, nil, ce
 	}
