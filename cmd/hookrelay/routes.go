@@ -73,6 +73,13 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 		fmt.Fprintln(w, line)
 	}
 	for _, r := range list.Routes {
+		if !r.Filtered || r.FilteredLastHour == nil || r.FilterErrorsLastHour == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%s filters its events: in the last hour %d filtered out, %d its filter could not judge (no pair for either; hookrelay routes test tries its rules)\n",
+			r.Route, *r.FilteredLastHour, *r.FilterErrorsLastHour)
+	}
+	for _, r := range list.Routes {
 		if r.Unserved && r.Deleted && r.Dead > 0 {
 			fmt.Fprintf(w, "%s was deleted; its dead letters stay: hookrelay dead list --route %s, dead drop --route %s --all\n", r.Route, r.Route, r.Route)
 		}

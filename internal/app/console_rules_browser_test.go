@@ -87,4 +87,25 @@ func TestConsoleRouteRules(t *testing.T) {
 	h.api.call("get-route", http.MethodGet, "/api/v1/routes/ledger", adminToken, nil).decode(t, &d)
 	require.Equal(t, "body.amount > 10", d.Settings.Filter)
 	require.Equal(t, int64(1), d.Version, "trying changes nothing")
+
+	// An event the filter does not take is counted in the route's last
+	// hour: the listing (API, CLI) and the route page say so.
+	small := []byte(`{"id":"evt_small","type":"invoice.paid","amount":5}`)
+	require.Equal(t, http.StatusOK, h.post("acme", small, http.Header{"X-Acme-Signature": {sign(acmeSecret, small)}}).status)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var list struct{ Items []ops.RouteSummary }
+		h.api.try(c, "list-routes", http.MethodGet, "/api/v1/routes", adminToken, nil).decode(c, &list)
+		for _, r := range list.Items {
+			if r.Route == "ledger" {
+				assert.True(c, r.Filtered)
+				if assert.NotNil(c, r.FilteredLastHour) {
+					assert.Equal(c, int64(1), *r.FilteredLastHour)
+				}
+				return
+			}
+		}
+		assert.Fail(c, "ledger not listed")
+	}, testenv.Scaled(10*time.Second), 100*time.Millisecond)
+	require.NoError(t, do(chromedp.Navigate(base+"/routes/ledger"), chromedp.WaitVisible(chromedp.CSS(`#route-facts`))))
+	require.Contains(t, text(t, ctx, "#route-facts .filtered"), "1 filtered out")
 }

@@ -220,4 +220,11 @@ type RouteSummary struct {
 	// Unserved marks a route that is not in the config: no dispatcher
 	// delivers it.
 	Unserved bool `json:"unserved,omitempty"`
+	// Filtered: the route has a filter (docs/rules.md). FilteredLastHour
+	// counts the events its bindings matched that its filter did not take
+	// in the last hour, FilterErrorsLastHour those it could not judge;
+	// both absent without a filter.
+	Filtered             bool   `json:"filtered,omitempty"`
+	FilteredLastHour     *int64 `json:"filtered_last_hour,omitempty"`
+	FilterErrorsLastHour *int64 `json:"filter_errors_last_hour,omitempty"`
 }

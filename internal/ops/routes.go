@@ -60,6 +60,7 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 		byRoute[st.Route] = st
 	}
 	out := &RouteList{Routes: []RouteSummary{}}
+	var filtered *lastHourFiltered
 	if s.Broker == nil {
 		out.BrokerError = "no broker to ask"
 	}
@@ -104,6 +105,15 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 			}
 		}
 		routeState(&rs, st, r.RateLimit > 0)
+		if r.Filtered() {
+			rs.Filtered = true
+			rejected, failed, err := s.filteredLastHour(ctx, &filtered)
+			if err != nil {
+				return nil, err
+			}
+			rej, fail := rejected[r.Name], failed[r.Name]
+			rs.FilteredLastHour, rs.FilterErrorsLastHour = &rej, &fail
+		}
 		out.Routes = append(out.Routes, rs)
 	}
 	var others []string
@@ -131,6 +141,34 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 		out.Routes = append(out.Routes, rs)
 	}
 	return out, nil
+}
+
+// lastHourFiltered is the last hour's filtered counts per route: events
+// the filter rejected, events it could not judge.
+type lastHourFiltered struct{ rejected, failed map[string]int64 }
+
+// filteredLastHour reads the last hour's filtered counts once a listing
+// (into *cache), for the routes that have a filter.
+func (s *Service) filteredLastHour(ctx context.Context, cache **lastHourFiltered) (rejected, failed map[string]int64, err error) {
+	if *cache == nil {
+		counts, _, err := s.Store.ActivitySince(ctx, ActivityWindow)
+		if err != nil {
+			return nil, nil, err
+		}
+		c := &lastHourFiltered{rejected: map[string]int64{}, failed: map[string]int64{}}
+		for _, n := range counts {
+			if n.Kind != store.ActivityDelivery || n.Outcome != "filtered" {
+				continue
+			}
+			if n.Reason == "error" {
+				c.failed[n.Name] += n.N
+			} else {
+				c.rejected[n.Name] += n.N
+			}
+		}
+		*cache = c
+	}
+	return (*cache).rejected, (*cache).failed, nil
 }
 
 // routeState sets rs's State, StateDetail and HeldUntil from the stored
