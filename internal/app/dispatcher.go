@@ -125,11 +125,6 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
-	for _, r := range follower.Current().All() {
-		if r.Broken != nil {
-			logger.Error().Err(r.Broken).Str("route", r.Name).Msg("route made at run time cannot be delivered by this dispatcher; its messages wait in its queue")
-		}
-	}
 	names := setup.Names(cfg)
 	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topologyOf(cfg, follower.Current()).Policies); err != nil {
 		return err
@@ -188,7 +183,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), func() []string { return follower.Current().Names() }))
+	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), func() []string { return follower.Current().Names() }), newUnopenedCollector(follower))
 	// The route engine needs the consumers, whose connects need it: it is
 	// set before they run.
 	var engine *routeEngine

@@ -139,6 +139,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(newUnopenedCollector(follower))
 	counter, stopCounting := startActivity(ctx, db, opts.ActivityInterval, logger)
 	defer stopCounting()
 	ingestMetrics := ingest.NewMetrics(reg)

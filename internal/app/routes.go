@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
@@ -11,6 +13,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 )
@@ -26,7 +29,66 @@ func newFollower(ctx context.Context, cfg *config.Config, db *store.DB, logger z
 	if err := f.Load(ctx); err != nil {
 		return nil, err
 	}
+	if err := requireKeys(f.Current()); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// requireKeys refuses to start a process that can never open a route made
+// at run time: its secrets.key and secrets.previous_keys, fixed for its
+// life, lack the key that sealed the route's signing secret or header
+// values (no key at all, or others). Such a process would make the
+// route's pairs and keep its bindings, but a dispatcher could not deliver
+// it and an admin API would seal new routes with a key the others lack;
+// refused at start, the deploy stops where it is, the processes running
+// keep serving. A route this process cannot read for another reason (its
+// stored data altered: no key can open it) does not stop it: it is
+// logged, counted (hookrelay_route_unopened) and shown as unopened, and
+// waits.
+func requireKeys(set *routeset.Set) error {
+	var problems []string
+	for _, r := range set.All() {
+		if r.Broken != nil && routeset.KeyMissing(r.Broken) {
+			problems = append(problems, fmt.Sprintf("route %s: %v", r.Name, r.Broken))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("secrets.key: this process cannot open routes made at run time (%s); every receiver and dispatcher needs the key that sealed them: "+
+		"set secrets.key (HOOKRELAY_SECRETS_KEY) and secrets.previous_keys as on the processes that made them, and during a key rotation keep the old key "+
+		"in secrets.previous_keys until hookrelay routes reseal has run", strings.Join(problems, "; "))
+}
+
+// unopenedCollector exports hookrelay_route_unopened: 1 for each route
+// made at run time that this process cannot open (routeset.Route.Broken),
+// 0 for the others, as its follower has them at each scrape.
+type unopenedCollector struct {
+	follower *routeset.Follower
+	desc     *prometheus.Desc
+}
+
+func newUnopenedCollector(f *routeset.Follower) *unopenedCollector {
+	return &unopenedCollector{follower: f, desc: prometheus.NewDesc("hookrelay_route_unopened",
+		"1 for a route made at run time whose signing secret or header values this process cannot open (no secrets.key, another key, or altered data): "+
+			"a dispatcher does not consume it, its messages wait in its queue; its bindings and pairs stay. 0 for the other run-time routes.",
+		[]string{"route"}, nil)}
+}
+
+func (c *unopenedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *unopenedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.follower.Current().All() {
+		if r.Declared {
+			continue
+		}
+		v := 0.0
+		if r.Broken != nil {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, r.Name)
+	}
 }
 
 // topologyOf is the RabbitMQ topology of set's routes: the config's
@@ -123,7 +185,7 @@ func (e *routeEngine) apply(ctx context.Context, old, set *routeset.Set) {
 			ev := e.logger.Info().Str("route", r.Name).Int64("version", r.Version).Strs("bindings", bindingsOf(r))
 			switch {
 			case r.Broken != nil:
-				e.logger.Error().Err(r.Broken).Str("route", r.Name).Msg("route cannot be delivered by this dispatcher; its messages wait in its queue")
+				// The follower logged why; its bindings were applied.
 			case r.Retiring:
 				ev.Str("disposal", r.Disposal).Msg("route deleted: finishing its backlog")
 			default:

@@ -56,12 +56,18 @@ func TestKeyringSealsPerRouteAndRotates(t *testing.T) {
 	require.Equal(t, secret, got)
 	_, err = only2.Open("billing", sealed)
 	require.ErrorContains(t, err, "neither secrets.key nor one of secrets.previous_keys")
+	require.ErrorIs(t, err, routeset.ErrUnknownKey)
+	require.True(t, routeset.KeyMissing(err), "another key: this process's keys lack it")
 	require.NotContains(t, err.Error(), key(1))
 
 	none, err := routeset.NewKeyring("", nil)
 	require.NoError(t, err)
 	_, err = none.Seal("billing", secret)
 	require.ErrorIs(t, err, routeset.ErrNoKey)
+	_, err = none.Open("billing", sealed)
+	require.True(t, routeset.KeyMissing(err), "no key")
+	_, err = k1.Open("billing", tampered)
+	require.False(t, routeset.KeyMissing(err), "altered data: no key opens it")
 	_, err = routeset.NewKeyring("c2hvcnQ=", nil)
 	require.ErrorContains(t, err, "secrets.key")
 }
