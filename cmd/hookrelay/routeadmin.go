@@ -248,8 +248,9 @@ func (c *cli) routesResealCmd() *cobra.Command {
 		Short: "Seal every run-time route's secrets with secrets.key (after a key rotation)",
 		Long: `Rotating secrets.key: put the new key in secrets.key and the old one in
 secrets.previous_keys on every process, restart them, run this, then remove
-the old key. It opens each sealed secret with whichever key sealed it and seals
-it again with secrets.key, in one transaction.`,
+the old key. It opens each sealed signing secret and header value with
+whichever key sealed it and seals it again with secrets.key, in one
+transaction.`,
 		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {

@@ -244,3 +244,34 @@ func TestProcessesRefuseToStartWithoutTheKeyOfARoute(t *testing.T) {
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
 }
+
+// Issue 38, security 3: hookrelay routes reseal seals a route's header
+// values with the new key too: once every process has only the new key
+// (the rotation's last step), the processes start and the route delivers
+// with its headers.
+func TestResealedRouteDeliversWithItsHeadersOnceTheOldKeyIsGone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Secrets = config.Secrets{Key: rotationKey1, Overlap: time.Hour}
+	t.Cleanup(func() { deleteRuntimeRouteQueues(t, h) })
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	url := dest.url("ledger")
+	_, err := testOps(t, h, amqptest.Dialer(t)).RouteCreate(opsCtx(), "ledger", ops.RouteInput{URL: &url, Bindings: []string{"acme.invoice.*"},
+		Headers: map[string]string{"X-Api-Key": "k-123"}})
+	require.NoError(t, err)
+
+	// The rotation: the new key with the old one as previous, reseal, then
+	// the old key removed from every process.
+	n, err := testOpsWith(t, h, withKeys(h.cfg, rotationKey2, rotationKey1), amqptest.Dialer(t)).RouteReseal(opsCtx())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	h.cfg = withKeys(h.cfg, rotationKey2)
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+
+	id := h.postSigned("resealed-1", "invoice.paid").ID
+	dest.waitFor(testenv.Scaled(30*time.Second), "the event", func(rs []received) bool { return len(rs) == 1 })
+	got := dest.snapshot()
+	require.Equal(t, id, got[0].eventID)
+	require.Equal(t, "k-123", got[0].header.Get("X-Api-Key"), "the header value, resealed, is sent")
+}

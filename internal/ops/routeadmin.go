@@ -40,7 +40,8 @@ type RouteAdminStore interface {
 	RouteUpdate(ctx context.Context, name string, version int64, spec []byte, e *store.AuditEntry) error
 	RouteRotateSecret(ctx context.Context, name string, secret []byte, fingerprint string, overlap time.Duration, e *store.AuditEntry) (time.Time, error)
 	RouteDelete(ctx context.Context, name, disposal string, e *store.AuditEntry) (int64, error)
-	RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error), e *store.AuditEntry) (int, error)
+	RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error),
+		resealSpec func(route string, spec []byte) ([]byte, error), e *store.AuditEntry) (int, error)
 	SourceList(ctx context.Context) ([]store.Owned, error)
 }
 
@@ -460,7 +461,8 @@ func (s *Service) RouteDelete(ctx context.Context, name, disposal string) (*Rout
 }
 
 // RouteReseal seals every run-time route's secrets with secrets.key (a
-// key rotation: the old key in secrets.previous_keys until this ran).
+// key rotation: the old key in secrets.previous_keys until this ran): its
+// signing secrets and its header values.
 func (s *Service) RouteReseal(ctx context.Context) (int, error) {
 	if err := requirePlatform(ctx, "reseal route secrets"); err != nil {
 		return 0, err
@@ -469,7 +471,9 @@ func (s *Service) RouteReseal(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return s.Store.RouteReseal(ctx, s.Keyring.Reseal, e)
+	return s.Store.RouteReseal(ctx, s.Keyring.Reseal, func(route string, spec []byte) ([]byte, error) {
+		return routeset.ResealSpec(s.Keyring, route, spec)
+	}, e)
 }
 
 // requireRuntime is requireRoute for a change of a run-time route: a

@@ -259,23 +259,25 @@ func (db *DB) RouteRetired(ctx context.Context, name string) error {
 	return nil
 }
 
-// RouteReseal seals every run-time route's secrets again with reseal (a
-// key rotation), in one transaction; it returns how many routes it
-// changed.
-func (db *DB) RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error), e *AuditEntry) (int, error) {
+// RouteReseal seals every run-time route's secrets again (a key
+// rotation), in one transaction: its signing secrets with reseal, and its
+// stored settings with resealSpec (the header values sealed in them). It
+// returns how many routes it changed.
+func (db *DB) RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error),
+	resealSpec func(route string, spec []byte) ([]byte, error), e *AuditEntry) (int, error) {
 	n := 0
 	err := db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
-		rows, err := tx.Query(ctx, `SELECT name, secret, previous_secret FROM routes WHERE secret IS NOT NULL ORDER BY name FOR UPDATE`)
+		rows, err := tx.Query(ctx, `SELECT name, secret, previous_secret, spec FROM routes WHERE secret IS NOT NULL ORDER BY name FOR UPDATE`)
 		if err != nil {
 			return nil, fmt.Errorf("reading route secrets: %w", err)
 		}
 		type sealed struct {
-			name         string
-			secret, prev []byte
+			name               string
+			secret, prev, spec []byte
 		}
 		list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sealed, error) {
 			var s sealed
-			err := row.Scan(&s.name, &s.secret, &s.prev)
+			err := row.Scan(&s.name, &s.secret, &s.prev, &s.spec)
 			return s, err
 		})
 		if err != nil {
@@ -292,7 +294,13 @@ func (db *DB) RouteReseal(ctx context.Context, reseal func(route string, sealed 
 					return nil, fmt.Errorf("route %q, previous secret: %w", s.name, err)
 				}
 			}
-			if _, err := tx.Exec(ctx, `UPDATE routes SET secret = $2, previous_secret = $3 WHERE name = $1`, s.name, secret, prev); err != nil {
+			spec := s.spec
+			if spec != nil {
+				if spec, err = resealSpec(s.name, s.spec); err != nil {
+					return nil, fmt.Errorf("route %q, settings: %w", s.name, err)
+				}
+			}
+			if _, err := tx.Exec(ctx, `UPDATE routes SET secret = $2, previous_secret = $3, spec = $4 WHERE name = $1`, s.name, secret, prev, spec); err != nil {
 				return nil, fmt.Errorf("resealing route %q: %w", s.name, err)
 			}
 			n++
