@@ -106,9 +106,11 @@ started). The relay makes its signing secret and prints it once: give it to the
 destination, which verifies each delivery's webhook-signature with it. It is
 stored sealed with secrets.key (HOOKRELAY_SECRETS_KEY); only its fingerprint is
 shown afterwards. A setting left out gets the default a route of config.yaml
-gets.`,
+gets. A route of a team other than the platform is named TEAM:NAME (the team
+taken from the name when --team is not given), so that its name never meets
+a route of config.yaml or another team's.`,
 		Example: `  hookrelay routes create billing-audit --url https://audit.example.com/hooks --binding 'acme.invoice.*'
-  hookrelay routes create crm --team sales --url https://crm.example.com/in --binding acme.customer.created --concurrency 4`,
+  hookrelay routes create sales:crm --url https://crm.example.com/in --binding acme.customer.created --concurrency 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, err := f.input(cmd)

@@ -282,6 +282,9 @@ func (s *Service) checked(r config.Route) error {
 // platform) with a new signing secret, shown once in the answer.
 func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (*RouteCreated, error) {
 	team := cmp.Or(in.Team, OwnTeam(ctx))
+	if prefix, _, ok := strings.Cut(name, ":"); ok && in.Team == "" {
+		team = prefix // TEAM:NAME names its team
+	}
 	if !Platform(ctx) && team != OwnTeam(ctx) {
 		return nil, fmt.Errorf("%w: a team's token makes routes for its own team", ErrForbidden)
 	}
@@ -305,6 +308,9 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 			return nil, s.routeErr(fmt.Errorf("team %q: %w", team, store.ErrNoTeam))
 		}
 	}
+	if err := checkRouteName(name, team); err != nil {
+		return nil, err
+	}
 	if err := s.checkSubscriptions(ctx, team, r.Bindings); err != nil {
 		return nil, err
 	}
@@ -324,6 +330,25 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 		return nil, s.routeErr(err)
 	}
 	return &RouteCreated{Secret: whsec, Route: *detail(&routeset.Route{Route: r, Version: 1, SecretFingerprint: fp})}, nil
+}
+
+// checkRouteName refuses a name outside team's namespace. A route of a
+// team other than the platform is named TEAM:NAME (payments:ledger), so
+// its name can meet neither a route of config.yaml (whose names have no
+// colon), which the platform may add at any time and which would then be
+// refused at every start, nor another team's, whose taking a name would
+// answer 409 and tell of it. The platform's run-time routes take plain
+// names, as the config's do.
+func checkRouteName(name, team string) error {
+	prefix, _, namespaced := strings.Cut(name, ":")
+	switch {
+	case team == PlatformTeam && namespaced:
+		return fmt.Errorf("%w: name: %q: a route of the platform team has no TEAM: prefix", ErrInvalidRequest, name)
+	case team != PlatformTeam && (!namespaced || prefix != team):
+		return fmt.Errorf("%w: name: %q: a route of team %s is named %s:NAME (%s:ledger), so that it never meets a route of config.yaml or of another team",
+			ErrInvalidRequest, name, team, team, team)
+	}
+	return nil
 }
 
 // newSecret makes route's signing secret: as shown once (whsec_...),
