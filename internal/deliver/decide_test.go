@@ -159,14 +159,15 @@ func TestHandleParksAMalformedMessage(t *testing.T) {
 	require.Equal(t, msg.Malformed.Error(), deads[0].why.LastError)
 }
 
-// A message whose event was purged cannot be recorded, ever: parked as
-// event_missing at once, without a POST or a retry.
+// A dead letter moved back whose event was purged since cannot be
+// recorded, ever: parked as event_missing at once, without a POST or a
+// retry.
 func TestHandleParksAMessageOfAPurgedEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Minute, status(200))
 	b.store.lockErrs = []error{fmt.Errorf("%w: event gone", deliver.ErrEventMissing)}
 	msg := message()
-	msg.Attempt = 3
+	msg.Attempt, msg.MovedBack = 3, true
 	require.NoError(t, b.handler.Handle(context.Background(), "billing", msg, make(chan struct{})))
 	require.Empty(t, b.posts)
 	locks, _, _, _ := b.store.snapshot()
@@ -176,6 +177,23 @@ func TestHandleParksAMessageOfAPurgedEvent(t *testing.T) {
 	require.Equal(t, "event_missing", deads[0].why.Reason)
 	require.Equal(t, 3, deads[0].why.Attempts)
 	require.Equal(t, "event purged from the database", deads[0].why.LastError)
+}
+
+// Issue 38, reliability 6(d): any other copy of a purged event is stale
+// (purge keeps an event with a pair still to deliver): dropped without a
+// POST and without a dead letter, counted superseded.
+func TestHandleDropsAStaleCopyOfAPurgedEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute, status(200))
+	b.store.lockErrs = []error{fmt.Errorf("%w: event gone", deliver.ErrEventMissing)}
+	msg := message()
+	msg.Attempt = 3
+	require.NoError(t, b.handler.Handle(context.Background(), "billing", msg, make(chan struct{})), "acked")
+	require.Empty(t, b.posts)
+	retries, deads := b.published()
+	require.Empty(t, retries)
+	require.Empty(t, deads, "no dead letter for a pair that was final")
+	require.Equal(t, 1.0, b.outcomes(t)["superseded"])
 }
 
 // With the pair locked, the copy in hand is delivered only if it is the

@@ -315,9 +315,23 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		lease, err = d.claim(ctx)
 		return err
 	})
+	if errors.Is(err, ErrEventMissing) && !msg.MovedBack {
+		// Purge keeps every event with a pair still to deliver (pending,
+		// retrying, dead unless --include-dead), so the pairs of a purged
+		// event were all final, and this copy is a stale one (a duplicate
+		// whose ack was lost, a retry copy late from its tier), or one
+		// routed to a route that never recorded a pair for it: nothing is
+		// owed. Dead-lettering it would report a failure that did not
+		// happen.
+		d.cfg.Metrics.outcome(route, "superseded")
+		d.log.Warn().Int64("gen", msg.Gen).Msg("event purged, so every pair of it was final: stale copy dropped without a POST")
+		return nil
+	}
 	if errors.Is(err, ErrEventMissing) {
-		// Retrying cannot help, and delivering without a record would
-		// break the at-most-once promise: park it for an operator.
+		// A dead letter an operator moved back whose event was purged
+		// since (purge --include-dead): retrying cannot help, and
+		// delivering without a record would break the at-most-once
+		// promise: park it for an operator.
 		d.log.Error().Err(err).Msg("event purged; dead-lettering")
 		return d.deadLetter(ctx, "event_missing", &webhook.Attempt{
 			Route: route, Number: msg.Attempt, StartedAt: h.now(), Error: "event purged from the database",
