@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
+	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -52,4 +53,106 @@ func TestStaleCopyOfAPurgedEventIsNoDeadLetter(t *testing.T) {
 	require.Zero(t, amqptest.Count(t, h.ch, h.names.RouteQueue("billing")))
 	require.Zero(t, amqptest.Count(t, h.ch, h.names.DeadQueue("billing")), "no dead letter for a pair that was delivered")
 	require.Equal(t, 1, dest.successes()["billing "+id], "and no second POST")
+}
+
+// Issue 38, reliability 6(a): a dispatcher whose routes lag (it cannot read
+// them: Postgres cut off from it) keeps consuming a route deleted and
+// retired meanwhile, and at its reconnect declares the route's queue
+// again, bindings and all, after the dispatcher that retired the route
+// deleted it. Nothing would ever remove that queue (the name is never
+// reused) while events pile up in it; the sweep deletes it again, and the
+// lagging dispatcher, caught up, leaves it gone.
+func TestQueueOfARetiredRouteDeclaredAgainIsDeleted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Secrets = config.Secrets{Key: testSecretsKey, Overlap: time.Hour}
+	t.Cleanup(func() { deleteRuntimeRouteQueues(t, h) })
+	rt := &runtimeHarness{harness: h, conn: amqptest.Dial(t)}
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+	lagging := *h.cfg
+	pg := proxied(t, &lagging.Database.URL)
+	broker := proxied(t, &lagging.AMQP.URL)
+	h.startDispatcherWith(&lagging, app.DispatcherOptions{})
+
+	admin := testOps(t, h, amqptest.Dialer(t))
+	url := "http://127.0.0.1:9/"
+	_, err := admin.RouteCreate(opsCtx(), "gone", ops.RouteInput{URL: &url, Bindings: []string{"acme.invoice.*"}})
+	require.NoError(t, err)
+	queue := h.names.RouteQueue("gone")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 2, rt.consumers(c, queue)) }, testenv.Scaled(5*time.Second), 20*time.Millisecond,
+		"both dispatchers consume it")
+
+	// The lagging dispatcher loses Postgres (its routes stop following)
+	// and the broker; meanwhile the route is deleted, retires, and the
+	// retiring dispatcher deletes its queue.
+	pg.Cut()
+	broker.Cut()
+	_, err = admin.RouteDelete(opsCtx(), "gone", "")
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, -1, rt.consumers(c, queue)) }, testenv.Scaled(60*time.Second), 50*time.Millisecond,
+		"retired, its queue deleted")
+	// The lagging dispatcher reconnects to the broker first: it declares
+	// the queue again, with the bindings it still has, and consumes it.
+	broker.Restore()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"acme.invoice.*"}, rt.brokerBindings(c, "gone"))
+		assert.Equal(c, 1, rt.consumers(c, queue))
+	}, testenv.Scaled(60*time.Second), 100*time.Millisecond, "the lagging dispatcher declared the queue again")
+	pg.Restore()
+
+	h.postSigned("orphan-1", "invoice.paid") // routed there while it lasts
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, -1, rt.consumers(c, queue)) }, testenv.Scaled(60*time.Second), 100*time.Millisecond,
+		"the queue of the retired route is deleted again")
+	for range 3 { // and stays gone: the lagging dispatcher caught up
+		broker.Cut()
+		broker.Restore()
+		waitReady(t, h.dispatcherBase)
+		require.Equal(t, -1, rt.consumers(t, queue))
+	}
+}
+
+// Issue 38, reliability 6(b): a pair committed after its route retired
+// (an ingest that matched the route before its deletion, its statement
+// stalled on its connection past the retirement grace, stands here as an
+// insert of that pair) would stay pending for ever: no dispatcher follows a
+// retired route. The sweep puts the route back to retiring and sends the
+// pair again; the dispatchers finish it as the route's disposal says
+// (here, delivered), and the route retires again.
+func TestPairCommittedAfterItsRouteRetiredIsFinished(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Secrets = config.Secrets{Key: testSecretsKey, Overlap: time.Hour}
+	t.Cleanup(func() { deleteRuntimeRouteQueues(t, h) })
+	rt := &runtimeHarness{harness: h, conn: amqptest.Dial(t)}
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.start(app.ReceiverOptions{})
+	h.startDispatcher(app.DispatcherOptions{})
+	admin := testOps(t, h, amqptest.Dialer(t))
+	url := dest.url("late")
+	_, err := admin.RouteCreate(opsCtx(), "late", ops.RouteInput{URL: &url, Bindings: []string{"acme.invoice.*"}})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, rt.consumers(c, h.names.RouteQueue("late"))) },
+		testenv.Scaled(5*time.Second), 20*time.Millisecond)
+	_, err = admin.RouteDelete(opsCtx(), "late", ops.DisposeDeliver)
+	require.NoError(t, err)
+	retired := func(c require.TestingT) bool {
+		var retired bool
+		require.NoError(c, h.db.Pool().QueryRow(context.Background(), `SELECT retired_at IS NOT NULL FROM routes WHERE name = 'late'`).Scan(&retired))
+		return retired
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, retired(c)) }, testenv.Scaled(30*time.Second), 50*time.Millisecond)
+
+	id := h.postSigned("late-1", "invoice.paid").ID // no receiver pairs it with late any more
+	_, err = h.db.Pool().Exec(t.Context(), `INSERT INTO deliveries (event_id, route) VALUES ($1, 'late')`, id)
+	require.NoError(t, err)
+
+	dest.waitFor(testenv.Scaled(60*time.Second), "the late pair delivered", func(rs []received) bool { return len(rs) == 1 })
+	require.Equal(t, id, dest.snapshot()[0].eventID)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		state, _, err := h.db.DeliveryGet(context.Background(), uuid.MustParse(id), "late")
+		require.NoError(c, err)
+		assert.Equal(c, webhook.StateDelivered, state)
+		assert.True(c, retired(c), "retired again")
+	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "the route retires again once the late pair is done")
 }

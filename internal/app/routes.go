@@ -212,7 +212,15 @@ func (e *routeEngine) applyTopology(old, set *routeset.Set) error {
 		rt := e.names.RouteTopology(amqp.RouteConfig{Name: r.Name, Bindings: want})
 		declare.Queues = append(declare.Queues, rt.Queues...)
 		declare.Bindings = append(declare.Bindings, rt.Bindings...)
-		unbind.Bindings = append(unbind.Bindings, e.stale(r.Name, bindingsOf(old.Get(r.Name)), want)...)
+		had := bindingsOf(old.Get(r.Name))
+		if r.Retiring {
+			// Its last bindings, whatever old had: a route put back to
+			// retiring (RouteUnretireLate) was in no set before, and its
+			// queue may hold bindings a process whose routes lagged
+			// declared again.
+			had = append(slices.Clone(had), r.Bindings...)
+		}
+		unbind.Bindings = append(unbind.Bindings, e.stale(r.Name, had, want)...)
 	}
 	return e.consumers.Apply(func(ch *amqp091.Channel) error {
 		if err := declare.Declare(ch); err != nil {
@@ -261,19 +269,34 @@ func (e *routeEngine) unbindStale(ctx context.Context, ch *amqp091.Channel) erro
 // no event to it.
 const retireGrace = 5 * time.Second
 
+// sweepInterval is how often a dispatcher looks for what a retired route
+// left behind (sweep).
+const sweepInterval = 10 * time.Second
+
+// lateWithin is how long after its retirement a route's late pairs are
+// looked for: far longer than any statement of an ingest can be stalled.
+const lateWithin = time.Hour
+
 // retire retires, every poll, the deleted routes whose backlog is done:
 // marked retired (every dispatcher stops consuming its queue), and, a
 // grace later, its queue deleted (what it still holds are copies of
 // pairs already final). Its dead-letter queue stays for the operator.
+// Every sweepInterval it sweeps what retired routes left behind.
 func (e *routeEngine) retire(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	retired := map[string]time.Time{}
+	orphans := map[string]time.Time{}
+	var swept time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if time.Since(swept) >= sweepInterval {
+			swept = time.Now()
+			e.sweep(ctx, orphans)
 		}
 		for name, at := range retired {
 			if time.Since(at) < retireGrace {
@@ -306,6 +329,86 @@ func (e *routeEngine) retire(ctx context.Context) error {
 				e.logger.Info().Str("route", r.Name).Msg("deleted route retired: nothing of it is undelivered")
 			}
 		}
+	}
+}
+
+// sweep repairs what a retired route can leave behind (issue 38,
+// reliability 6), neither of which anything else would ever undo:
+//
+//   - a pair committed after its route retired (an ingest that matched
+//     the route before its deletion and committed past the retirement
+//     grace, or a receiver whose routes lagged): the route is put back to
+//     retiring and the pair sent again, so the dispatchers finish it as
+//     the route's disposal says (store.RouteUnretireLate);
+//   - its queue declared again, bindings and all, after it was deleted,
+//     by a process whose routes lagged (reading them failed) when it
+//     (re)connected to the broker: events routed there would pile up for
+//     ever, since a route's name is never reused. A queue of a route
+//     retired for a while is deleted once this dispatcher has seen it at
+//     two sweeps (never one just declared: RabbitMQ 3.10 can crash a
+//     dead-lettering quorum queue deleted while it starts). What it holds
+//     has no pair to deliver: a late pair puts its route back to
+//     retiring first.
+//
+// A failure is logged; the next sweep tries again. orphans keeps when each
+// such queue was first seen.
+func (e *routeEngine) sweep(ctx context.Context, orphans map[string]time.Time) {
+	late, err := e.db.RouteUnretireLate(ctx, lateWithin)
+	if err != nil && ctx.Err() == nil {
+		e.logger.Warn().Err(err).Msg("looking for pairs committed after their route retired; trying again")
+	}
+	for _, l := range late {
+		e.logger.Warn().Str("route", l.Route).Int("resent", l.Resent).
+			Msg("deleted route had pairs committed after it retired: retiring again until they are done as its disposal says; their copies sent again")
+	}
+	stats, err := e.mgmt.QueueStats(ctx, e.names.RouteQueue(""))
+	if err != nil {
+		if ctx.Err() == nil {
+			e.logger.Warn().Err(err).Msg("listing route queues to find those of retired routes; trying again")
+		}
+		return
+	}
+	var names []string
+	for _, q := range stats {
+		name := strings.TrimPrefix(q.Name, e.names.RouteQueue(""))
+		if !strings.Contains(name, ".") { // not a dead-letter queue: those stay
+			names = append(names, name)
+		}
+	}
+	gone, err := e.db.RoutesRetiredAmong(ctx, names, retireGrace+2*sweepInterval)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.logger.Warn().Err(err).Msg("reading retired routes; trying again")
+		}
+		return
+	}
+	now := time.Now()
+	for name := range orphans {
+		if !slices.Contains(gone, name) {
+			delete(orphans, name)
+		}
+	}
+	for _, name := range gone {
+		first, seen := orphans[name]
+		if !seen {
+			orphans[name] = now
+			continue
+		}
+		if now.Sub(first) < sweepInterval {
+			continue
+		}
+		queue := e.names.RouteQueue(name)
+		err := e.consumers.Apply(func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDelete(queue, false, false, false)
+			return err
+		})
+		if err != nil {
+			e.logger.Warn().Err(err).Str("route", name).Msg("deleting the queue a retired route was given again; trying again")
+			continue
+		}
+		delete(orphans, name)
+		e.logger.Warn().Str("route", name).Str("queue", queue).
+			Msg("retired route's queue was declared again by a process whose routes lagged: deleted again, with its bindings")
 	}
 }
 

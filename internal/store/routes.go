@@ -259,6 +259,71 @@ func (db *DB) RouteRetired(ctx context.Context, name string) error {
 	return nil
 }
 
+// RouteLate is a deleted route put back to retiring: it had retired, and
+// pairs of it were committed after (Resent of them sent again now).
+type RouteLate struct {
+	Route  string
+	Resent int
+}
+
+// RouteUnretireLate puts back to retiring every route retired within
+// within that has a pair pending or retrying, and sends those pairs again
+// (as DeliveryReconcile does, due now), in one transaction. Such a pair
+// was committed after its route retired: an ingest that matched the route
+// before its deletion and committed past the retirement grace (a
+// statement stalled on its connection), or a receiver whose routes
+// lagged. Retiring again, the route is followed by every dispatcher, which
+// finish those pairs as its disposal says; then it retires again. A pair
+// whose event is still in the outbox is left to its own copy and, that
+// lost, to the reconciler.
+func (db *DB) RouteUnretireLate(ctx context.Context, within time.Duration) ([]RouteLate, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	var out []RouteLate
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			UPDATE routes r SET retired_at = NULL, updated_at = now()
+			WHERE r.retired_at > now() - $1::interval
+			  AND EXISTS (SELECT 1 FROM deliveries d WHERE d.route = r.name AND d.state IN ('pending', 'retrying'))
+			RETURNING r.name`, within)
+		if err != nil {
+			return fmt.Errorf("finding late pairs of retired routes: %w", err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("finding late pairs of retired routes: %w", err)
+		}
+		for _, name := range names {
+			sent, err := reconcileIn(ctx, tx, name, 0, 10000)
+			if err != nil {
+				return err
+			}
+			out = append(out, RouteLate{Route: name, Resent: len(sent)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RoutesRetiredAmong returns those of names that are routes retired more
+// than ago.
+func (db *DB) RoutesRetiredAmong(ctx context.Context, names []string, ago time.Duration) ([]string, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `SELECT name FROM routes WHERE name = ANY($1) AND retired_at < now() - $2::interval ORDER BY name`, names, ago)
+	if err != nil {
+		return nil, fmt.Errorf("reading retired routes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading retired routes: %w", err)
+	}
+	return out, nil
+}
+
 // RouteReseal seals every run-time route's secrets again (a key
 // rotation), in one transaction: its signing secrets with reseal, and its
 // stored settings with resealSpec (the header values sealed in them). It
