@@ -140,6 +140,8 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		return err
 	}
 	reg.MustRegister(newUnopenedCollector(follower))
+	backfill := newPairBackfill(db, follower.Current, backfillAgain, logger)
+	follower.Watch(backfill.watch)
 	counter, stopCounting := startActivity(ctx, db, opts.ActivityInterval, logger)
 	defer stopCounting()
 	ingestMetrics := ingest.NewMetrics(reg)
@@ -227,7 +229,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	httpserver.Health(mux, logger, checks...)
 	handler.Register(mux)
 	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: wake, direct: direct, rabbitmq: rabbitmq,
-		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...), follower: follower}
+		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...), follower: follower, backfill: backfill}
 	if !opts.DisablePublisher {
 		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
 			return err
@@ -330,6 +332,7 @@ type receiver struct {
 	cfg      *config.Config
 	logger   zerolog.Logger
 	follower *routeset.Follower
+	backfill *pairBackfill
 	ln       net.Listener
 	db       *store.DB
 	mux      *http.ServeMux
@@ -387,6 +390,7 @@ func (rc *receiver) run(ctx context.Context) error {
 	serve(rc.servers.public, rc.mux)
 	g.Go(func() error { return keepPartitions(gctx, rc.db, logger) })
 	g.Go(func() error { return rc.follower.Run(gctx) })
+	g.Go(func() error { return rc.backfill.Run(gctx) })
 	if rc.servers.metrics != nil {
 		serve(rc.servers.metrics, rc.status)
 		logger.Info().Str("listen", rc.metricsLn.Addr().String()).Msg("metrics served")

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
@@ -155,4 +157,50 @@ func TestPairCommittedAfterItsRouteRetiredIsFinished(t *testing.T) {
 		assert.Equal(c, webhook.StateDelivered, state)
 		assert.True(c, retired(c), "retired again")
 	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "the route retires again once the late pair is done")
+}
+
+// Issue 38, reliability 6(c): an event a receiver accepts after a route
+// was made but before it follows it gets no pair (it matched with the
+// routes it had), while a dispatcher may already have bound the route's
+// queue: its message would sit there unpaired, beyond the reconciler's
+// reach, and a purge could drop its day under it. The receiver makes
+// those pairs when it follows the change, and again once every request
+// matched before has been stored. The lagging receiver's insert stands
+// here as an insert of the event with the routes it had (billing only),
+// after the receiver under test followed the new route; the pair is
+// owed from then on: the reconciler sends it, and it is delivered.
+func TestEventAcceptedBeforeAReceiverFollowedANewRouteGetsItsPair(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Secrets = config.Secrets{Key: testSecretsKey, Overlap: time.Hour}
+	t.Cleanup(func() { deleteRuntimeRouteQueues(t, h) })
+	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
+	h.start(app.ReceiverOptions{})
+	url := dest.url("fresh")
+	_, err := testOps(t, h, amqptest.Dialer(t)).RouteCreate(opsCtx(), "fresh", ops.RouteInput{URL: &url, Bindings: []string{"acme.invoice.*"}})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 0.0, metricValue(c, h.metricsBase, `hookrelay_route_unopened{route="fresh"}`))
+	}, testenv.Scaled(5*time.Second), 20*time.Millisecond, "the receiver follows the new route")
+
+	id, err := uuid.NewV7()
+	require.NoError(t, err)
+	body := []byte(`{"id":"evt_lagging","type":"invoice.paid"}`)
+	res, err := h.db.EventInsertBatch(t.Context(), []store.EventInsertItem{{
+		Event: &webhook.Event{ID: id, Source: "acme", IdempotencyKey: "evt_lagging", EventType: "invoice.paid", ContentType: "application/json",
+			Headers: http.Header{}, Body: body, ReceivedAt: time.Now()},
+		Routes: []string{"billing"}, // the routes a receiver had before it followed fresh
+	}})
+	require.NoError(t, err)
+	require.False(t, res[0].Duplicate)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 1, h.pairs(c, id.String(), "fresh")) },
+		testenv.Scaled(20*time.Second), 50*time.Millisecond, "the receiver makes the pair it could not make when it accepted the event")
+
+	// Owed like any other: with no copy in the route's queue (nobody had
+	// bound it), the reconciler sends it, and it is delivered.
+	h.cfg.Reconcile.Margin = 2 * time.Second
+	h.startDispatcher(app.DispatcherOptions{})
+	dest.waitFor(testenv.Scaled(60*time.Second), "the event at the new route", func(rs []received) bool {
+		return slices.ContainsFunc(rs, func(r received) bool { return r.route == "fresh" && r.eventID == id.String() })
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
@@ -420,4 +421,137 @@ func (e *routeEngine) retireOne(ctx context.Context, name string) (bool, error) 
 		return false, err
 	}
 	return true, e.db.RouteRetired(ctx, name)
+}
+
+// backfillAgain is when a receiver backfills a route's change again: once
+// every request that matched with the routes before is stored or refused
+// (ingest's store timeout, 5s, and a margin).
+const backfillAgain = 10 * time.Second
+
+// pairBackfill makes, in a receiver, the pairs of a route made or given
+// patterns for the events the receiver accepted before it followed the
+// change (issue 38, reliability 6c). Matched with the routes it had, such
+// an event got no pair, while a dispatcher that followed sooner may have
+// bound the route's queue, so the broker routes its message there: without
+// a pair, nothing could send it again were it lost, and a purge could drop
+// its day under it. Each change is backfilled when followed, and again
+// once every request that matched with the routes before has been stored
+// (backfillAgain later).
+type pairBackfill struct {
+	db     *store.DB
+	routes func() *routeset.Set
+	again  time.Duration
+	logger zerolog.Logger
+
+	mu   sync.Mutex
+	jobs []backfillJob
+	wake chan struct{}
+}
+
+// backfillJob is one change to backfill: route's patterns, for the events
+// received since.
+type backfillJob struct {
+	route    string
+	patterns []string
+	since    time.Time
+	due      time.Time
+	last     bool
+}
+
+func newPairBackfill(db *store.DB, routes func() *routeset.Set, again time.Duration, logger zerolog.Logger) *pairBackfill {
+	return &pairBackfill{db: db, routes: routes, again: again, logger: logger.With().Str("component", "routes").Logger(), wake: make(chan struct{}, 1)}
+}
+
+// watch is the follower's watcher: it queues each run-time route of set
+// that has patterns old had not (a new route: all of them).
+func (b *pairBackfill) watch(_ context.Context, old, set *routeset.Set) {
+	now := time.Now()
+	b.mu.Lock()
+	for _, r := range set.All() {
+		if r.Declared || r.Retiring {
+			continue
+		}
+		var had []string
+		if o := old.Get(r.Name); o != nil && !o.Retiring {
+			had = o.Bindings
+		}
+		var added []string
+		for _, p := range r.Bindings {
+			if !slices.Contains(had, p) {
+				added = append(added, p)
+			}
+		}
+		if len(added) > 0 {
+			b.jobs = append(b.jobs, backfillJob{route: r.Name, patterns: added, since: r.ChangedAt, due: now})
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run backfills the queued changes until ctx is done, then returns nil. A
+// failed backfill is logged and tried again a second later.
+func (b *pairBackfill) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-b.wake:
+		}
+		now := time.Now()
+		b.mu.Lock()
+		var due []backfillJob
+		rest := b.jobs[:0]
+		for _, j := range b.jobs {
+			if j.due.After(now) {
+				rest = append(rest, j)
+			} else {
+				due = append(due, j)
+			}
+		}
+		b.jobs = rest
+		b.mu.Unlock()
+		var next []backfillJob
+		for _, j := range due {
+			// The patterns the route has now: one removed since (or the
+			// route deleted) takes no more pairs.
+			r := b.routes().Get(j.route)
+			if r == nil || r.Retiring {
+				continue
+			}
+			j.patterns = slices.DeleteFunc(j.patterns, func(p string) bool { return !slices.Contains(r.Bindings, p) })
+			if len(j.patterns) == 0 {
+				continue
+			}
+			n, err := b.db.DeliveryBackfill(ctx, j.route, j.since, func(key string) bool {
+				return slices.ContainsFunc(j.patterns, func(p string) bool { return amqp.TopicMatch(p, key) })
+			})
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					return nil
+				}
+				b.logger.Warn().Err(err).Str("route", j.route).Msg("making the pairs of events accepted before this receiver followed a route's change; trying again")
+				j.due = now.Add(time.Second)
+				next = append(next, j)
+				continue
+			case n > 0:
+				b.logger.Info().Str("route", j.route).Int("pairs", n).Strs("patterns", j.patterns).
+					Msg("pairs made for events accepted before this receiver followed the route's change")
+			}
+			if !j.last {
+				j.due, j.last = now.Add(b.again), true
+				next = append(next, j)
+			}
+		}
+		b.mu.Lock()
+		b.jobs = append(b.jobs, next...)
+		b.mu.Unlock()
+	}
 }

@@ -29,8 +29,10 @@ type Route struct {
 	config.Route
 	// Declared: a route of config.yaml.
 	Declared bool
-	// Version counts a run-time route's changes (1 when made).
-	Version int64
+	// Version counts a run-time route's changes (1 when made); ChangedAt
+	// is when its current version was stored (the database's clock).
+	Version   int64
+	ChangedAt time.Time
 	// Retiring: deleted; no event is routed to it (Match leaves it out,
 	// its queue is unbound), and the dispatchers finish its backlog as
 	// Disposal says (store.DisposeDeliver, store.DisposeDeadLetter).
@@ -293,7 +295,7 @@ func (f *Follower) read(ctx context.Context) (*Set, error) {
 // jsonb, and every version stores bindings as a list of strings, so only
 // a row altered by hand gets here).
 func (f *Follower) route(row store.RouteRow, local, dbNow time.Time) (*Route, error) {
-	r := &Route{Declared: false, Version: row.Version, Retiring: row.Deleted(), Disposal: row.Disposal,
+	r := &Route{Declared: false, Version: row.Version, ChangedAt: row.UpdatedAt, Retiring: row.Deleted(), Disposal: row.Disposal,
 		SecretFingerprint: row.SecretFingerprint, PreviousFingerprint: row.PreviousFingerprint}
 	bindings, err := DecodeBindings(row.Spec)
 	if err != nil {

@@ -177,6 +177,60 @@ func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string
 	return nil
 }
 
+// DeliveryBackfill makes route's pair (pending) for each event received
+// since since (the receivers' clocks, the database's for since) whose
+// routing key match accepts and that has none, and returns how many it
+// made. A receiver runs it when it follows a route made or given
+// patterns: an event it accepted in between, matched with the routes it
+// had, got no pair, while the broker may already route its message to the
+// route's queue; with its pair, it is owed like any other (the reconciler
+// repairs its copy, a purge keeps its day). At most backfillLimit events
+// are looked at.
+func (db *DB) DeliveryBackfill(ctx context.Context, route string, since time.Time, match func(routingKey string) bool) (int, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	// The id range prunes the day partitions (ids begin with the
+	// receiver's clock, a minute's slack for clocks apart).
+	rows, err := db.pool.Query(ctx, `SELECT id, source, event_type FROM events WHERE id >= $1 AND received_at >= $2 AND purged_at IS NULL ORDER BY id LIMIT $3`,
+		uuid7Floor(since.Add(-time.Minute)), since, backfillLimit)
+	if err != nil {
+		return 0, fmt.Errorf("reading the events since route %q changed: %w", route, err)
+	}
+	var ids []uuid.UUID
+	var id uuid.UUID
+	var source, eventType string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &source, &eventType}, func() error {
+		if match(source + "." + eventType) {
+			ids = append(ids, id)
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("reading the events since route %q changed: %w", route, err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	// The events' rows are locked (KEY SHARE, as in deliveryCreate): a
+	// purge cannot take one under its new pair.
+	var n int
+	if err := db.pool.QueryRow(ctx, `
+		WITH e AS (
+			SELECT id FROM events WHERE id = ANY($1) FOR KEY SHARE
+		), ins AS (
+			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
+			ON CONFLICT (event_id, route) DO NOTHING
+			RETURNING 1
+		)
+		SELECT count(*) FROM ins`, ids, route).Scan(&n); err != nil {
+		return 0, fmt.Errorf("making the pairs of route %q: %w", route, err)
+	}
+	return n, nil
+}
+
+// backfillLimit bounds the events DeliveryBackfill looks at: those of the
+// seconds a receiver takes to follow a change.
+const backfillLimit = 100000
+
 // State is the delivery's state when it was claimed.
 func (l *DeliveryLease) State() webhook.DeliveryState { return l.state }
 
