@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -278,6 +279,12 @@ const sweepInterval = 10 * time.Second
 // looked for: far longer than any statement of an ingest can be stalled.
 const lateWithin = time.Hour
 
+// orphanWithin is how long after its retirement a route's queue is looked
+// for (one passive declare a sweep each): a process whose routes lag longer
+// than a day has been cut off from Postgres for as long, and is restarted
+// long before.
+const orphanWithin = 24 * time.Hour
+
 // retire retires, every poll, the deleted routes whose backlog is done:
 // marked retired (every dispatcher stops consuming its queue), and, a
 // grace later, its queue deleted (what it still holds are copies of
@@ -345,8 +352,8 @@ func (e *routeEngine) retire(ctx context.Context) error {
 //     by a process whose routes lagged (reading them failed) when it
 //     (re)connected to the broker: events routed there would pile up for
 //     ever, since a route's name is never reused. A queue of a route
-//     retired for a while is deleted once this dispatcher has seen it at
-//     two sweeps (never one just declared: RabbitMQ 3.10 can crash a
+//     retired for a while (less than orphanWithin) is deleted once this
+//     dispatcher has seen it at two sweeps (never one just declared: RabbitMQ 3.10 can crash a
 //     dead-lettering quorum queue deleted while it starts). What it holds
 //     has no pair to deliver: a late pair puts its route back to
 //     retiring first.
@@ -362,27 +369,20 @@ func (e *routeEngine) sweep(ctx context.Context, orphans map[string]time.Time) {
 		e.logger.Warn().Str("route", l.Route).Int("resent", l.Resent).
 			Msg("deleted route had pairs committed after it retired: retiring again until they are done as its disposal says; their copies sent again")
 	}
-	stats, err := e.mgmt.QueueStats(ctx, e.names.RouteQueue(""))
-	if err != nil {
-		if ctx.Err() == nil {
-			e.logger.Warn().Err(err).Msg("listing route queues to find those of retired routes; trying again")
-		}
-		return
-	}
-	var names []string
-	for _, q := range stats {
-		name := strings.TrimPrefix(q.Name, e.names.RouteQueue(""))
-		if !strings.Contains(name, ".") { // not a dead-letter queue: those stay
-			names = append(names, name)
-		}
-	}
-	gone, err := e.db.RoutesRetiredAmong(ctx, names, retireGrace+2*sweepInterval)
+	gone, err := e.db.RoutesRetiredWithin(ctx, orphanWithin, retireGrace+sweepInterval)
 	if err != nil {
 		if ctx.Err() == nil {
 			e.logger.Warn().Err(err).Msg("reading retired routes; trying again")
 		}
 		return
 	}
+	gone = slices.DeleteFunc(gone, func(name string) bool {
+		exists, err := e.queueExists(e.names.RouteQueue(name))
+		if err != nil && ctx.Err() == nil {
+			e.logger.Warn().Err(err).Str("route", name).Msg("looking for the queue of a retired route; trying again")
+		}
+		return err != nil || !exists
+	})
 	now := time.Now()
 	for name := range orphans {
 		if !slices.Contains(gone, name) {
@@ -411,6 +411,23 @@ func (e *routeEngine) sweep(ctx context.Context, orphans map[string]time.Time) {
 		e.logger.Warn().Str("route", name).Str("queue", queue).
 			Msg("retired route's queue was declared again by a process whose routes lagged: deleted again, with its bindings")
 	}
+}
+
+// queueExists says whether queue is declared (a passive declare on a
+// channel of its own, which a missing queue closes); false too while the
+// dispatcher is not connected.
+func (e *routeEngine) queueExists(queue string) (bool, error) {
+	exists := false
+	err := e.consumers.Apply(func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		var aerr *amqp091.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp091.NotFound {
+			return nil
+		}
+		exists = err == nil
+		return err
+	})
+	return exists, err
 }
 
 // retireOne marks the deleted route retired once it may retire, and says

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -281,17 +282,26 @@ func (db *DB) RouteUnretireLate(ctx context.Context, within time.Duration) ([]Ro
 	defer cancel()
 	var out []RouteLate
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		// Found first, changed only then: an UPDATE, even of no row, fires
+		// the routes' NOTIFY, which wakes every process's follower.
 		rows, err := tx.Query(ctx, `
-			UPDATE routes r SET retired_at = NULL, updated_at = now()
+			SELECT r.name FROM routes r
 			WHERE r.retired_at > now() - $1::interval
 			  AND EXISTS (SELECT 1 FROM deliveries d WHERE d.route = r.name AND d.state IN ('pending', 'retrying'))
-			RETURNING r.name`, within)
+			ORDER BY r.name
+			FOR UPDATE OF r SKIP LOCKED`, within)
 		if err != nil {
 			return fmt.Errorf("finding late pairs of retired routes: %w", err)
 		}
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return fmt.Errorf("finding late pairs of retired routes: %w", err)
+		}
+		if len(names) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE routes SET retired_at = NULL, updated_at = now() WHERE name = ANY($1)`, names); err != nil {
+			return fmt.Errorf("putting back to retiring routes %s: %w", strings.Join(names, ", "), err)
 		}
 		for _, name := range names {
 			sent, err := reconcileIn(ctx, tx, name, 0, 10000)
@@ -308,12 +318,13 @@ func (db *DB) RouteUnretireLate(ctx context.Context, within time.Duration) ([]Ro
 	return out, nil
 }
 
-// RoutesRetiredAmong returns those of names that are routes retired more
-// than ago.
-func (db *DB) RoutesRetiredAmong(ctx context.Context, names []string, ago time.Duration) ([]string, error) {
+// RoutesRetiredWithin returns the routes retired less than within ago and
+// more than settled ago, by name.
+func (db *DB) RoutesRetiredWithin(ctx context.Context, within, settled time.Duration) ([]string, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
-	rows, err := db.pool.Query(ctx, `SELECT name FROM routes WHERE name = ANY($1) AND retired_at < now() - $2::interval ORDER BY name`, names, ago)
+	rows, err := db.pool.Query(ctx, `SELECT name FROM routes WHERE retired_at > now() - $1::interval AND retired_at < now() - $2::interval ORDER BY name`,
+		within, settled)
 	if err != nil {
 		return nil, fmt.Errorf("reading retired routes: %w", err)
 	}
