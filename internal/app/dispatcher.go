@@ -548,6 +548,8 @@ func deliverErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, store.ErrEventPurged):
+		return fmt.Errorf("%w: %w: %w", deliver.ErrEventPurged, deliver.ErrEventMissing, err)
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
 	case errors.Is(err, store.ErrLeaseLost):

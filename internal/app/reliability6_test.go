@@ -25,12 +25,15 @@ import (
 // to deliver, so a purged event's pairs were all final. It is dropped
 // without a POST, counted superseded, and is no dead letter (it was one,
 // event_missing: a failure that never happened). A day dropped whole
-// leaves the same: no pair row and no event.
+// leaves the same: no pair row and no event (store's
+// TestClaimOfAPurgedEventSaysSo). A message of an event never stored is
+// still parked as event_missing (TestMessageForPurgedEventIsParked).
 func TestStaleCopyOfAPurgedEventIsNoDeadLetter(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	dest := newDestination(t, func(http.ResponseWriter, *http.Request, []byte, string, int) int { return http.StatusOK })
 	h.cfg.Routes[0].URL = dest.url("billing")
+	h.cfg.Retention.DedupeWindow = 30 * 24 * time.Hour // the default: the purged event's key is kept
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
 	svc := testOps(t, h, amqptest.Dialer(t))

@@ -159,7 +159,7 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string) error {
 	// The event's row is locked (KEY SHARE, as a foreign key would) so
 	// that a purge cannot delete it, or drop its day, under the new row.
-	var found bool
+	var found, known bool
 	if err := db.lax.QueryRow(ctx, `
 		WITH e AS (
 			SELECT id FROM events WHERE id = $1 FOR KEY SHARE
@@ -167,15 +167,54 @@ func deliveryCreate(ctx context.Context, db *DB, eventID uuid.UUID, route string
 			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
 			ON CONFLICT (event_id, route) DO NOTHING
 		)
-		SELECT EXISTS (SELECT 1 FROM e)`, pgUUID(eventID), route).Scan(&found); err != nil {
+		SELECT EXISTS (SELECT 1 FROM e), EXISTS (SELECT 1 FROM event_keys k WHERE k.event_id = $1)`,
+		pgUUID(eventID), route).Scan(&found, &known); err != nil {
 		return fmt.Errorf("creating delivery: %w", err)
 	}
-	if !found {
-		// The event row is gone (purged): nothing to record against.
+	if !found && !known {
+		// Its key may have expired since (retention.dedupe_window): an
+		// event of a day older than every day partition left was purged
+		// with its day.
+		dropped, err := db.dayDropped(ctx, eventID)
+		if err != nil {
+			return fmt.Errorf("creating delivery: %w", err)
+		}
+		known = dropped
+	}
+	switch {
+	case !found && known:
+		// Purged, its dedupe key kept (retention.dedupe_window): nothing
+		// to record against, and nothing was owed (purge keeps an event
+		// with a pair still to deliver).
+		return fmt.Errorf("event %s: %w", eventID, ErrEventPurged)
+	case !found:
+		// Never stored, or purged longer ago than the dedupe window.
 		return fmt.Errorf("event %s: %w", eventID, ErrNotFound)
 	}
 	return nil
 }
+
+// dayDropped reports whether id is a UUIDv7 of a day older than every
+// day partition of events: a day purge dropped.
+func (db *DB) dayDropped(ctx context.Context, id uuid.UUID) (bool, error) {
+	if id.Version() != 7 {
+		return false, nil
+	}
+	days, err := db.dayPartitions(ctx)
+	if err != nil || len(days) == 0 {
+		return false, err
+	}
+	var ms int64
+	for _, b := range id[:6] {
+		ms = ms<<8 | int64(b)
+	}
+	return time.UnixMilli(ms).UTC().Before(days[0].day), nil
+}
+
+// ErrEventPurged is returned for an event that was stored and has been
+// purged since (its dedupe key is kept for retention.dedupe_window, or
+// its day was dropped); it is an ErrNotFound too.
+var ErrEventPurged = fmt.Errorf("%w: purged", ErrNotFound)
 
 // DeliveryBackfill makes route's pair (pending) for each event received
 // since since (the receivers' clocks, the database's for since) whose
