@@ -137,10 +137,14 @@ func printTokens(w io.Writer, list []ops.Token) error {
 
 func (c *cli) tokensRevokeCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:     "revoke NAME",
-		Short:   "Revoke a token: the next request that carries it is refused",
-		Example: `  hookrelay tokens revoke ci-bot`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "revoke NAME",
+		Short: "Revoke a token: the next request that carries it is refused",
+		Long: `Revoke the token NAME: the next request that carries it is refused. Token
+names are each team's own: name another team's token as TEAM:NAME, or by its
+name alone when one team only has a live token so named.`,
+		Example: `  hookrelay tokens revoke ci-bot
+  hookrelay tokens revoke payments:ci-bot`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
 				err := svc.TokenRevoke(cmd.Context(), args[0])

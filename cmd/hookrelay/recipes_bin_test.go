@@ -98,7 +98,7 @@ func TestOperatingRecipesRunOnTheDefaultConfig(t *testing.T) {
 	prefix := amqptest.Prefix(t)
 	path := daemons.writeConfig("config.yaml", repoConfig(t, dbURL, prefix))
 	deleteTopologyOf(t, path)
-	t.Cleanup(func() { deleteQueues(t, prefix+".route.ledger", prefix+".route.ledger.dead") }) // after the daemons stop
+	t.Cleanup(func() { deleteQueues(t, prefix+".route.payments:ledger", prefix+".route.payments:ledger.dead") }) // after the daemons stop
 	for k, v := range secretsEnv {
 		daemons.env[k] = v
 	}
@@ -122,7 +122,7 @@ func TestOperatingRecipesRunOnTheDefaultConfig(t *testing.T) {
 	require.Equal(t, "export HOOKRELAY_SECRETS_KEY="+runKey(t), runtime[0], "the page gives the CLI the key scripts/run.sh gives the relay")
 
 	// A binding to a source there is not: said so.
-	res := op.bash(t, runtime[0]+"\nhookrelay routes create nowhere --team payments --url https://ledger.example.com/hooks --binding 'stripe.invoice.*'")
+	res := op.bash(t, runtime[0]+"\nhookrelay routes create payments:nowhere --url http://127.0.0.1:9000/hooks --binding 'stripe.invoice.*'")
 	require.NotEqual(t, 0, res.code, "%v", res)
 	require.Contains(t, res.stderr, `there is no source "stripe"`)
 
@@ -132,7 +132,7 @@ func TestOperatingRecipesRunOnTheDefaultConfig(t *testing.T) {
 		if i != 1 {
 			continue
 		}
-		require.Contains(t, res.stdout, "route ledger created for team payments")
+		require.Contains(t, res.stdout, "route payments:ledger created for team payments")
 		// Every dispatcher consumes it: it opened the route's secret
 		// with the key the CLI sealed it with.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -141,7 +141,7 @@ func TestOperatingRecipesRunOnTheDefaultConfig(t *testing.T) {
 			var list ops.RouteList
 			require.NoError(c, json.Unmarshal([]byte(got.stdout), &list))
 			for _, rt := range list.Routes {
-				if rt.Route == "ledger" {
+				if rt.Route == "payments:ledger" {
 					require.NotNil(c, rt.Consumers)
 					require.Equal(c, 4, *rt.Consumers, "--concurrency 4, one dispatcher")
 					return

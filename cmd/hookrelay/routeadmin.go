@@ -120,12 +120,14 @@ started). The relay makes its signing secret and prints it once: give it to the
 destination, which verifies each delivery's webhook-signature with it. It is
 stored sealed with secrets.key (HOOKRELAY_SECRETS_KEY); only its fingerprint is
 shown afterwards. A setting left out gets the default a route of config.yaml
-gets. A team's route never reaches the relay's own side: a URL whose address
-(or whose name's address) is loopback, private, link-local or otherwise not
-globally reachable is refused, unless team_routes.allowed_networks names its
+gets. A route of a team other than the platform is named TEAM:NAME (the team
+taken from the name when --team is not given), so that its name never meets
+a route of config.yaml or another team's. A team's route never reaches the relay's own side: a URL whose
+address (or whose name's address) is loopback, private, link-local or otherwise
+not globally reachable is refused, unless team_routes.allowed_networks names its
 network; the dispatchers check again at every connect.`,
 		Example: `  hookrelay routes create billing-audit --url https://audit.example.com/hooks --binding 'acme.invoice.*'
-  hookrelay routes create crm --team sales --url https://crm.example.com/in --binding acme.customer.created --concurrency 4`,
+  hookrelay routes create sales:crm --url https://crm.example.com/in --binding acme.customer.created --concurrency 4`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, err := f.input(cmd)
@@ -265,8 +267,9 @@ func (c *cli) routesResealCmd() *cobra.Command {
 		Short: "Seal every run-time route's secrets with secrets.key (after a key rotation)",
 		Long: `Rotating secrets.key: put the new key in secrets.key and the old one in
 secrets.previous_keys on every process, restart them, run this, then remove
-the old key. It opens each sealed secret with whichever key sealed it and seals
-it again with secrets.key, in one transaction.`,
+the old key. It opens each sealed signing secret and header value with
+whichever key sealed it and seals it again with secrets.key, in one
+transaction.`,
 		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {

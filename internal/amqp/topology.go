@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,11 +95,22 @@ func (n Names) Unrouted() string { return n.Prefix + ".unrouted" }
 // RouteQueue is the queue a route's dispatchers consume.
 func (n Names) RouteQueue(route string) string { return n.Prefix + ".route." + route }
 
-// Sink is a filtered route's sink: a classic queue that holds nothing
+// Sink is the filtered routes' sink: a classic queue that holds nothing
 // (x-max-length 0: a message routed there is dropped at once, confirmed),
-// bound with the route's patterns so that the topic copy of an event it
-// matches counts as routed.
-func (n Names) Sink(route string) string { return n.RouteQueue(route) + ".filtered" }
+// bound with every filtered route's patterns (their queues are bound to
+// none), so that the topic copy of an event only filtered routes match is
+// not taken for unrouted. One for all routes: a message reaches it once,
+// whatever the number of filtered routes its key matches.
+func (n Names) Sink() string { return n.Prefix + ".filtered" }
+
+// SinkTopology is the sink bound with patterns.
+func (n Names) SinkTopology(patterns []string) Topology {
+	t := Topology{Queues: []Queue{{Name: n.Sink(), Args: sinkArgs()}}}
+	for _, p := range patterns {
+		t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: n.Sink(), RoutingKey: p})
+	}
+	return t
+}
 
 // DeadQueue is where a route's undeliverable messages wait for an operator.
 func (n Names) DeadQueue(route string) string { return n.RouteQueue(route) + ".dead" }
@@ -220,11 +232,19 @@ func BuildTopology(cfg TopologyConfig) Topology {
 		t.Queues = append(t.Queues, tier.Queues...)
 		t.Bindings = append(t.Bindings, tier.Bindings...)
 	}
+	var sunk []string
 	for _, r := range cfg.Routes {
 		rt := n.RouteTopology(r)
 		t.Queues = append(t.Queues, rt.Queues...)
 		t.Bindings = append(t.Bindings, rt.Bindings...)
+		if r.Filtered {
+			sunk = append(sunk, r.Bindings...)
+		}
 	}
+	slices.Sort(sunk)
+	sink := n.SinkTopology(slices.Compact(sunk))
+	t.Queues = append(t.Queues, sink.Queues...)
+	t.Bindings = append(t.Bindings, sink.Bindings...)
 	// Dead-letter and unrouted queues are where messages wait for a person,
 	// and reading one in the UI counts as a delivery. RabbitMQ 4 gives
 	// quorum queues a default delivery limit of 20, after which these
@@ -253,8 +273,8 @@ func BuildTopology(cfg TopologyConfig) Topology {
 }
 
 // RouteTopology is route r's queue, its dead-letter queue and its
-// bindings to the events exchange (which BuildTopology declares); for a
-// filtered route, its sink, which takes the bindings instead.
+// bindings to the events exchange (which BuildTopology declares); none for
+// a filtered route, whose patterns bind the sink instead (SinkTopology).
 func (n Names) RouteTopology(r RouteConfig) Topology {
 	q := n.RouteQueue(r.Name)
 	t := Topology{Queues: []Queue{
@@ -263,13 +283,11 @@ func (n Names) RouteTopology(r RouteConfig) Topology {
 		// counts as a delivery.
 		{Name: n.DeadQueue(r.Name), Args: quorumArgs()},
 	}}
-	bound := q
 	if r.Filtered {
-		bound = n.Sink(r.Name)
-		t.Queues = append(t.Queues, Queue{Name: bound, Args: sinkArgs()})
+		return t // its patterns bind the sink (SinkTopology)
 	}
 	for _, pattern := range r.Bindings {
-		t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: bound, RoutingKey: pattern})
+		t.Bindings = append(t.Bindings, Binding{Exchange: n.Events(), Queue: q, RoutingKey: pattern})
 	}
 	return t
 }

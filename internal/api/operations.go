@@ -27,7 +27,7 @@ type RouteInput struct {
 
 // CreateRouteBody is a route to make: its name and settings.
 type CreateRouteBody struct {
-	Name string `json:"name" doc:"The route's name: 1-63 of a-z 0-9 _ -, starting with a letter or digit." maxLength:"63"`
+	Name string `json:"name" doc:"The route's name: 1-63 of a-z 0-9 _ -, starting with a letter or digit; a route of a team other than the platform is named TEAM:NAME (payments:ledger)." maxLength:"127"`
 	ops.RouteInput
 }
 
@@ -36,7 +36,7 @@ type RotateSecretBody struct {
 	Overlap string `json:"overlap,omitempty" doc:"How long the previous secret still signs, with a unit (24h); 0s for not at all. Default secrets.overlap."`
 }
 
-var routeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var routeNameRe = regexp.MustCompile(`^([a-z0-9][a-z0-9_-]{0,62}:)?[a-z0-9][a-z0-9_-]{0,62}$`)
 
 func validRouteName(s string) bool { return routeNameRe.MatchString(s) }
 
@@ -121,7 +121,7 @@ func (a *server) routes() {
 	create.DefaultStatus = http.StatusCreated
 	huma.Register(a.api, create, func(ctx context.Context, in *struct{ Body CreateRouteBody }) (*body[*ops.RouteCreated], error) {
 		if !validRouteName(in.Body.Name) {
-			return nil, a.fail(ctx, "making a route", ops.Invalid("name: 1-63 of a-z 0-9 _ -, starting with a letter or digit"))
+			return nil, a.fail(ctx, "making a route", ops.Invalid("name: 1-63 of a-z 0-9 _ -, starting with a letter or digit (a team's: TEAM:NAME)"))
 		}
 		res, err := a.svc.RouteCreate(ctx, in.Body.Name, in.Body.RouteInput)
 		if err != nil {
@@ -555,7 +555,7 @@ type TokenBody struct {
 
 // TokenInput names a token.
 type TokenInput struct {
-	Name string `path:"name" maxLength:"63"`
+	Name string `path:"name" maxLength:"127" doc:"The token's name, of the caller's team; the platform names another team's as TEAM:NAME, or by its name alone when one team only has a live token so named."`
 }
 
 // AuditInput filters the audit log.

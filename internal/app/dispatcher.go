@@ -130,11 +130,6 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
-	for _, r := range follower.Current().All() {
-		if r.Broken != nil {
-			logger.Error().Err(r.Broken).Str("route", r.Name).Msg("route made at run time cannot be delivered by this dispatcher; its messages wait in its queue")
-		}
-	}
 	names := setup.Names(cfg)
 	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topologyOf(cfg, follower.Current()).Policies); err != nil {
 		return err
@@ -201,7 +196,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), func() []string { return follower.Current().Names() }))
+	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), func() []string { return follower.Current().Names() }), newUnopenedCollector(follower))
 	// The route engine needs the consumers, whose connects need it: it is
 	// set before they run.
 	var engine *routeEngine
@@ -567,6 +562,8 @@ func deliverErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, store.ErrEventPurged):
+		return fmt.Errorf("%w: %w: %w", deliver.ErrEventPurged, deliver.ErrEventMissing, err)
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
 	case errors.Is(err, store.ErrLeaseLost):

@@ -142,6 +142,9 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(newUnopenedCollector(follower))
+	backfill := newPairBackfill(db, follower.Current, backfillAgain, logger)
+	follower.Watch(backfill.watch)
 	counter, stopCounting := startActivity(ctx, db, opts.ActivityInterval, logger)
 	defer stopCounting()
 	ingestMetrics := ingest.NewMetrics(reg)
@@ -231,7 +234,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 	httpserver.Health(mux, logger, checks...)
 	handler.Register(mux)
 	rc := &receiver{cfg: cfg, logger: logger, ln: ln, adminLn: aln, db: db, mux: mux, wake: wake, direct: direct, rabbitmq: rabbitmq,
-		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...), follower: follower}
+		servers: sv, metricsLn: mln, status: statusMux(reg, logger, checks...), follower: follower, backfill: backfill}
 	if !opts.DisablePublisher {
 		if rc.relay, err = newRelay(cfg, db, publisher, rc.wake, reg, logger, opts.AfterPublishFunc); err != nil {
 			return err
@@ -336,6 +339,7 @@ type receiver struct {
 	cfg      *config.Config
 	logger   zerolog.Logger
 	follower *routeset.Follower
+	backfill *pairBackfill
 	ln       net.Listener
 	db       *store.DB
 	mux      *http.ServeMux
@@ -394,6 +398,7 @@ func (rc *receiver) run(ctx context.Context) error {
 	g.Go(func() error { return keepPartitions(gctx, rc.db, logger) })
 	g.Go(func() error { return keepRetention(gctx, rc.db, rc.cfg.Retention, logger) })
 	g.Go(func() error { return rc.follower.Run(gctx) })
+	g.Go(func() error { return rc.backfill.Run(gctx) })
 	if rc.servers.metrics != nil {
 		serve(rc.servers.metrics, rc.status)
 		logger.Info().Str("listen", rc.metricsLn.Addr().String()).Msg("metrics served")

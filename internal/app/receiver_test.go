@@ -554,13 +554,19 @@ func scrape(t tb, base string) map[string]float64 {
 // with the test.
 func testOps(t *testing.T, h *harness, dialer *hamqp.Dialer) *ops.Service {
 	t.Helper()
-	keyring, err := routeset.NewKeyring(h.cfg.Secrets.Key, h.cfg.Secrets.PreviousKeys)
+	return testOpsWith(t, h, h.cfg, dialer)
+}
+
+// testOpsWith is testOps with a config of its own (its secrets keys, say).
+func testOpsWith(t *testing.T, h *harness, cfg *config.Config, dialer *hamqp.Dialer) *ops.Service {
+	t.Helper()
+	keyring, err := routeset.NewKeyring(cfg.Secrets.Key, cfg.Secrets.PreviousKeys)
 	require.NoError(t, err)
 	// The routes as they are at each call: a test makes them and then
 	// asks.
-	f := routeset.NewFollower(h.cfg, h.db, keyring, zerolog.Nop())
+	f := routeset.NewFollower(cfg, h.db, keyring, zerolog.Nop())
 	require.NoError(t, f.Load(context.Background()))
-	svc, closeOps, err := setup.Ops(h.cfg, h.db, dialer, "hookrelay-test-ops", func() *routeset.Set {
+	svc, closeOps, err := setup.Ops(cfg, h.db, dialer, "hookrelay-test-ops", func() *routeset.Set {
 		require.NoError(t, f.Refresh(context.Background()))
 		return f.Current()
 	})

@@ -2,7 +2,11 @@ package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
@@ -11,6 +15,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 )
@@ -26,7 +31,66 @@ func newFollower(ctx context.Context, cfg *config.Config, db *store.DB, logger z
 	if err := f.Load(ctx); err != nil {
 		return nil, err
 	}
+	if err := requireKeys(f.Current()); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// requireKeys refuses to start a process that can never open a route made
+// at run time: its secrets.key and secrets.previous_keys, fixed for its
+// life, lack the key that sealed the route's signing secret or header
+// values (no key at all, or others). Such a process would make the
+// route's pairs and keep its bindings, but a dispatcher could not deliver
+// it and an admin API would seal new routes with a key the others lack;
+// refused at start, the deploy stops where it is, the processes running
+// keep serving. A route this process cannot read for another reason (its
+// stored data altered: no key can open it) does not stop it: it is
+// logged, counted (hookrelay_route_unopened) and shown as unopened, and
+// waits.
+func requireKeys(set *routeset.Set) error {
+	var problems []string
+	for _, r := range set.All() {
+		if r.Broken != nil && routeset.KeyMissing(r.Broken) {
+			problems = append(problems, fmt.Sprintf("route %s: %v", r.Name, r.Broken))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("secrets.key: this process cannot open routes made at run time (%s); every receiver and dispatcher needs the key that sealed them: "+
+		"set secrets.key (HOOKRELAY_SECRETS_KEY) and secrets.previous_keys as on the processes that made them, and during a key rotation keep the old key "+
+		"in secrets.previous_keys until hookrelay routes reseal has run", strings.Join(problems, "; "))
+}
+
+// unopenedCollector exports hookrelay_route_unopened: 1 for each route
+// made at run time that this process cannot open (routeset.Route.Broken),
+// 0 for the others, as its follower has them at each scrape.
+type unopenedCollector struct {
+	follower *routeset.Follower
+	desc     *prometheus.Desc
+}
+
+func newUnopenedCollector(f *routeset.Follower) *unopenedCollector {
+	return &unopenedCollector{follower: f, desc: prometheus.NewDesc("hookrelay_route_unopened",
+		"1 for a route made at run time whose signing secret or header values this process cannot open (no secrets.key, another key, or altered data): "+
+			"a dispatcher does not consume it, its messages wait in its queue; its bindings and pairs stay. 0 for the other run-time routes.",
+		[]string{"route"}, nil)}
+}
+
+func (c *unopenedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *unopenedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.follower.Current().All() {
+		if r.Declared {
+			continue
+		}
+		v := 0.0
+		if r.Broken != nil {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, r.Name)
+	}
 }
 
 // topologyOf is the RabbitMQ topology of set's routes: the config's
@@ -49,13 +113,29 @@ func bindingsOf(r *routeset.Route) []string {
 	return r.Bindings
 }
 
-// boundTo are the patterns of r on its queue and on its sink: a route with
-// a filter binds its sink, any other its queue.
+// boundTo are the patterns of r on its queue: a route with a filter binds
+// none (the sink takes its patterns, sinkPatterns).
 func boundTo(r *routeset.Route) (queue, sink []string) {
 	if r != nil && r.Filtered() {
 		return nil, bindingsOf(r)
 	}
 	return bindingsOf(r), nil
+}
+
+// sinkPatterns are the patterns the sink is bound with: every filtered
+// route's (not retiring) of set, once each, sorted.
+func sinkPatterns(set *routeset.Set) []string {
+	if set == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range set.All() {
+		if _, sink := boundTo(r); len(sink) > 0 {
+			out = append(out, sink...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // routeEngine is a dispatcher's delivery parts that follow the routes: the
@@ -134,7 +214,7 @@ func (e *routeEngine) apply(ctx context.Context, old, set *routeset.Set) {
 			ev := e.logger.Info().Str("route", r.Name).Int64("version", r.Version).Strs("bindings", bindingsOf(r))
 			switch {
 			case r.Broken != nil:
-				e.logger.Error().Err(r.Broken).Str("route", r.Name).Msg("route cannot be delivered by this dispatcher; its messages wait in its queue")
+				// The follower logged why; its bindings were applied.
 			case r.Retiring:
 				ev.Str("disposal", r.Disposal).Msg("route deleted: finishing its backlog")
 			default:
@@ -160,11 +240,23 @@ func (e *routeEngine) applyTopology(old, set *routeset.Set) error {
 		rt := e.names.RouteTopology(amqp.RouteConfig{Name: r.Name, Bindings: bindingsOf(r), Filtered: r.Filtered()})
 		declare.Queues = append(declare.Queues, rt.Queues...)
 		declare.Bindings = append(declare.Bindings, rt.Bindings...)
-		wantQueue, wantSink := boundTo(r)
-		hadQueue, hadSink := boundTo(old.Get(r.Name))
+		wantQueue, _ := boundTo(r)
+		hadQueue, _ := boundTo(old.Get(r.Name))
+		if r.Retiring {
+			// Its last bindings, whatever old had: a route put back to
+			// retiring (RouteUnretireLate) was in no set before, and its
+			// queue may hold bindings a process whose routes lagged
+			// declared again.
+			hadQueue = append(slices.Clone(hadQueue), r.Bindings...)
+		}
 		unbind.Bindings = append(unbind.Bindings, e.stale(e.names.RouteQueue(r.Name), hadQueue, wantQueue)...)
-		unbind.Bindings = append(unbind.Bindings, e.stale(e.names.Sink(r.Name), hadSink, wantSink)...)
 	}
+	// The sink's patterns: those of every filtered route, run-time or
+	// declared, once each.
+	sink := e.names.SinkTopology(sinkPatterns(set))
+	declare.Queues = append(declare.Queues, sink.Queues...)
+	declare.Bindings = append(declare.Bindings, sink.Bindings...)
+	unbind.Bindings = append(unbind.Bindings, e.stale(e.names.Sink(), sinkPatterns(old), sinkPatterns(set))...)
 	return e.consumers.Apply(func(ch *amqp091.Channel) error {
 		if err := declare.Declare(ch); err != nil {
 			return err
@@ -197,28 +289,22 @@ func (e *routeEngine) unbindStale(ctx context.Context, ch *amqp091.Channel) erro
 			// given a filter loses its queue's patterns (its sink has them).
 			continue
 		}
-		wantQueue, wantSink := boundTo(r)
-		queues := []string{e.names.RouteQueue(r.Name)}
-		if r.Filtered() {
-			// Its sink: patterns dropped while no dispatcher ran. (A sink
-			// left bound after its route lost its filter only drops copies
-			// the route queue also gets: harmless.)
-			queues = append(queues, e.names.Sink(r.Name))
+		want, _ := boundTo(r)
+		q := e.names.RouteQueue(r.Name)
+		had, err := e.mgmt.Bindings(ctx, e.names.Events(), q)
+		if err != nil {
+			// The management API is not needed to consume: go on, and
+			// look again at the next connect.
+			e.logger.Warn().Err(err).Str("route", r.Name).Str("queue", q).Msg("reading a route's bindings to remove stale ones; consuming anyway")
+			continue
 		}
-		for _, q := range queues {
-			had, err := e.mgmt.Bindings(ctx, e.names.Events(), q)
-			if err != nil {
-				// The management API is not needed to consume: go on, and
-				// look again at the next connect.
-				e.logger.Warn().Err(err).Str("route", r.Name).Str("queue", q).Msg("reading a run-time route's bindings to remove stale ones; consuming anyway")
-				continue
-			}
-			want := wantQueue
-			if q != e.names.RouteQueue(r.Name) {
-				want = wantSink
-			}
-			unbind.Bindings = append(unbind.Bindings, e.stale(q, had, want)...)
-		}
+		unbind.Bindings = append(unbind.Bindings, e.stale(q, had, want)...)
+	}
+	// The sink: patterns of filters removed while no dispatcher ran.
+	if had, err := e.mgmt.Bindings(ctx, e.names.Events(), e.names.Sink()); err != nil {
+		e.logger.Warn().Err(err).Str("queue", e.names.Sink()).Msg("reading the sink's bindings to remove stale ones; consuming anyway")
+	} else {
+		unbind.Bindings = append(unbind.Bindings, e.stale(e.names.Sink(), had, sinkPatterns(e.follower.Current()))...)
 	}
 	return unbind.Unbind(ch)
 }
@@ -228,19 +314,40 @@ func (e *routeEngine) unbindStale(ctx context.Context, ch *amqp091.Channel) erro
 // no event to it.
 const retireGrace = 5 * time.Second
 
+// sweepInterval is how often a dispatcher looks for what a retired route
+// left behind (sweep).
+const sweepInterval = 10 * time.Second
+
+// lateWithin is how long after its retirement a route's late pairs are
+// looked for: far longer than any statement of an ingest can be stalled.
+const lateWithin = time.Hour
+
+// orphanWithin is how long after its retirement a route's queue is looked
+// for (one passive declare a sweep each): a process whose routes lag longer
+// than a day has been cut off from Postgres for as long, and is restarted
+// long before.
+const orphanWithin = 24 * time.Hour
+
 // retire retires, every poll, the deleted routes whose backlog is done:
 // marked retired (every dispatcher stops consuming its queue), and, a
 // grace later, its queue deleted (what it still holds are copies of
 // pairs already final). Its dead-letter queue stays for the operator.
+// Every sweepInterval it sweeps what retired routes left behind.
 func (e *routeEngine) retire(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	retired := map[string]time.Time{}
+	orphans := map[string]time.Time{}
+	var swept time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if time.Since(swept) >= sweepInterval {
+			swept = time.Now()
+			e.sweep(ctx, orphans)
 		}
 		for name, at := range retired {
 			if time.Since(at) < retireGrace {
@@ -276,6 +383,96 @@ func (e *routeEngine) retire(ctx context.Context) error {
 	}
 }
 
+// sweep repairs what a retired route can leave behind (issue 38,
+// reliability 6), neither of which anything else would ever undo:
+//
+//   - a pair committed after its route retired (an ingest that matched
+//     the route before its deletion and committed past the retirement
+//     grace, or a receiver whose routes lagged): the route is put back to
+//     retiring and the pair sent again, so the dispatchers finish it as
+//     the route's disposal says (store.RouteUnretireLate);
+//   - its queue declared again, bindings and all, after it was deleted,
+//     by a process whose routes lagged (reading them failed) when it
+//     (re)connected to the broker: events routed there would pile up for
+//     ever, since a route's name is never reused. A queue of a route
+//     retired for a while (less than orphanWithin) is deleted once this
+//     dispatcher has seen it at two sweeps (never one just declared: RabbitMQ 3.10 can crash a
+//     dead-lettering quorum queue deleted while it starts). What it holds
+//     has no pair to deliver: a late pair puts its route back to
+//     retiring first.
+//
+// A failure is logged; the next sweep tries again. orphans keeps when each
+// such queue was first seen.
+func (e *routeEngine) sweep(ctx context.Context, orphans map[string]time.Time) {
+	late, err := e.db.RouteUnretireLate(ctx, lateWithin)
+	if err != nil && ctx.Err() == nil {
+		e.logger.Warn().Err(err).Msg("looking for pairs committed after their route retired; trying again")
+	}
+	for _, l := range late {
+		e.logger.Warn().Str("route", l.Route).Int("resent", l.Resent).
+			Msg("deleted route had pairs committed after it retired: retiring again until they are done as its disposal says; their copies sent again")
+	}
+	gone, err := e.db.RoutesRetiredWithin(ctx, orphanWithin, retireGrace+sweepInterval)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.logger.Warn().Err(err).Msg("reading retired routes; trying again")
+		}
+		return
+	}
+	gone = slices.DeleteFunc(gone, func(name string) bool {
+		exists, err := e.queueExists(e.names.RouteQueue(name))
+		if err != nil && ctx.Err() == nil {
+			e.logger.Warn().Err(err).Str("route", name).Msg("looking for the queue of a retired route; trying again")
+		}
+		return err != nil || !exists
+	})
+	now := time.Now()
+	for name := range orphans {
+		if !slices.Contains(gone, name) {
+			delete(orphans, name)
+		}
+	}
+	for _, name := range gone {
+		first, seen := orphans[name]
+		if !seen {
+			orphans[name] = now
+			continue
+		}
+		if now.Sub(first) < sweepInterval {
+			continue
+		}
+		queue := e.names.RouteQueue(name)
+		err := e.consumers.Apply(func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDelete(queue, false, false, false)
+			return err
+		})
+		if err != nil {
+			e.logger.Warn().Err(err).Str("route", name).Msg("deleting the queue a retired route was given again; trying again")
+			continue
+		}
+		delete(orphans, name)
+		e.logger.Warn().Str("route", name).Str("queue", queue).
+			Msg("retired route's queue was declared again by a process whose routes lagged: deleted again, with its bindings")
+	}
+}
+
+// queueExists says whether queue is declared (a passive declare on a
+// channel of its own, which a missing queue closes); false too while the
+// dispatcher is not connected.
+func (e *routeEngine) queueExists(queue string) (bool, error) {
+	exists := false
+	err := e.consumers.Apply(func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		var aerr *amqp091.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp091.NotFound {
+			return nil
+		}
+		exists = err == nil
+		return err
+	})
+	return exists, err
+}
+
 // retireOne marks the deleted route retired once it may retire, and says
 // whether it did.
 func (e *routeEngine) retireOne(ctx context.Context, name string) (bool, error) {
@@ -284,4 +481,137 @@ func (e *routeEngine) retireOne(ctx context.Context, name string) (bool, error) 
 		return false, err
 	}
 	return true, e.db.RouteRetired(ctx, name)
+}
+
+// backfillAgain is when a receiver backfills a route's change again: once
+// every request that matched with the routes before is stored or refused
+// (ingest's store timeout, 5s, and a margin).
+const backfillAgain = 10 * time.Second
+
+// pairBackfill makes, in a receiver, the pairs of a route made or given
+// patterns for the events the receiver accepted before it followed the
+// change (issue 38, reliability 6c). Matched with the routes it had, such
+// an event got no pair, while a dispatcher that followed sooner may have
+// bound the route's queue, so the broker routes its message there: without
+// a pair, nothing could send it again were it lost, and a purge could drop
+// its day under it. Each change is backfilled when followed, and again
+// once every request that matched with the routes before has been stored
+// (backfillAgain later).
+type pairBackfill struct {
+	db     *store.DB
+	routes func() *routeset.Set
+	again  time.Duration
+	logger zerolog.Logger
+
+	mu   sync.Mutex
+	jobs []backfillJob
+	wake chan struct{}
+}
+
+// backfillJob is one change to backfill: route's patterns, for the events
+// received since.
+type backfillJob struct {
+	route    string
+	patterns []string
+	since    time.Time
+	due      time.Time
+	last     bool
+}
+
+func newPairBackfill(db *store.DB, routes func() *routeset.Set, again time.Duration, logger zerolog.Logger) *pairBackfill {
+	return &pairBackfill{db: db, routes: routes, again: again, logger: logger.With().Str("component", "routes").Logger(), wake: make(chan struct{}, 1)}
+}
+
+// watch is the follower's watcher: it queues each run-time route of set
+// that has patterns old had not (a new route: all of them).
+func (b *pairBackfill) watch(_ context.Context, old, set *routeset.Set) {
+	now := time.Now()
+	b.mu.Lock()
+	for _, r := range set.All() {
+		if r.Declared || r.Retiring {
+			continue
+		}
+		var had []string
+		if o := old.Get(r.Name); o != nil && !o.Retiring {
+			had = o.Bindings
+		}
+		var added []string
+		for _, p := range r.Bindings {
+			if !slices.Contains(had, p) {
+				added = append(added, p)
+			}
+		}
+		if len(added) > 0 {
+			b.jobs = append(b.jobs, backfillJob{route: r.Name, patterns: added, since: r.ChangedAt, due: now})
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run backfills the queued changes until ctx is done, then returns nil. A
+// failed backfill is logged and tried again a second later.
+func (b *pairBackfill) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-b.wake:
+		}
+		now := time.Now()
+		b.mu.Lock()
+		var due []backfillJob
+		rest := b.jobs[:0]
+		for _, j := range b.jobs {
+			if j.due.After(now) {
+				rest = append(rest, j)
+			} else {
+				due = append(due, j)
+			}
+		}
+		b.jobs = rest
+		b.mu.Unlock()
+		var next []backfillJob
+		for _, j := range due {
+			// The patterns the route has now: one removed since (or the
+			// route deleted) takes no more pairs.
+			r := b.routes().Get(j.route)
+			if r == nil || r.Retiring {
+				continue
+			}
+			j.patterns = slices.DeleteFunc(j.patterns, func(p string) bool { return !slices.Contains(r.Bindings, p) })
+			if len(j.patterns) == 0 {
+				continue
+			}
+			n, err := b.db.DeliveryBackfill(ctx, j.route, j.since, func(key string) bool {
+				return slices.ContainsFunc(j.patterns, func(p string) bool { return amqp.TopicMatch(p, key) })
+			})
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					return nil
+				}
+				b.logger.Warn().Err(err).Str("route", j.route).Msg("making the pairs of events accepted before this receiver followed a route's change; trying again")
+				j.due = now.Add(time.Second)
+				next = append(next, j)
+				continue
+			case n > 0:
+				b.logger.Info().Str("route", j.route).Int("pairs", n).Strs("patterns", j.patterns).
+					Msg("pairs made for events accepted before this receiver followed the route's change")
+			}
+			if !j.last {
+				j.due, j.last = now.Add(b.again), true
+				next = append(next, j)
+			}
+		}
+		b.mu.Lock()
+		b.jobs = append(b.jobs, next...)
+		b.mu.Unlock()
+	}
 }

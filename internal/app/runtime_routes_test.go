@@ -369,22 +369,22 @@ func TestTeamMakesItsOwnRouteOnASourceThatAdmitsIt(t *testing.T) {
 	t.Parallel()
 	h := newTeamsHarness(t)
 	c, tokA, tokB := h.api, h.tokens["team-a"], h.tokens["team-b"]
-	body := map[string]any{"name": "a-audit", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.invoice.*"}}
+	body := map[string]any{"name": "team-a:audit", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.invoice.*"}}
 	a := c.call("create-route", http.MethodPost, "/api/v1/routes", tokA, body)
 	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
 	var res ops.RouteCreated
 	a.decode(t, &res)
 	require.Equal(t, "team-a", res.Route.Team)
-	require.Equal(t, http.StatusOK, c.call("get-route", http.MethodGet, "/api/v1/routes/a-audit", tokA, nil).Status)
-	require.Equal(t, http.StatusNotFound, c.call("get-route", http.MethodGet, "/api/v1/routes/a-audit", tokB, nil).Status)
+	require.Equal(t, http.StatusOK, c.call("get-route", http.MethodGet, "/api/v1/routes/team-a:audit", tokA, nil).Status)
+	require.Equal(t, http.StatusNotFound, c.call("get-route", http.MethodGet, "/api/v1/routes/team-a:audit", tokB, nil).Status)
 	// B's token may not bind acme (not a subscriber), nor every source.
 	for _, pattern := range []string{"acme.invoice.*", "#", "*.invoice.paid"} {
 		a = c.call("create-route", http.MethodPost, "/api/v1/routes", tokB,
-			map[string]any{"name": "b-audit", "url": "http://127.0.0.1:9/", "bindings": []string{pattern}})
+			map[string]any{"name": "team-b:audit", "url": "http://127.0.0.1:9/", "bindings": []string{pattern}})
 		require.Equal(t, http.StatusBadRequest, a.Status, "%s: %s", pattern, a.Body)
 	}
 	// Nor may A change its route's bindings to B's source.
-	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/a-audit", tokA, map[string]any{"bindings": []string{"bsrc.#"}})
+	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/team-a:audit", tokA, map[string]any{"bindings": []string{"bsrc.#"}})
 	require.Equal(t, http.StatusBadRequest, a.Status, "%s", a.Body)
 	// A declared route is read-only at run time.
 	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/a-billing", tokA, map[string]any{"concurrency": 2})

@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/console"
@@ -245,8 +248,8 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 			{body: map[string]any{"name": "sneaky", "team": "team-b", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.invoice.*"}},
 				bodyNone: map[string]any{"name": "sneaky", "team": "no-such-team", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.invoice.*"}},
 				swap:     map[string]string{"no-such-team": "team-b"}, status: http.StatusForbidden},
-			{body: map[string]any{"name": "sneaky", "url": "http://127.0.0.1:9/", "bindings": []string{"bsrc.invoice.*"}},
-				bodyNone: map[string]any{"name": "sneaky", "url": "http://127.0.0.1:9/", "bindings": []string{"no-such-source.invoice.*"}},
+			{body: map[string]any{"name": "team-a:sneaky", "url": "http://127.0.0.1:9/", "bindings": []string{"bsrc.invoice.*"}},
+				bodyNone: map[string]any{"name": "team-a:sneaky", "url": "http://127.0.0.1:9/", "bindings": []string{"no-such-source.invoice.*"}},
 				swap:     map[string]string{"no-such-source": "bsrc"}, status: http.StatusBadRequest},
 		},
 		"purge": {{body: map[string]any{"older_than": "1s", "confirm": true}, status: http.StatusForbidden},
@@ -458,4 +461,82 @@ func TestTeamsCannotReachEachOtherInTheConsole(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, shared, "A finds the shared event by the sender's id")
 	require.Equal(t, before, h.bState(), "B's rows and dead letters are as they were")
+}
+
+// Issue 38, security 8: names never meet across teams. A team's route is
+// named TEAM:NAME: a name the platform later puts in config.yaml (whose
+// names have no colon) was never the team's to take, so the next deploy
+// starts; and two teams' names never meet. A token's name is its team's
+// own: a name another team uses is free (no 409 telling of it), each
+// revokes its own, a team naming another's token finds nothing, and the
+// platform names another team's as TEAM:NAME.
+func TestNamesNeverMeetAcrossTeams(t *testing.T) {
+	t.Parallel()
+	h := newTeamsHarness(t)
+	c, tokA, tokB := h.api, h.tokens["team-a"], h.tokens["team-b"]
+	route := func(name string) map[string]any {
+		return map[string]any{"name": name, "url": "http://127.0.0.1:9/", "bindings": []string{"acme.invoice.*"}}
+	}
+	a := c.call("create-route", http.MethodPost, "/api/v1/routes", tokA, route("ledger"))
+	require.Equal(t, http.StatusBadRequest, a.Status, "a team does not take a name the config may use: %s", a.Body)
+	require.Contains(t, string(a.Body), "team-a:NAME")
+	a = c.call("create-route", http.MethodPost, "/api/v1/routes", tokA, route("team-a:ledger"))
+	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+	var made ops.RouteCreated
+	a.decode(t, &made)
+	require.Equal(t, "team-a", made.Route.Team)
+	// B's admits nothing of acme: it binds its own source.
+	a = c.call("create-route", http.MethodPost, "/api/v1/routes", tokB,
+		map[string]any{"name": "team-b:ledger", "url": "http://127.0.0.1:9/", "bindings": []string{"bsrc.invoice.*"}})
+	require.Equal(t, http.StatusCreated, a.Status, "B's ledger never meets A's: %s", a.Body)
+	a = c.call("create-route", http.MethodPost, "/api/v1/routes", tokB, route("team-a:other"))
+	require.Equal(t, http.StatusForbidden, a.Status, "%s", a.Body)
+	a = c.call("create-route", http.MethodPost, "/api/v1/routes", adminToken, route("platform:ledger"))
+	require.Equal(t, http.StatusBadRequest, a.Status, "the platform's run-time routes have plain names: %s", a.Body)
+
+	// The platform adds ledger to config.yaml: the next deploy starts,
+	// A's route beside it.
+	cfg := *h.cfg
+	cfg.Routes = append(slices.Clone(cfg.Routes), testRoute("ledger", "http://127.0.0.1:9/", "acme.nothing.*"))
+	amqptest.DeleteTopology(t, hamqp.Topology{Queues: []hamqp.Queue{{Name: h.names.RouteQueue("ledger")}, {Name: h.names.DeadQueue("ledger")}}})
+	h.startDispatcherWith(&cfg, app.DispatcherOptions{})
+	require.EventuallyWithT(t, func(col *assert.CollectT) {
+		var declared bool
+		require.NoError(col, h.db.Pool().QueryRow(context.Background(), `SELECT declared FROM routes WHERE name = 'ledger'`).Scan(&declared))
+		assert.True(col, declared)
+	}, testenv.Scaled(5*time.Second), 20*time.Millisecond)
+
+	// Tokens: B takes a name A uses.
+	for _, tok := range []string{tokA, tokB} {
+		a = c.call("create-token", http.MethodPost, "/api/v1/tokens", tok, map[string]any{"name": "ci", "role": "viewer"})
+		require.Equal(t, http.StatusCreated, a.Status, "a name another team uses is free: %s", a.Body)
+	}
+	a = c.call("create-token", http.MethodPost, "/api/v1/tokens", tokB, map[string]any{"name": "ci", "role": "viewer"})
+	require.Equal(t, http.StatusConflict, a.Status, "a team's own name is taken: %s", a.Body)
+	var list struct{ Items []ops.Token }
+	c.call("list-tokens", http.MethodGet, "/api/v1/tokens", tokA, nil).decode(t, &list)
+	for _, tok := range list.Items {
+		require.Equal(t, "team-a", tok.Team, "A lists its own tokens only")
+	}
+	// A naming B's token finds nothing, as for a token nobody has.
+	a = c.call("revoke-token", http.MethodDelete, "/api/v1/tokens/team-b:ci", tokA, nil)
+	none := c.call("revoke-token", http.MethodDelete, "/api/v1/tokens/team-b:no-such-token", tokA, nil)
+	require.Equal(t, http.StatusNotFound, a.Status, "%s", a.Body)
+	require.Equal(t, http.StatusNotFound, none.Status)
+	// The platform: ci names two teams' tokens; TEAM:ci names one.
+	a = c.call("revoke-token", http.MethodDelete, "/api/v1/tokens/ci", adminToken, nil)
+	require.Equal(t, http.StatusBadRequest, a.Status, "%s", a.Body)
+	require.Contains(t, string(a.Body), "team-a, team-b")
+	a = c.call("revoke-token", http.MethodDelete, "/api/v1/tokens/ci", tokB, nil)
+	require.Equal(t, http.StatusNoContent, a.Status, "B revokes its own: %s", a.Body)
+	c.call("list-tokens", http.MethodGet, "/api/v1/tokens", adminToken, nil).decode(t, &list)
+	revoked := map[string]bool{}
+	for _, tok := range list.Items {
+		if tok.Name == "ci" {
+			revoked[tok.Team] = tok.RevokedAt != nil
+		}
+	}
+	require.Equal(t, map[string]bool{"team-a": false, "team-b": true}, revoked, "B's revoke left A's token alone")
+	a = c.call("revoke-token", http.MethodDelete, "/api/v1/tokens/ci", adminToken, nil)
+	require.Equal(t, http.StatusNoContent, a.Status, "one live ci left: its name alone names it: %s", a.Body)
 }

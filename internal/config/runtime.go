@@ -38,7 +38,16 @@ func (c *Config) RouteDefaults(r *Route) {
 // may carry a credential.
 func (c *Config) CheckRoute(r Route) error {
 	var problems []string
-	err := newValidator().Struct(r)
+	named := r
+	if team, short, ok := strings.Cut(r.Name, ":"); ok {
+		// A team's route, TEAM:NAME (ops checks that TEAM is its team):
+		// each part a name. A route of config.yaml never has the colon.
+		named.Name = short
+		if !identRe.MatchString(team) {
+			problems = append(problems, fmt.Sprintf("name: %q: a team's route is named TEAM:NAME, each a-z 0-9 _ - (1-63, starting with a letter or digit)", r.Name))
+		}
+	}
+	err := newValidator().Struct(named)
 	var verrs validator.ValidationErrors
 	if errors.As(err, &verrs) {
 		for _, fe := range verrs {

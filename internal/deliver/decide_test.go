@@ -159,23 +159,52 @@ func TestHandleParksAMalformedMessage(t *testing.T) {
 	require.Equal(t, msg.Malformed.Error(), deads[0].why.LastError)
 }
 
-// A message whose event was purged cannot be recorded, ever: parked as
-// event_missing at once, without a POST or a retry.
+// A message whose event is not in the database (never stored, or a dead
+// letter moved back whose event was purged since) cannot be recorded,
+// ever: parked as event_missing at once, without a POST or a retry.
 func TestHandleParksAMessageOfAPurgedEvent(t *testing.T) {
 	t.Parallel()
+	for name, c := range map[string]struct {
+		err       error
+		movedBack bool
+	}{
+		"never stored":       {fmt.Errorf("%w: event gone", deliver.ErrEventMissing), false},
+		"moved back, purged": {fmt.Errorf("%w: %w: event gone", deliver.ErrEventPurged, deliver.ErrEventMissing), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, time.Minute, status(200))
+			b.store.lockErrs = []error{c.err}
+			msg := message()
+			msg.Attempt, msg.MovedBack = 3, c.movedBack
+			require.NoError(t, b.handler.Handle(context.Background(), "billing", msg, make(chan struct{})))
+			require.Empty(t, b.posts)
+			locks, _, _, _ := b.store.snapshot()
+			require.Equal(t, 1, locks, "not retried")
+			_, deads := b.published()
+			require.Len(t, deads, 1)
+			require.Equal(t, "event_missing", deads[0].why.Reason)
+			require.Equal(t, 3, deads[0].why.Attempts)
+			require.Equal(t, "event purged from the database", deads[0].why.LastError)
+		})
+	}
+}
+
+// Issue 38, reliability 6(d): any other copy of a purged event is stale
+// (purge keeps an event with a pair still to deliver): dropped without a
+// POST and without a dead letter, counted superseded.
+func TestHandleDropsAStaleCopyOfAPurgedEvent(t *testing.T) {
+	t.Parallel()
 	b := setup(t, time.Minute, status(200))
-	b.store.lockErrs = []error{fmt.Errorf("%w: event gone", deliver.ErrEventMissing)}
+	b.store.lockErrs = []error{fmt.Errorf("%w: %w: event gone", deliver.ErrEventPurged, deliver.ErrEventMissing)}
 	msg := message()
 	msg.Attempt = 3
-	require.NoError(t, b.handler.Handle(context.Background(), "billing", msg, make(chan struct{})))
+	require.NoError(t, b.handler.Handle(context.Background(), "billing", msg, make(chan struct{})), "acked")
 	require.Empty(t, b.posts)
-	locks, _, _, _ := b.store.snapshot()
-	require.Equal(t, 1, locks, "not retried")
-	_, deads := b.published()
-	require.Len(t, deads, 1)
-	require.Equal(t, "event_missing", deads[0].why.Reason)
-	require.Equal(t, 3, deads[0].why.Attempts)
-	require.Equal(t, "event purged from the database", deads[0].why.LastError)
+	retries, deads := b.published()
+	require.Empty(t, retries)
+	require.Empty(t, deads, "no dead letter for a pair that was final")
+	require.Equal(t, 1.0, b.outcomes(t)["superseded"])
 }
 
 // With the pair locked, the copy in hand is delivered only if it is the

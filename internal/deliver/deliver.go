@@ -65,6 +65,10 @@ type Lease interface {
 // (purged): no delivery can be recorded for it, ever.
 var ErrEventMissing = errors.New("event not in the database")
 
+// ErrEventPurged is returned by a Store, with ErrEventMissing, when the
+// event was stored and has been purged since.
+var ErrEventPurged = errors.New("event purged")
+
 // ErrLeaseLost is returned by a Lease whose lease expired and was taken
 // over by another claim before its holder wrote.
 var ErrLeaseLost = errors.New("delivery lease lost")
@@ -86,7 +90,8 @@ type Store interface {
 	// generation gen, with a lease of ttl. A delivered pair, or one at
 	// another generation (the copy is stale), is returned unclaimed (State
 	// and Gen say so; Release does nothing); a pair in flight elsewhere
-	// fails with a *LeaseBusyError; a purged event with ErrEventMissing.
+	// fails with a *LeaseBusyError; a purged event with ErrEventMissing
+	// (and ErrEventPurged when its dedupe key says it was stored once).
 	// owner names the claimant: a lease that owner holds already is taken
 	// again, so a claim whose answer was lost (its deadline passed after
 	// Postgres had taken the lease) is not then kept waiting for itself.
@@ -386,9 +391,24 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		lease, err = d.claim(ctx)
 		return err
 	})
+	if errors.Is(err, ErrEventPurged) && !msg.MovedBack {
+		// Purge keeps every event with a pair still to deliver (pending,
+		// retrying, dead unless --include-dead), so the pairs of a purged
+		// event were all final, and this copy is a stale one (a duplicate
+		// whose ack was lost, a retry copy late from its tier), or one
+		// routed to a route that never recorded a pair for it: nothing is
+		// owed. Dead-lettering it would report a failure that did not
+		// happen.
+		d.cfg.Metrics.outcome(route, "superseded")
+		d.log.Warn().Int64("gen", msg.Gen).Msg("event purged, so every pair of it was final: stale copy dropped without a POST")
+		return nil
+	}
 	if errors.Is(err, ErrEventMissing) {
-		// Retrying cannot help, and delivering without a record would
-		// break the at-most-once promise: park it for an operator.
+		// A dead letter an operator moved back whose event was purged
+		// since (purge --include-dead), or a message of an event never
+		// stored (or purged longer ago than the dedupe window): retrying
+		// cannot help, and delivering without a record would break the
+		// at-most-once promise: park it for an operator.
 		d.log.Error().Err(err).Msg("event purged; dead-lettering")
 		return d.deadLetter(ctx, "event_missing", &webhook.Attempt{
 			Route: route, Number: msg.Attempt, StartedAt: h.now(), Error: "event purged from the database",

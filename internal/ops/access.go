@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -22,7 +23,7 @@ type AccessStore interface {
 	AuditInsert(ctx context.Context, e *store.AuditEntry) error
 	AuditList(ctx context.Context, f store.AuditFilter) ([]store.AuditEntry, int64, error)
 	TokenCreate(ctx context.Context, t store.Token, secretHash []byte, e *store.AuditEntry) error
-	TokenRevoke(ctx context.Context, name string, e *store.AuditEntry) error
+	TokenRevoke(ctx context.Context, team, name string, e *store.AuditEntry) error
 	TokenList(ctx context.Context) ([]store.Token, error)
 	TokenAuthenticate(ctx context.Context, secretHash []byte) (*store.Token, error)
 	JobStore
@@ -287,13 +288,30 @@ func (s *Service) TokenCreate(ctx context.Context, req TokenRequest) (*NewToken,
 }
 
 // TokenRevoke revokes the token name: the next request that carries it is
-// refused.
+// refused. Token names are each team's own: a team revokes its own; the
+// platform names another team's as TEAM:NAME, or NAME alone when one team
+// only has a live token so named (several: ErrInvalidRequest, naming
+// them). A team that names another team's token finds nothing.
 func (s *Service) TokenRevoke(ctx context.Context, name string) error {
+	team, short, qualified := strings.Cut(name, ":")
+	if !qualified {
+		team, short = "", name
+	}
+	if !Platform(ctx) {
+		if qualified && team != OwnTeam(ctx) {
+			return fmt.Errorf("token %q (or it is revoked already): %w", name, ErrNotFound)
+		}
+		team = OwnTeam(ctx)
+	}
 	e, err := entry(ctx, ActionTokenRevoke, name, nil)
 	if err != nil {
 		return err
 	}
-	return s.Store.TokenRevoke(ctx, name, e)
+	err = s.Store.TokenRevoke(ctx, team, short, e)
+	if errors.Is(err, store.ErrAmbiguous) {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	return err
 }
 
 // TokenList lists the tokens, revoked ones too; never their secrets.

@@ -183,7 +183,9 @@ type RouteSummary struct {
 	Retrying int64 `json:"retrying"`
 	Dead     int64 `json:"dead"`
 	// State is what the dispatchers do with the route, the first of:
-	// paused; circuit-open (its probe due at CircuitOpenUntil);
+	// unopened (a route made at run time whose signing secret or header
+	// values this process's keys do not open; StateDetail says why: it is
+	// not delivered, its messages wait in its queue); paused; circuit-open (its probe due at CircuitOpenUntil);
 	// circuit-half-open (one probe in flight); held(retry-after) (the
 	// destination asked for a pause, until HeldUntil); held(rate-limit)
 	// (deliveries wait for the route's rate limit, until HeldUntil);

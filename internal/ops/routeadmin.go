@@ -51,7 +51,8 @@ type RouteAdminStore interface {
 	RouteUpdate(ctx context.Context, name string, version int64, spec []byte, e *store.AuditEntry) error
 	RouteRotateSecret(ctx context.Context, name string, secret []byte, fingerprint string, overlap time.Duration, e *store.AuditEntry) (time.Time, error)
 	RouteDelete(ctx context.Context, name, disposal string, e *store.AuditEntry) (int64, error)
-	RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error), e *store.AuditEntry) (int, error)
+	RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error),
+		resealSpec func(route string, spec []byte) ([]byte, error), e *store.AuditEntry) (int, error)
 	SourceList(ctx context.Context) ([]store.Owned, error)
 }
 
@@ -350,6 +351,9 @@ func (s *Service) checkDestination(ctx context.Context, r config.Route) error {
 // platform) with a new signing secret, shown once in the answer.
 func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (*RouteCreated, error) {
 	team := cmp.Or(in.Team, OwnTeam(ctx))
+	if prefix, _, ok := strings.Cut(name, ":"); ok && in.Team == "" {
+		team = prefix // TEAM:NAME names its team
+	}
 	if !Platform(ctx) && team != OwnTeam(ctx) {
 		return nil, fmt.Errorf("%w: a team's token makes routes for its own team", ErrForbidden)
 	}
@@ -373,6 +377,9 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 			return nil, s.routeErr(fmt.Errorf("team %q: %w", team, store.ErrNoTeam))
 		}
 	}
+	if err := checkRouteName(name, team); err != nil {
+		return nil, err
+	}
 	if err := s.checkSubscriptions(ctx, team, r.Bindings); err != nil {
 		return nil, err
 	}
@@ -395,6 +402,25 @@ func (s *Service) RouteCreate(ctx context.Context, name string, in RouteInput) (
 		return nil, s.routeErr(err)
 	}
 	return &RouteCreated{Secret: whsec, Route: *detail(&routeset.Route{Route: r, Version: 1, SecretFingerprint: fp})}, nil
+}
+
+// checkRouteName refuses a name outside team's namespace. A route of a
+// team other than the platform is named TEAM:NAME (payments:ledger), so
+// its name can meet neither a route of config.yaml (whose names have no
+// colon), which the platform may add at any time and which would then be
+// refused at every start, nor another team's, whose taking a name would
+// answer 409 and tell of it. The platform's run-time routes take plain
+// names, as the config's do.
+func checkRouteName(name, team string) error {
+	prefix, _, namespaced := strings.Cut(name, ":")
+	switch {
+	case team == PlatformTeam && namespaced:
+		return fmt.Errorf("%w: name: %q: a route of the platform team has no TEAM: prefix", ErrInvalidRequest, name)
+	case team != PlatformTeam && (!namespaced || prefix != team):
+		return fmt.Errorf("%w: name: %q: a route of team %s is named %s:NAME (%s:ledger), so that it never meets a route of config.yaml or of another team",
+			ErrInvalidRequest, name, team, team, team)
+	}
+	return nil
 }
 
 // newSecret makes route's signing secret: as shown once (whsec_...),
@@ -539,7 +565,8 @@ func (s *Service) RouteDelete(ctx context.Context, name, disposal string) (*Rout
 }
 
 // RouteReseal seals every run-time route's secrets with secrets.key (a
-// key rotation: the old key in secrets.previous_keys until this ran).
+// key rotation: the old key in secrets.previous_keys until this ran): its
+// signing secrets and its header values.
 func (s *Service) RouteReseal(ctx context.Context) (int, error) {
 	if err := requirePlatform(ctx, "reseal route secrets"); err != nil {
 		return 0, err
@@ -548,7 +575,9 @@ func (s *Service) RouteReseal(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return s.Store.RouteReseal(ctx, s.Keyring.Reseal, e)
+	return s.Store.RouteReseal(ctx, s.Keyring.Reseal, func(route string, spec []byte) ([]byte, error) {
+		return routeset.ResealSpec(s.Keyring, route, spec)
+	}, e)
 }
 
 // requireRuntime is requireRoute for a change of a run-time route: a

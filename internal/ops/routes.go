@@ -114,6 +114,12 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 			rej, fail := rejected[r.Name], failed[r.Name]
 			rs.FilteredLastHour, rs.FilterErrorsLastHour = &rej, &fail
 		}
+		if r.Broken != nil {
+			// This process's keys do not open it: the dispatchers, which
+			// have the same keys (they refuse to start otherwise), do not
+			// deliver it either.
+			rs.State, rs.StateDetail = "unopened", r.Broken.Error()
+		}
 		out.Routes = append(out.Routes, rs)
 	}
 	var others []string

@@ -15,6 +15,15 @@ import (
 // secrets.key is not set.
 var ErrNoKey = errors.New("secrets.key is not set (HOOKRELAY_SECRETS_KEY; make one with `hookrelay secret key`): routes made at run time need it")
 
+// ErrUnknownKey is returned for a secret sealed with a key that is
+// neither secrets.key nor one of secrets.previous_keys.
+var ErrUnknownKey = errors.New("neither secrets.key nor one of secrets.previous_keys")
+
+// KeyMissing reports whether err says the keyring lacks the key a seal
+// needs (ErrNoKey, ErrUnknownKey): a matter of this process's settings,
+// which it keeps for its life, not of the sealed data.
+func KeyMissing(err error) bool { return errors.Is(err, ErrNoKey) || errors.Is(err, ErrUnknownKey) }
+
 // Keyring seals route signing secrets with AES-256-GCM: a sealed secret is
 // the key's id (8 bytes of the key's SHA-256), a random 12-byte nonce and
 // the ciphertext, with the route's name as additional data (a sealed
@@ -99,7 +108,7 @@ func (k *Keyring) Open(route string, sealed []byte) ([]byte, error) {
 	}
 	sk := k.all[string(sealed[:keyIDLen])]
 	if sk == nil {
-		return nil, fmt.Errorf("sealed with key %s, which is neither secrets.key nor one of secrets.previous_keys", hex.EncodeToString(sealed[:keyIDLen]))
+		return nil, fmt.Errorf("sealed with key %s, which is %w", hex.EncodeToString(sealed[:keyIDLen]), ErrUnknownKey)
 	}
 	rest := sealed[keyIDLen:]
 	n := sk.aead.NonceSize()

@@ -2,6 +2,7 @@ package routeset_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -56,12 +57,18 @@ func TestKeyringSealsPerRouteAndRotates(t *testing.T) {
 	require.Equal(t, secret, got)
 	_, err = only2.Open("billing", sealed)
 	require.ErrorContains(t, err, "neither secrets.key nor one of secrets.previous_keys")
+	require.ErrorIs(t, err, routeset.ErrUnknownKey)
+	require.True(t, routeset.KeyMissing(err), "another key: this process's keys lack it")
 	require.NotContains(t, err.Error(), key(1))
 
 	none, err := routeset.NewKeyring("", nil)
 	require.NoError(t, err)
 	_, err = none.Seal("billing", secret)
 	require.ErrorIs(t, err, routeset.ErrNoKey)
+	_, err = none.Open("billing", sealed)
+	require.True(t, routeset.KeyMissing(err), "no key")
+	_, err = k1.Open("billing", tampered)
+	require.False(t, routeset.KeyMissing(err), "altered data: no key opens it")
 	_, err = routeset.NewKeyring("c2hvcnQ=", nil)
 	require.ErrorContains(t, err, "secrets.key")
 }
@@ -82,4 +89,39 @@ func TestSpecHeadersSealedAtRest(t *testing.T) {
 	_, err = stored.Open(k, "crm")
 	require.Error(t, err, "sealed for another route")
 	require.Equal(t, map[string]string{"X-Token": "(set)"}, stored.Shown().Headers)
+}
+
+// Issue 38, security 3: ResealSpec seals a stored spec's header values
+// with the current key, keeping every other field as stored (one this
+// version does not know included); a spec without headers is left as it
+// is.
+func TestResealSpecResealsHeaderValues(t *testing.T) {
+	k1, err := routeset.NewKeyring(key(1), nil)
+	require.NoError(t, err)
+	stored, err := routeset.Spec{URL: "http://x/", Bindings: []string{"acme.#"}, Headers: map[string]string{"X-Token": "t0ken"}}.Seal(k1, "billing")
+	require.NoError(t, err)
+	raw, err := json.Marshal(stored)
+	require.NoError(t, err)
+	raw = append(raw[:len(raw)-1], []byte(`,"future_field":{"a":1}}`)...)
+
+	k2, err := routeset.NewKeyring(key(2), []string{key(1)})
+	require.NoError(t, err)
+	again, err := routeset.ResealSpec(k2, "billing", raw)
+	require.NoError(t, err)
+	require.Contains(t, string(again), `"future_field":{"a":1}`)
+	only2, err := routeset.NewKeyring(key(2), nil)
+	require.NoError(t, err)
+	spec, err := routeset.DecodeSpec(again)
+	require.NoError(t, err)
+	opened, err := spec.Open(only2, "billing")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"X-Token": "t0ken"}, opened.Headers)
+	require.Equal(t, []string{"acme.#"}, opened.Bindings)
+
+	_, err = routeset.ResealSpec(only2, "billing", raw)
+	require.ErrorIs(t, err, routeset.ErrUnknownKey, "the key that sealed them is gone")
+	plain := []byte(`{"url":"http://x/","bindings":["acme.#"]}`)
+	same, err := routeset.ResealSpec(k2, "billing", plain)
+	require.NoError(t, err)
+	require.Equal(t, plain, same)
 }

@@ -10,6 +10,7 @@ package routeset
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -29,8 +30,10 @@ type Route struct {
 	config.Route
 	// Declared: a route of config.yaml.
 	Declared bool
-	// Version counts a run-time route's changes (1 when made).
-	Version int64
+	// Version counts a run-time route's changes (1 when made); ChangedAt
+	// is when its current version was stored (the database's clock).
+	Version   int64
+	ChangedAt time.Time
 	// Retiring: deleted; no event is routed to it (Match leaves it out,
 	// its queue is unbound), and the dispatchers finish its backlog as
 	// Disposal says (store.DisposeDeliver, store.DisposeDeadLetter).
@@ -44,9 +47,14 @@ type Route struct {
 	// SecretFingerprint and PreviousFingerprint name a run-time route's
 	// secrets.
 	SecretFingerprint, PreviousFingerprint string
-	// Broken says why a run-time route cannot be served (its settings or
-	// secret do not read: no secrets.key, another key); nil when it can.
-	// Its messages wait in its queue.
+	// Broken says why this process cannot deliver a run-time route: its
+	// signing secret or header values do not open with this process's
+	// keys (no secrets.key, another key: KeyMissing), or its settings do
+	// not read; nil when it can. Its Bindings are read all the same (they
+	// are never sealed): its queue keeps them and receivers make its
+	// pairs, and its messages wait in its queue, unconsumed here, for a
+	// dispatcher that can open it. Of its other settings, those that read
+	// are set, header values never.
 	Broken error
 	// FilterProgram and TransformProgram are the route's rules
 	// (docs/rules.md) compiled, nil when it has none.
@@ -193,7 +201,23 @@ func (f *Follower) Load(ctx context.Context) error {
 		return err
 	}
 	f.cur.Store(s)
+	f.logBroken(nil, s)
 	return nil
+}
+
+// logBroken logs, at error, each route of s this process cannot deliver
+// that old did not have so (new, changed, or broken for another reason).
+func (f *Follower) logBroken(old, s *Set) {
+	for _, r := range s.All() {
+		if r.Broken == nil {
+			continue
+		}
+		if o := old.Get(r.Name); o != nil && o.Version == r.Version && o.Broken != nil && o.Broken.Error() == r.Broken.Error() {
+			continue
+		}
+		f.logger.Error().Err(r.Broken).Str("route", r.Name).Int64("version", r.Version).Strs("bindings", r.Bindings).
+			Msg("route made at run time cannot be opened by this process: it is not delivered here, its messages wait in its queue; its bindings and pairs stay")
+	}
 }
 
 // Current returns the latest set.
@@ -246,6 +270,7 @@ func (f *Follower) Refresh(ctx context.Context) error {
 		return nil
 	}
 	f.cur.Store(s)
+	f.logBroken(old, s)
 	f.mu.Lock()
 	watchers := slices.Clone(f.watchers)
 	f.mu.Unlock()
@@ -275,17 +300,41 @@ func (f *Follower) read(ctx context.Context) (*Set, error) {
 		key = append(key, ':')
 		key = append(key, itoa(int(row.Version))...)
 		key = append(key, ';')
-		routes = append(routes, f.route(row, local, dbNow))
+		r, err := f.route(row, local, dbNow)
+		if err != nil {
+			return nil, err
+		}
+		routes = append(routes, r)
 	}
 	return newSet(routes, string(key)), nil
 }
 
-// route builds a run-time route from its row; one that cannot be served
-// says why in Broken.
-func (f *Follower) route(row store.RouteRow, local, dbNow time.Time) *Route {
-	r := &Route{Declared: false, Version: row.Version, Retiring: row.Deleted(), Disposal: row.Disposal,
+// route builds a run-time route from its row; one this process cannot
+// deliver says why in Broken, its bindings read all the same. A route
+// whose bindings do not read is an error: with them unknown, no process
+// may touch its queue's bindings or decide its pairs (routes.spec is
+// jsonb, and every version stores bindings as a list of strings, so only
+// a row altered by hand gets here).
+func (f *Follower) route(row store.RouteRow, local, dbNow time.Time) (*Route, error) {
+	r := &Route{Declared: false, Version: row.Version, ChangedAt: row.UpdatedAt, Retiring: row.Deleted(), Disposal: row.Disposal,
 		SecretFingerprint: row.SecretFingerprint, PreviousFingerprint: row.PreviousFingerprint}
-	r.Name, r.Team = row.Name, row.Team
+	bindings, err := DecodeBindings(row.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("route %q: %w", row.Name, err)
+	}
+	broken := func(err error) (*Route, error) {
+		// What reads of the settings, header values left out, so the
+		// listings show the route as it is; the bindings in any case.
+		if spec, serr := DecodeSpec(row.Spec); serr == nil {
+			spec.Headers, spec.SealedHeaders = nil, nil
+			if shown, serr := spec.Route(row.Name, row.Team); serr == nil {
+				r.Route = shown
+			}
+		}
+		r.Name, r.Team, r.Bindings = row.Name, row.Team, bindings
+		r.Broken = err
+		return r, nil
+	}
 	spec, err := DecodeSpec(row.Spec)
 	if err == nil {
 		spec, err = spec.Open(f.keyring, row.Name)
@@ -297,24 +346,21 @@ func (f *Follower) route(row store.RouteRow, local, dbNow time.Time) *Route {
 		err = compileRules(r, f.cfg.RuleLimits())
 	}
 	if err != nil {
-		r.Broken = err
-		return r
+		return broken(err)
 	}
 	key, err := f.keyring.Open(row.Name, row.Secret)
 	if err != nil {
-		r.Broken = err
-		return r
+		return broken(fmt.Errorf("signing secret: %w", err))
 	}
 	r.Keys = [][]byte{key}
 	if row.PreviousSecret != nil && row.PreviousUntil.After(dbNow) {
 		prev, err := f.keyring.Open(row.Name, row.PreviousSecret)
 		if err != nil {
-			r.Broken = err
-			return r
+			return broken(fmt.Errorf("previous signing secret: %w", err))
 		}
 		r.Previous, r.PreviousUntil = prev, local.Add(row.PreviousUntil.Sub(dbNow))
 	}
-	return r
+	return r, nil
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -74,6 +74,42 @@ func (s Spec) Open(k *Keyring, route string) (Spec, error) {
 	return s, nil
 }
 
+// ResealSpec returns raw, a run-time route's stored settings, with each
+// sealed header value sealed again with k's current key (a key rotation,
+// like Keyring.Reseal for the signing secret); raw as it is when it has
+// none. Every other field is kept as stored, known to this version or
+// not.
+func ResealSpec(k *Keyring, route string, raw []byte) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, fmt.Errorf("reading the route's stored settings: %w", err)
+	}
+	sealedRaw, ok := fields["sealed_headers"]
+	if !ok {
+		return raw, nil
+	}
+	var sealed map[string][]byte
+	if err := json.Unmarshal(sealedRaw, &sealed); err != nil {
+		return nil, fmt.Errorf("reading the route's sealed headers: %w", err)
+	}
+	if len(sealed) == 0 {
+		return raw, nil
+	}
+	for name, v := range sealed {
+		again, err := k.Reseal(headerAAD(route, name), v)
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %w", name, err)
+		}
+		sealed[name] = again
+	}
+	b, err := json.Marshal(sealed)
+	if err != nil {
+		return nil, err
+	}
+	fields["sealed_headers"] = b
+	return json.Marshal(fields)
+}
+
 // Shown returns a stored spec as listings show it: header names only.
 func (s Spec) Shown() Spec {
 	if len(s.SealedHeaders) > 0 {
@@ -113,6 +149,19 @@ func (s Spec) Route(name, team string) (config.Route, error) {
 		Circuit: config.Circuit{Failures: s.CircuitFailures, Cooldown: cooldown}, RateLimit: s.RateLimit, Burst: s.Burst, Ordering: s.Ordering,
 		SendTraceparent: s.SendTraceparent, Filter: s.Filter, Transform: s.Transform, TransformHeaders: s.TransformHeaders,
 	}, nil
+}
+
+// DecodeBindings reads the bindings of a stored spec alone: they are
+// never sealed, so a process reads them whatever its keys, and whatever
+// else of the spec it cannot read.
+func DecodeBindings(raw []byte) ([]string, error) {
+	var s struct {
+		Bindings []string `json:"bindings"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("reading the route's stored bindings: %w", err)
+	}
+	return s.Bindings, nil
 }
 
 // DecodeSpec reads a stored spec.

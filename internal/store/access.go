@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,10 @@ var Roles = []string{RoleViewer, RoleOperator, RoleAdmin}
 
 // ErrExists is returned when a name is taken.
 var ErrExists = errors.New("already exists")
+
+// ErrAmbiguous is returned when a name given without its team names
+// several teams' rows.
+var ErrAmbiguous = errors.New("ambiguous name")
 
 // Token is a named API token as stored: never its secret.
 type Token struct {
@@ -186,7 +191,8 @@ func (db *DB) AuditList(ctx context.Context, f AuditFilter) ([]AuditEntry, int64
 }
 
 // TokenCreate stores a token with the hash of its secret, auditing it as
-// e in the same transaction; ErrExists when the name is taken.
+// e in the same transaction; ErrExists when its team has a token of that
+// name (names are a team's own: another team's take none).
 func (db *DB) TokenCreate(ctx context.Context, t Token, secretHash []byte, e *AuditEntry) error {
 	return db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
 		_, err := tx.Exec(ctx, `
@@ -208,18 +214,32 @@ func (db *DB) TokenCreate(ctx context.Context, t Token, secretHash []byte, e *Au
 	})
 }
 
-// TokenRevoke revokes the token name, auditing it as e in the same
-// transaction; ErrNotFound when there is no such token not yet revoked.
-func (db *DB) TokenRevoke(ctx context.Context, name string, e *AuditEntry) error {
+// TokenRevoke revokes the live token name of team, auditing it as e in
+// the same transaction; team "" is whichever team the context sees has
+// one so named, and ErrAmbiguous when several do. ErrNotFound when there
+// is no such token not yet revoked.
+func (db *DB) TokenRevoke(ctx context.Context, team, name string, e *AuditEntry) error {
 	return db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
-		tag, err := tx.Exec(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL`, name)
+		rows, err := tx.Query(ctx, `
+			UPDATE api_tokens SET revoked_at = now()
+			WHERE name = $1 AND ($2 = '' OR team = $2) AND revoked_at IS NULL
+			RETURNING team`, name, team)
 		if err != nil {
 			return nil, fmt.Errorf("revoking token %q: %w", name, err)
 		}
-		if tag.RowsAffected() == 0 {
-			return nil, fmt.Errorf("token %q (or it is revoked already): %w", name, ErrNotFound)
+		teams, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("revoking token %q: %w", name, err)
 		}
-		return map[string]any{"revoked": true}, nil
+		switch len(teams) {
+		case 0:
+			return nil, fmt.Errorf("token %q (or it is revoked already): %w", name, ErrNotFound)
+		case 1:
+			return map[string]any{"revoked": true, "team": teams[0]}, nil
+		}
+		// Rolled back: revoked none.
+		slices.Sort(teams)
+		return nil, fmt.Errorf("tokens named %q belong to teams %s: name one as TEAM:%s: %w", name, strings.Join(teams, ", "), name, ErrAmbiguous)
 	})
 }
 
@@ -228,7 +248,7 @@ func (db *DB) TokenList(ctx context.Context) ([]Token, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	rows, err := db.pool.Query(ctx, `
-		SELECT name, role, team, created_at, created_by, expires_at, last_used_at, revoked_at FROM api_tokens ORDER BY name`)
+		SELECT name, role, team, created_at, created_by, expires_at, last_used_at, revoked_at FROM api_tokens ORDER BY name, team`)
 	if err != nil {
 		return nil, fmt.Errorf("listing tokens: %w", err)
 	}
@@ -264,7 +284,7 @@ func (db *DB) TokenAuthenticate(ctx context.Context, secretHash []byte) (*Token,
 		return nil, fmt.Errorf("reading a token: %w", err)
 	}
 	if stale {
-		if _, err := db.pool.Exec(ctx, `UPDATE api_tokens SET last_used_at = now() WHERE name = $1`, t.Name); err != nil {
+		if _, err := db.pool.Exec(ctx, `UPDATE api_tokens SET last_used_at = now() WHERE team = $1 AND name = $2`, t.Team, t.Name); err != nil {
 			return nil, fmt.Errorf("marking token %q used: %w", t.Name, err)
 		}
 	}

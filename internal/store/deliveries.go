@@ -139,7 +139,7 @@ func (db *DB) claimOn(ctx context.Context, q querier, owner, eventID uuid.UUID, 
 		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining, &attempts)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No row for the pair yet: create it, then claim.
-			if err := deliveryCreate(ctx, q, eventID, route); err != nil {
+			if err := deliveryCreate(ctx, db, q, eventID, route); err != nil {
 				return nil, err
 			}
 			continue
@@ -162,10 +162,10 @@ func (db *DB) claimOn(ctx context.Context, q querier, owner, eventID uuid.UUID, 
 	return nil, errors.New("claiming delivery: the pair's lease changed hands twice during the claim")
 }
 
-func deliveryCreate(ctx context.Context, q querier, eventID uuid.UUID, route string) error {
+func deliveryCreate(ctx context.Context, db *DB, q querier, eventID uuid.UUID, route string) error {
 	// The event's row is locked (KEY SHARE, as a foreign key would) so
 	// that a purge cannot delete it, or drop its day, under the new row.
-	var found bool
+	var found, known bool
 	if err := q.QueryRow(ctx, withDays(`
 		WITH e AS (
 			SELECT id FROM events WHERE id = $1 AND @day(id) FOR KEY SHARE
@@ -173,15 +173,108 @@ func deliveryCreate(ctx context.Context, q querier, eventID uuid.UUID, route str
 			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
 			ON CONFLICT (event_id, route) DO NOTHING
 		)
-		SELECT EXISTS (SELECT 1 FROM e)`, eventID), pgUUID(eventID), route).Scan(&found); err != nil {
+		SELECT EXISTS (SELECT 1 FROM e), EXISTS (SELECT 1 FROM event_keys k WHERE k.event_id = $1)`, eventID),
+		pgUUID(eventID), route).Scan(&found, &known); err != nil {
 		return fmt.Errorf("creating delivery: %w", err)
 	}
-	if !found {
-		// The event row is gone (purged): nothing to record against.
+	if !found && !known {
+		// Its key may have expired since (retention.dedupe_window): an
+		// event of a day older than every day partition left was purged
+		// with its day.
+		dropped, err := db.dayDropped(ctx, eventID)
+		if err != nil {
+			return fmt.Errorf("creating delivery: %w", err)
+		}
+		known = dropped
+	}
+	switch {
+	case !found && known:
+		// Purged, its dedupe key kept (retention.dedupe_window): nothing
+		// to record against, and nothing was owed (purge keeps an event
+		// with a pair still to deliver).
+		return fmt.Errorf("event %s: %w", eventID, ErrEventPurged)
+	case !found:
+		// Never stored, or purged longer ago than the dedupe window.
 		return fmt.Errorf("event %s: %w", eventID, ErrNotFound)
 	}
 	return nil
 }
+
+// dayDropped reports whether id is a UUIDv7 of a day older than every
+// day partition of events: a day purge dropped.
+func (db *DB) dayDropped(ctx context.Context, id uuid.UUID) (bool, error) {
+	if id.Version() != 7 {
+		return false, nil
+	}
+	days, err := db.dayPartitions(ctx)
+	if err != nil || len(days) == 0 {
+		return false, err
+	}
+	var ms int64
+	for _, b := range id[:6] {
+		ms = ms<<8 | int64(b)
+	}
+	return time.UnixMilli(ms).UTC().Before(days[0].day), nil
+}
+
+// ErrEventPurged is returned for an event that was stored and has been
+// purged since (its dedupe key is kept for retention.dedupe_window, or
+// its day was dropped); it is an ErrNotFound too.
+var ErrEventPurged = fmt.Errorf("%w: purged", ErrNotFound)
+
+// DeliveryBackfill makes route's pair (pending) for each event received
+// since since (the receivers' clocks, the database's for since) whose
+// routing key match accepts and that has none, and returns how many it
+// made. A receiver runs it when it follows a route made or given
+// patterns: an event it accepted in between, matched with the routes it
+// had, got no pair, while the broker may already route its message to the
+// route's queue; with its pair, it is owed like any other (the reconciler
+// repairs its copy, a purge keeps its day). At most backfillLimit events
+// are looked at.
+func (db *DB) DeliveryBackfill(ctx context.Context, route string, since time.Time, match func(routingKey string) bool) (int, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	// The id range prunes the day partitions (ids begin with the
+	// receiver's clock, a minute's slack for clocks apart).
+	rows, err := db.pool.Query(ctx, `SELECT id, source, event_type FROM events WHERE id >= $1 AND received_at >= $2 AND purged_at IS NULL ORDER BY id LIMIT $3`,
+		uuid7Floor(since.Add(-time.Minute)), since, backfillLimit)
+	if err != nil {
+		return 0, fmt.Errorf("reading the events since route %q changed: %w", route, err)
+	}
+	var ids []uuid.UUID
+	var id uuid.UUID
+	var source, eventType string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &source, &eventType}, func() error {
+		if match(source + "." + eventType) {
+			ids = append(ids, id)
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("reading the events since route %q changed: %w", route, err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	// The events' rows are locked (KEY SHARE, as in deliveryCreate): a
+	// purge cannot take one under its new pair.
+	var n int
+	if err := db.pool.QueryRow(ctx, `
+		WITH e AS (
+			SELECT id FROM events WHERE id = ANY($1) FOR KEY SHARE
+		), ins AS (
+			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
+			ON CONFLICT (event_id, route) DO NOTHING
+			RETURNING 1
+		)
+		SELECT count(*) FROM ins`, ids, route).Scan(&n); err != nil {
+		return 0, fmt.Errorf("making the pairs of route %q: %w", route, err)
+	}
+	return n, nil
+}
+
+// backfillLimit bounds the events DeliveryBackfill looks at: those of the
+// seconds a receiver takes to follow a change.
+const backfillLimit = 100000
 
 // State is the delivery's state when it was claimed.
 func (l *DeliveryLease) State() webhook.DeliveryState { return l.state }

@@ -37,8 +37,35 @@ type Reconciled struct {
 // simply be waiting in it.
 func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]Reconciled, error) {
 	var out []Reconciled
-	err := db.InTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
+	err := db.InTx(ctx, func(tx pgx.Tx) (err error) {
+		out, err = reconcileIn(ctx, tx, route, margin, limit)
+		return err
+	})
+	return out, err
+}
+
+// reconcileIn is DeliveryReconcile in tx.
+func reconcileIn(ctx context.Context, tx pgx.Tx, route string, margin time.Duration, limit int) ([]Reconciled, error) {
+	rows, err := tx.Query(ctx, reconcileSQL, route, margin, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reconciling %s: %w", route, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Reconciled, error) {
+		var r Reconciled
+		var overdue float64
+		err := row.Scan(&r.EventID, &r.Route, &r.Gen, &overdue)
+		r.Overdue = time.Duration(overdue * float64(time.Second))
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconciling %s: %w", route, err)
+	}
+	return out, nil
+}
+
+// reconcileSQL sends a route's ($1) overdue pairs again (DeliveryReconcile):
+// at most $3, overdue by more than $2.
+const reconcileSQL = `
 			WITH c AS (
 				SELECT d.id, d.event_id, now() - d.due_at AS overdue FROM deliveries d
 				WHERE d.route = $1 AND d.state IN ('pending', 'retrying')
@@ -72,22 +99,4 @@ func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.D
 				SELECT n.event_id, e.source || '.' || e.event_type, n.route, n.gen, n.attempt
 				FROM n CROSS JOIN LATERAL (SELECT e.source, e.event_type FROM events e WHERE e.id = n.event_id OFFSET 0) e
 			)
-			SELECT event_id, route, gen, EXTRACT(EPOCH FROM overdue)::float8 FROM u`,
-			route, margin, limit)
-		if err != nil {
-			return fmt.Errorf("reconciling %s: %w", route, err)
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Reconciled, error) {
-			var r Reconciled
-			var overdue float64
-			err := row.Scan(&r.EventID, &r.Route, &r.Gen, &overdue)
-			r.Overdue = time.Duration(overdue * float64(time.Second))
-			return r, err
-		})
-		if err != nil {
-			return fmt.Errorf("reconciling %s: %w", route, err)
-		}
-		return nil
-	})
-	return out, err
-}
+			SELECT event_id, route, gen, EXTRACT(EPOCH FROM overdue)::float8 FROM u`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -259,23 +260,100 @@ func (db *DB) RouteRetired(ctx context.Context, name string) error {
 	return nil
 }
 
-// RouteReseal seals every run-time route's secrets again with reseal (a
-// key rotation), in one transaction; it returns how many routes it
-// changed.
-func (db *DB) RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error), e *AuditEntry) (int, error) {
+// RouteLate is a deleted route put back to retiring: it had retired, and
+// pairs of it were committed after (Resent of them sent again now).
+type RouteLate struct {
+	Route  string
+	Resent int
+}
+
+// RouteUnretireLate puts back to retiring every route retired within
+// within that has a pair pending or retrying, and sends those pairs again
+// (as DeliveryReconcile does, due now), in one transaction. Such a pair
+// was committed after its route retired: an ingest that matched the route
+// before its deletion and committed past the retirement grace (a
+// statement stalled on its connection), or a receiver whose routes
+// lagged. Retiring again, the route is followed by every dispatcher, which
+// finish those pairs as its disposal says; then it retires again. A pair
+// whose event is still in the outbox is left to its own copy and, that
+// lost, to the reconciler.
+func (db *DB) RouteUnretireLate(ctx context.Context, within time.Duration) ([]RouteLate, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	var out []RouteLate
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		// Found first, changed only then: an UPDATE, even of no row, fires
+		// the routes' NOTIFY, which wakes every process's follower.
+		rows, err := tx.Query(ctx, `
+			SELECT r.name FROM routes r
+			WHERE r.retired_at > now() - $1::interval
+			  AND EXISTS (SELECT 1 FROM deliveries d WHERE d.route = r.name AND d.state IN ('pending', 'retrying'))
+			ORDER BY r.name
+			FOR UPDATE OF r SKIP LOCKED`, within)
+		if err != nil {
+			return fmt.Errorf("finding late pairs of retired routes: %w", err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("finding late pairs of retired routes: %w", err)
+		}
+		if len(names) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE routes SET retired_at = NULL, updated_at = now() WHERE name = ANY($1)`, names); err != nil {
+			return fmt.Errorf("putting back to retiring routes %s: %w", strings.Join(names, ", "), err)
+		}
+		for _, name := range names {
+			sent, err := reconcileIn(ctx, tx, name, 0, 10000)
+			if err != nil {
+				return err
+			}
+			out = append(out, RouteLate{Route: name, Resent: len(sent)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RoutesRetiredWithin returns the routes retired less than within ago and
+// more than settled ago, by name.
+func (db *DB) RoutesRetiredWithin(ctx context.Context, within, settled time.Duration) ([]string, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `SELECT name FROM routes WHERE retired_at > now() - $1::interval AND retired_at < now() - $2::interval ORDER BY name`,
+		within, settled)
+	if err != nil {
+		return nil, fmt.Errorf("reading retired routes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading retired routes: %w", err)
+	}
+	return out, nil
+}
+
+// RouteReseal seals every run-time route's secrets again (a key
+// rotation), in one transaction: its signing secrets with reseal, and its
+// stored settings with resealSpec (the header values sealed in them). It
+// returns how many routes it changed.
+func (db *DB) RouteReseal(ctx context.Context, reseal func(route string, sealed []byte) ([]byte, error),
+	resealSpec func(route string, spec []byte) ([]byte, error), e *AuditEntry) (int, error) {
 	n := 0
 	err := db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
-		rows, err := tx.Query(ctx, `SELECT name, secret, previous_secret FROM routes WHERE secret IS NOT NULL ORDER BY name FOR UPDATE`)
+		rows, err := tx.Query(ctx, `SELECT name, secret, previous_secret, spec FROM routes WHERE secret IS NOT NULL ORDER BY name FOR UPDATE`)
 		if err != nil {
 			return nil, fmt.Errorf("reading route secrets: %w", err)
 		}
 		type sealed struct {
-			name         string
-			secret, prev []byte
+			name               string
+			secret, prev, spec []byte
 		}
 		list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sealed, error) {
 			var s sealed
-			err := row.Scan(&s.name, &s.secret, &s.prev)
+			err := row.Scan(&s.name, &s.secret, &s.prev, &s.spec)
 			return s, err
 		})
 		if err != nil {
@@ -292,7 +370,13 @@ func (db *DB) RouteReseal(ctx context.Context, reseal func(route string, sealed 
 					return nil, fmt.Errorf("route %q, previous secret: %w", s.name, err)
 				}
 			}
-			if _, err := tx.Exec(ctx, `UPDATE routes SET secret = $2, previous_secret = $3 WHERE name = $1`, s.name, secret, prev); err != nil {
+			spec := s.spec
+			if spec != nil {
+				if spec, err = resealSpec(s.name, s.spec); err != nil {
+					return nil, fmt.Errorf("route %q, settings: %w", s.name, err)
+				}
+			}
+			if _, err := tx.Exec(ctx, `UPDATE routes SET secret = $2, previous_secret = $3, spec = $4 WHERE name = $1`, s.name, secret, prev, spec); err != nil {
 				return nil, fmt.Errorf("resealing route %q: %w", s.name, err)
 			}
 			n++

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func audit(action string) *store.AuditEntry {
 }
 
 // hookrelay routes reseal: every run-time route's secrets, the previous
-// one included, sealed again with the new key in one transaction; the old
+// one and its header values included, sealed again with the new key in one transaction; the old
 // key can go after. A route of the config cannot take a run-time route's
 // name; a run-time route's change announces itself (NOTIFY).
 func TestRouteSecretsResealAndNames(t *testing.T) {
@@ -37,7 +38,11 @@ func TestRouteSecretsResealAndNames(t *testing.T) {
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = db.Listen(lctx, store.RoutesChannel, wake, zerolog.Nop()) }()
-	require.NoError(t, db.RouteCreate(ctx, store.RouteRow{Name: "ledger", Team: store.PlatformTeam, Spec: []byte(`{"url":"http://x/"}`),
+	spec, err := routeset.Spec{URL: "http://x/", Bindings: []string{"acme.#"}, Headers: map[string]string{"X-Api-Key": "k-123"}}.Seal(old, "ledger")
+	require.NoError(t, err)
+	rawSpec, err := json.Marshal(spec)
+	require.NoError(t, err)
+	require.NoError(t, db.RouteCreate(ctx, store.RouteRow{Name: "ledger", Team: store.PlatformTeam, Spec: rawSpec,
 		Secret: sealed, SecretFingerprint: "sha256:1"}, audit("route.create")))
 	second, err := old.Seal("ledger", []byte("second-secret-012345678"))
 	require.NoError(t, err)
@@ -51,7 +56,9 @@ func TestRouteSecretsResealAndNames(t *testing.T) {
 
 	rotated, err := routeset.NewKeyring(k2, []string{k1})
 	require.NoError(t, err)
-	n, err := db.RouteReseal(ctx, rotated.Reseal, audit("route.reseal"))
+	n, err := db.RouteReseal(ctx, rotated.Reseal, func(route string, spec []byte) ([]byte, error) {
+		return routeset.ResealSpec(rotated, route, spec)
+	}, audit("route.reseal"))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	onlyNew, err := routeset.NewKeyring(k2, nil)
@@ -64,6 +71,13 @@ func TestRouteSecretsResealAndNames(t *testing.T) {
 	got, err = onlyNew.Open("ledger", row.PreviousSecret)
 	require.NoError(t, err)
 	require.Equal(t, "first-secret-0123456789", string(got))
+	// Issue 38, security 3: its header values too.
+	stored, err := routeset.DecodeSpec(row.Spec)
+	require.NoError(t, err)
+	opened, err := stored.Open(onlyNew, "ledger")
+	require.NoError(t, err, "the header values open with the new key alone")
+	require.Equal(t, map[string]string{"X-Api-Key": "k-123"}, opened.Headers)
+	require.Equal(t, []string{"acme.#"}, opened.Bindings, "the other settings as they were")
 
 	err = db.Declare(ctx, []store.Owned{{Name: "ledger", Team: store.PlatformTeam}}, nil)
 	require.ErrorContains(t, err, "routes ledger of the config are routes made at run time")
