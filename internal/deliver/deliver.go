@@ -244,6 +244,10 @@ type Handler struct {
 	// message while they retry: see LastStoreFailure.
 	storeFailedAt atomic.Int64
 	holding       atomic.Int32
+
+	// bodies keeps the latest events' bodies parsed for transformations:
+	// an event bound to several routes with one is parsed once.
+	bodies bodyCache
 }
 
 // LastStoreFailure is when a delivery of this handler last failed to reach

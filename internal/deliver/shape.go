@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/outgoing"
 	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -31,7 +33,7 @@ func (d *delivery) shape(ctx context.Context) (Request, error) {
 	if r.Transform == nil {
 		return Request{Body: msg.Body, ContentType: msg.ContentType}, nil
 	}
-	in := rule.Input{Body: rule.ParseBody(msg.Body), Source: msg.Source, EventType: msg.EventType, ReceivedAt: outgoing.ReceivedAt(msg.EventID)}
+	in := rule.Input{Body: d.bodies.parsed(msg.EventID, msg.Body), Source: msg.Source, EventType: msg.EventType, ReceivedAt: outgoing.ReceivedAt(msg.EventID)}
 	if r.Transform.ReadsHeaders() {
 		var h http.Header
 		err := d.retryStore(ctx, "reading the event's headers", func() (err error) {
@@ -69,4 +71,43 @@ func (d *delivery) notAddressed(ctx context.Context) (done bool, err error) {
 	d.cfg.Metrics.outcome(d.route.Name, "not_addressed")
 	d.log.Debug().Msg("copy not addressed to this filtered route and no pair: not its; acked without a POST")
 	return true, nil
+}
+
+// bodyCacheSize is how many parsed bodies a handler keeps: the events in
+// flight across its routes' consumers, and some.
+const bodyCacheSize = 256
+
+// bodyCache keeps the latest events' bodies as the expressions read them
+// (rule.ParseBody), by event id, the oldest dropped first. A parsed body
+// is only read afterwards (CEL does not change its input), so deliveries
+// of one event to several routes share it.
+type bodyCache struct {
+	mu    sync.Mutex
+	byID  map[uuid.UUID]any
+	order []uuid.UUID // a ring of the ids in byID
+	next  int
+}
+
+// parsed returns the body of event id parsed, parsing it when it is not
+// kept.
+func (c *bodyCache) parsed(id uuid.UUID, body []byte) any {
+	c.mu.Lock()
+	if v, ok := c.byID[id]; ok {
+		c.mu.Unlock()
+		return v
+	}
+	c.mu.Unlock()
+	v := rule.ParseBody(body) // outside the lock: the slow part
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID == nil {
+		c.byID, c.order = make(map[uuid.UUID]any, bodyCacheSize), make([]uuid.UUID, bodyCacheSize)
+	}
+	if _, ok := c.byID[id]; !ok {
+		delete(c.byID, c.order[c.next])
+		c.order[c.next] = id
+		c.next = (c.next + 1) % bodyCacheSize
+		c.byID[id] = v
+	}
+	return v
 }
