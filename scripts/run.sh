@@ -8,9 +8,11 @@
 # it (README, "What the scripts change on the machine").
 #
 # The default config.yaml reads two secrets from the environment, and routes
-# made at run time need a key every process shares (HOOKRELAY_SECRETS_KEY).
-# For a local try-out this script sets demo values when they are unset and
-# says so; set real ones in any shared or production environment.
+# made at run time need a key every process shares (HOOKRELAY_SECRETS_KEY);
+# a team's route reaches this machine's demo destinations only when
+# HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS allows 127.0.0.0/8. For a local
+# try-out this script sets demo values when they are unset and says so; set
+# real ones in any shared or production environment.
 [[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +34,12 @@ fi
 if [[ -z "${HOOKRELAY_SECRETS_KEY:-}" ]]; then
 	export HOOKRELAY_SECRETS_KEY=ZGVtby1zZWNyZXRzLWtleS1ub3QtZm9yLXByb2QtMzI=
 	echo "run: HOOKRELAY_SECRETS_KEY unset, using the demo key of docs/operating.md (routes at run time)" >&2
+fi
+# The demo's destinations are on this machine, where a team's route may not
+# deliver unless the operator allows it (team_routes.allowed_networks).
+if [[ -z "${HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS:-}" ]]; then
+	export HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS=127.0.0.0/8
+	echo "run: HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS unset, letting teams' routes reach this machine (127.0.0.0/8) for the demo; never in production" >&2
 fi
 
 go build -buildvcs=auto -o bin/ ./cmd/...

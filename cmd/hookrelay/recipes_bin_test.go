@@ -71,6 +71,17 @@ func (s *shell) bash(t require.TestingT, line string) result {
 	return res
 }
 
+// runAllowed is the networks scripts/run.sh lets a team's route reach
+// when HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS is unset (the demo's).
+func runAllowed(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "scripts", "run.sh"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`export HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS=(\S+)`).FindStringSubmatch(string(raw))
+	require.NotNil(t, m, "scripts/run.sh lets the demo's team routes reach this machine")
+	return m[1]
+}
+
 // runKey is scripts/run.sh's demo secrets key, which it sets when
 // HOOKRELAY_SECRETS_KEY is unset.
 func runKey(t *testing.T) string {
@@ -103,6 +114,7 @@ func TestOperatingRecipesRunOnTheDefaultConfig(t *testing.T) {
 		daemons.env[k] = v
 	}
 	daemons.env["HOOKRELAY_SECRETS_KEY"] = runKey(t)
+	daemons.env["HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS"] = runAllowed(t)
 	r := daemons.start("receiver")
 	r.waitLine(t, "ready: POST", 30*time.Second)
 	d := daemons.start("dispatcher")
@@ -118,18 +130,24 @@ func TestOperatingRecipesRunOnTheDefaultConfig(t *testing.T) {
 		require.Equal(t, 0, res.code, "%s: %v", line, res)
 	}
 	runtime := pageBlock(t, "operating.md", "### Routes at run time")
-	require.Len(t, runtime, 5)
+	require.Len(t, runtime, 6)
 	require.Equal(t, "export HOOKRELAY_SECRETS_KEY="+runKey(t), runtime[0], "the page gives the CLI the key scripts/run.sh gives the relay")
+	require.Equal(t, "export HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS="+runAllowed(t), runtime[1], "the page gives the CLI the networks scripts/run.sh gives the relay")
+
+	// Without the demo's networks, the route to this machine is refused.
+	res := op.bash(t, runtime[0]+"\n"+runtime[2])
+	require.Equal(t, 2, res.code, "%v", res)
+	require.Contains(t, res.stderr, "url: destination refused: 127.0.0.1 is a loopback address")
 
 	// A binding to a source there is not: said so.
-	res := op.bash(t, runtime[0]+"\nhookrelay routes create payments:nowhere --url http://127.0.0.1:9000/hooks --binding 'stripe.invoice.*'")
+	res = op.bash(t, runtime[0]+"\n"+runtime[1]+"\nhookrelay routes create payments:nowhere --url http://127.0.0.1:9000/hooks --binding 'stripe.invoice.*'")
 	require.NotEqual(t, 0, res.code, "%v", res)
 	require.Contains(t, res.stderr, `there is no source "stripe"`)
 
 	for i, line := range runtime {
 		res := op.bash(t, line)
 		require.Equal(t, 0, res.code, "%s: %v", line, res)
-		if i != 1 {
+		if i != 2 {
 			continue
 		}
 		require.Contains(t, res.stdout, "route payments:ledger created for team payments")

@@ -221,17 +221,17 @@ func TestRoutesRefuseATeamsRouteToTheRelaysOwnSide(t *testing.T) {
 		"http://169.254.169.254/latest/meta-data/":  "link-local",
 		"http://[::1]:15672/api/overview":           "loopback",
 	} {
-		res := s.run("hookrelay", "routes", "create", "ledger", "--team", "payments", "--url", url, "--binding", "demo.invoice.*")
+		res := s.run("hookrelay", "routes", "create", "payments:ledger", "--team", "payments", "--url", url, "--binding", "demo.invoice.*")
 		require.Equal(t, 2, res.code, "%s: %v", url, res)
 		require.Contains(t, res.stderr, "url: destination refused: ", url)
 		require.Contains(t, res.stderr, " "+class+" address", url)
 	}
-	res := s.run("hookrelay", "routes", "create", "ledger", "--team", "payments", "--url", "http://8.8.8.8/hooks", "--binding", "demo.invoice.*")
+	res := s.run("hookrelay", "routes", "create", "payments:ledger", "--team", "payments", "--url", "http://8.8.8.8/hooks", "--binding", "demo.invoice.*")
 	require.Equal(t, 0, res.code, res)
-	res = s.run("hookrelay", "routes", "update", "ledger", "--url", "http://10.0.0.5/hooks")
+	res = s.run("hookrelay", "routes", "update", "payments:ledger", "--url", "http://10.0.0.5/hooks")
 	require.Equal(t, 2, res.code, res)
 	require.Contains(t, res.stderr, "url: destination refused: 10.0.0.5 is a private address")
 	var spec string
-	require.NoError(t, db.Pool().QueryRow(context.Background(), `SELECT spec::text FROM routes WHERE name = 'ledger'`).Scan(&spec))
+	require.NoError(t, db.Pool().QueryRow(context.Background(), `SELECT spec::text FROM routes WHERE name = 'payments:ledger'`).Scan(&spec))
 	require.Contains(t, spec, "http://8.8.8.8/hooks")
 }

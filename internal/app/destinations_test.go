@@ -96,8 +96,8 @@ func TestTeamRouteToTheRelaysOwnSideIsRefused(t *testing.T) {
 		{"http://dual.test:8443/", "link-local"},
 	} {
 		for who, body := range map[string]map[string]any{
-			"team-a":   {"name": "sneaky", "url": tc.url, "bindings": []string{"acme.invoice.*"}},
-			"platform": {"name": "sneaky", "team": "team-a", "url": tc.url, "bindings": []string{"acme.invoice.*"}},
+			"team-a":   {"name": "team-a:sneaky", "url": tc.url, "bindings": []string{"acme.invoice.*"}},
+			"platform": {"name": "team-a:sneaky", "team": "team-a", "url": tc.url, "bindings": []string{"acme.invoice.*"}},
 		} {
 			tok := map[string]string{"team-a": h.tokA, "platform": adminToken}[who]
 			a := c.call("create-route", http.MethodPost, "/api/v1/routes", tok, body)
@@ -117,12 +117,12 @@ func TestTeamRouteToTheRelaysOwnSideIsRefused(t *testing.T) {
 	// route keeps its destination. (No dispatcher runs: nothing dials the
 	// public address.)
 	a := c.call("create-route", http.MethodPost, "/api/v1/routes", h.tokA,
-		map[string]any{"name": "a-ledger", "url": "http://8.8.8.8/hooks", "bindings": []string{"acme.invoice.*"}})
+		map[string]any{"name": "team-a:a-ledger", "url": "http://8.8.8.8/hooks", "bindings": []string{"acme.invoice.*"}})
 	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
-	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/a-ledger", h.tokA, map[string]any{"url": "http://169.254.169.254/latest/"})
+	a = c.call("update-route", http.MethodPatch, "/api/v1/routes/team-a:a-ledger", h.tokA, map[string]any{"url": "http://169.254.169.254/latest/"})
 	require.Equal(t, http.StatusUnprocessableEntity, a.Status, "%s", a.Body)
 	require.Contains(t, string(a.Body), "link-local address")
-	a = c.call("get-route", http.MethodGet, "/api/v1/routes/a-ledger", h.tokA, nil)
+	a = c.call("get-route", http.MethodGet, "/api/v1/routes/team-a:a-ledger", h.tokA, nil)
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	var d ops.RouteDetail
 	a.decode(t, &d)
@@ -193,14 +193,14 @@ func TestTeamRouteIsRefusedWhenDialled(t *testing.T) {
 		cfg.TeamRoutes.AllowedNetworks = []string{"127.0.0.0/8"}
 	})
 	a := h.api.call("create-route", http.MethodPost, "/api/v1/routes", h.tokA,
-		map[string]any{"name": "a-local", "url": dest.srv.URL + "/debug/pprof/cmdline", "bindings": []string{"acme.invoice.*"}, "max_attempts": 1})
+		map[string]any{"name": "team-a:a-local", "url": dest.srv.URL + "/debug/pprof/cmdline", "bindings": []string{"acme.invoice.*"}, "max_attempts": 1})
 	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
 	// The operator no longer allows loopback.
 	dcfg := *h.cfg
 	dcfg.TeamRoutes.AllowedNetworks = nil
 	h.startDispatcherWith(&dcfg, app.DispatcherOptions{})
 	h.postSigned("evt_guard_dial", "invoice.paid")
-	msg, status := h.waitAttempt("a-local")
+	msg, status := h.waitAttempt("team-a:a-local")
 	require.Equal(t, "destination refused: loopback address", msg)
 	require.Zero(t, status)
 	require.Zero(t, dest.conns.Load(), "refused before connecting")
@@ -223,12 +223,12 @@ func TestTeamRouteToANameThatRebindsIsRefusedWhenDialled(t *testing.T) {
 		"rebind.test": {netip.MustParseAddr("8.8.8.8")}, // saved: a public address
 	})})
 	a := h.api.call("create-route", http.MethodPost, "/api/v1/routes", h.tokA,
-		map[string]any{"name": "a-rebind", "url": fmt.Sprintf("http://rebind.test:%d/hooks", port), "bindings": []string{"acme.invoice.*"}, "max_attempts": 1})
+		map[string]any{"name": "team-a:a-rebind", "url": fmt.Sprintf("http://rebind.test:%d/hooks", port), "bindings": []string{"acme.invoice.*"}, "max_attempts": 1})
 	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
 	dialled := netguardtest.Resolver(map[string][]netip.Addr{"rebind.test": {netip.MustParseAddr("127.0.0.1")}})
 	stop := h.startDispatcher(app.DispatcherOptions{Resolver: dialled})
 	h.postSigned("evt_rebind_1", "invoice.paid")
-	msg, status := h.waitAttempt("a-rebind")
+	msg, status := h.waitAttempt("team-a:a-rebind")
 	require.Equal(t, "destination refused: loopback address", msg)
 	require.Zero(t, status)
 	require.Zero(t, dest.conns.Load(), "refused before connecting")
@@ -256,7 +256,7 @@ func TestConsoleRefusesATeamsRouteToTheRelaysOwnSide(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/routes/new"),
 		chromedp.WaitVisible(chromedp.CSS(`#new-route input[name=name]`)),
-		chromedp.SendKeys(chromedp.CSS(`#new-route input[name=name]`), "a-metadata"),
+		chromedp.SendKeys(chromedp.CSS(`#new-route input[name=name]`), "team-a:a-metadata"),
 		chromedp.SendKeys(chromedp.CSS(`#new-route input[name=url]`), "http://169.254.169.254/latest/meta-data/"),
 		chromedp.SendKeys(chromedp.CSS(`#new-route input[name=bindings]`), "acme.invoice.*"),
 		chromedp.Submit(chromedp.CSS(`#new-route input[name=name]`)),
@@ -265,7 +265,7 @@ func TestConsoleRefusesATeamsRouteToTheRelaysOwnSide(t *testing.T) {
 	screenshot(t, ctx, "console-route-destination-refused")
 
 	// The form's answer, as a script sees it: 422.
-	form := url.Values{"name": {"a-metadata"}, "url": {"http://10.0.0.5/"}, "bindings": {"acme.invoice.*"}}
+	form := url.Values{"name": {"team-a:a-metadata"}, "url": {"http://10.0.0.5/"}, "bindings": {"acme.invoice.*"}}
 	req, err := http.NewRequest(http.MethodPost, base+"/routes", strings.NewReader(form.Encode()))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")

@@ -238,6 +238,13 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 			{body: map[string]any{"filter": map[string]any{"route": "b-billing"}}, bodyNone: map[string]any{"filter": map[string]any{"route": "no-such-route"}},
 				swap: routeSwap, status: http.StatusNotFound},
 		},
+		// Trying rules reads an event and a route: B's answer as nothing.
+		"test-route": {
+			{body: map[string]any{"event_id": onlyB, "filter": "true"}, bodyNone: map[string]any{"event_id": nothing["{id}"], "filter": "true"},
+				swap: map[string]string{nothing["{id}"]: onlyB}, status: http.StatusNotFound},
+			{body: map[string]any{"event_id": shared, "route": "b-billing"}, bodyNone: map[string]any{"event_id": shared, "route": "no-such-route"},
+				swap: routeSwap, status: http.StatusNotFound},
+		},
 		// A team's token names no other team, and purges nothing: the
 		// platform's alone (a 403 whatever the team or the age).
 		"create-token": {{body: map[string]any{"name": "sneaky", "role": "admin", "team": "team-b"},
