@@ -233,7 +233,9 @@ func TestRouteDeletedWithABacklogGoesToDeadLetters(t *testing.T) {
 		assert.True(c, retired, "retired")
 		assert.Equal(c, -1, h.consumers(c, h.names.RouteQueue("flaky")), "its queue deleted")
 	}, testenv.Scaled(30*time.Second), 50*time.Millisecond, "the route retired and its queue deleted")
-	require.Equal(t, 3, h.countReady(t, h.names.DeadQueue("flaky")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 3, h.countReady(c, h.names.DeadQueue("flaky")))
+	}, testenv.Scaled(5*time.Second), 20*time.Millisecond, "its backlog dead-lettered")
 	a = h.api.call("get-route", http.MethodGet, "/api/v1/routes/flaky", adminToken, nil)
 	require.Equal(t, http.StatusNotFound, a.Status)
 }
