@@ -431,7 +431,15 @@ func (c *Consumers) consume(ctx, work context.Context, conn *amqp.Connection, g 
 		idle.remove(cc)
 		stoppedConsuming(g.Gate, i)
 		if !gated {
-			return stopped(g.Queue, chClosed, cc.cancelled)
+			err := stopped(g.Queue, chClosed, cc.cancelled)
+			if ctx.Err() != nil {
+				// Stopped by its group (the route changed or went) or the
+				// session: a message the broker sent before the cancel
+				// took effect goes back to the queue now, not when the
+				// connection closes (TestChangedGroupLeavesNoMessageBehind).
+				_ = cc.ch.Close() // gone already, or closed here
+			}
+			return err
 		}
 		_ = cc.ch.Close() // given back already; anything left goes back to the queue
 		cc.logger.Debug().Msg("stopped consuming: the route is paused, held or its circuit open")
@@ -571,7 +579,7 @@ func (cc *consumer) run(ctx, work context.Context, handle HandleFunc, gate Gate,
 		select {
 		case <-ctx.Done():
 			// Stop receiving; a message already prefetched but not handled
-			// goes back to the queue when the channel closes.
+			// goes back to the queue when consume closes the channel.
 			_ = cc.ch.Cancel(cc.tag, false)
 			return false
 		case <-changed:
