@@ -95,7 +95,7 @@ func (n Names) Unrouted() string { return n.Prefix + ".unrouted" }
 // RouteQueue is the queue a route's dispatchers consume.
 func (n Names) RouteQueue(route string) string { return n.Prefix + ".route." + route }
 
-// Sink is the filtered routes' sink: a classic queue that holds nothing
+// Sink is the filtered routes' sink: a quorum queue that holds nothing
 // (x-max-length 0: a message routed there is dropped at once, confirmed),
 // bound with every filtered route's patterns (their queues are bound to
 // none), so that the topic copy of an event only filtered routes match is
@@ -292,12 +292,15 @@ func (n Names) RouteTopology(r RouteConfig) Topology {
 	return t
 }
 
-// sinkArgs make a queue that keeps no message: classic (a quorum queue
-// keeps a Raft log even of what it drops), at most 0 messages, the oldest
-// dropped first, so every message routed there is dropped at once and
-// confirmed to the publisher.
+// sinkArgs make a queue that keeps no message: at most 0 messages, the
+// oldest dropped first, so every message routed there is dropped at once
+// and confirmed to the publisher. Quorum, like every queue publishing
+// depends on: a classic queue lives on one node, and while that node is
+// down, declaring it fails, which would stop every receiver's outbox in a
+// cluster (TestDispatcherMovesWhenItsNodeIsKilled). Its Raft log takes one
+// entry per event a filtered route's pattern matches, however many do.
 func sinkArgs() amqp.Table {
-	return amqp.Table{"x-queue-type": "classic", "x-max-length": int32(0), "x-overflow": "drop-head"}
+	return amqp.Table{"x-queue-type": "quorum", "x-max-length": int32(0), "x-overflow": "drop-head"}
 }
 
 // Unbind removes t's bindings on ch (one that is not there is no error).
