@@ -186,12 +186,16 @@ func TestEventAcceptedBeforeAReceiverFollowedANewRouteGetsItsPair(t *testing.T) 
 		assert.Equal(c, 0.0, metricValue(c, h.metricsBase, `hookrelay_route_unopened{route="fresh"}`))
 	}, testenv.Scaled(5*time.Second), 20*time.Millisecond, "the receiver follows the new route")
 
+	// Accepted by a receiver that had not followed fresh yet: received
+	// when the route was made (its request began before the follow).
+	var made time.Time
+	require.NoError(t, h.db.Pool().QueryRow(t.Context(), `SELECT updated_at FROM routes WHERE name = 'fresh'`).Scan(&made))
 	id, err := uuid.NewV7()
 	require.NoError(t, err)
 	body := []byte(`{"id":"evt_lagging","type":"invoice.paid"}`)
 	res, err := h.db.EventInsertBatch(t.Context(), []store.EventInsertItem{{
 		Event: &webhook.Event{ID: id, Source: "acme", IdempotencyKey: "evt_lagging", EventType: "invoice.paid", ContentType: "application/json",
-			Headers: http.Header{}, Body: body, ReceivedAt: time.Now()},
+			Headers: http.Header{}, Body: body, ReceivedAt: made},
 		Routes: []string{"billing"}, // the routes a receiver had before it followed fresh
 	}})
 	require.NoError(t, err)

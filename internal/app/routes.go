@@ -14,6 +14,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/control"
 	"github.com/hookrelay/hookrelay/internal/deliver"
 	"github.com/hookrelay/hookrelay/internal/routeset"
+	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -509,11 +510,14 @@ type pairBackfill struct {
 }
 
 // backfillJob is one change to backfill: route's patterns, for the events
-// received since.
+// received from since until the receiver followed the change (until),
+// taken by the filter of the route as followed (filter, nil for none).
 type backfillJob struct {
 	route    string
 	patterns []string
+	filter   *rule.Filter
 	since    time.Time
+	until    time.Time
 	due      time.Time
 	last     bool
 }
@@ -542,7 +546,7 @@ func (b *pairBackfill) watch(_ context.Context, old, set *routeset.Set) {
 			}
 		}
 		if len(added) > 0 {
-			b.jobs = append(b.jobs, backfillJob{route: r.Name, patterns: added, since: r.ChangedAt, due: now})
+			b.jobs = append(b.jobs, backfillJob{route: r.Name, patterns: added, filter: r.FilterProgram, since: r.ChangedAt, until: now, due: now})
 		}
 	}
 	b.mu.Unlock()
@@ -564,54 +568,69 @@ func (b *pairBackfill) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-b.wake:
 		}
-		now := time.Now()
-		b.mu.Lock()
-		var due []backfillJob
-		rest := b.jobs[:0]
-		for _, j := range b.jobs {
-			if j.due.After(now) {
-				rest = append(rest, j)
-			} else {
-				due = append(due, j)
-			}
-		}
-		b.jobs = rest
-		b.mu.Unlock()
-		var next []backfillJob
-		for _, j := range due {
-			// The patterns the route has now: one removed since (or the
-			// route deleted) takes no more pairs.
-			r := b.routes().Get(j.route)
-			if r == nil || r.Retiring {
-				continue
-			}
-			j.patterns = slices.DeleteFunc(j.patterns, func(p string) bool { return !slices.Contains(r.Bindings, p) })
-			if len(j.patterns) == 0 {
-				continue
-			}
-			n, err := b.db.DeliveryBackfill(ctx, j.route, j.since, func(key string) bool {
-				return slices.ContainsFunc(j.patterns, func(p string) bool { return amqp.TopicMatch(p, key) })
-			})
-			switch {
-			case err != nil:
-				if ctx.Err() != nil {
-					return nil
-				}
-				b.logger.Warn().Err(err).Str("route", j.route).Msg("making the pairs of events accepted before this receiver followed a route's change; trying again")
-				j.due = now.Add(time.Second)
-				next = append(next, j)
-				continue
-			case n > 0:
-				b.logger.Info().Str("route", j.route).Int("pairs", n).Strs("patterns", j.patterns).
-					Msg("pairs made for events accepted before this receiver followed the route's change")
-			}
-			if !j.last {
-				j.due, j.last = now.Add(b.again), true
-				next = append(next, j)
-			}
-		}
-		b.mu.Lock()
-		b.jobs = append(b.jobs, next...)
-		b.mu.Unlock()
+		b.runDue(ctx, time.Now())
 	}
+}
+
+// runDue backfills the changes due at now; each runs again once after
+// b.again, and one that failed a second later.
+func (b *pairBackfill) runDue(ctx context.Context, now time.Time) {
+	b.mu.Lock()
+	var due []backfillJob
+	rest := b.jobs[:0]
+	for _, j := range b.jobs {
+		if j.due.After(now) {
+			rest = append(rest, j)
+		} else {
+			due = append(due, j)
+		}
+	}
+	b.jobs = rest
+	b.mu.Unlock()
+	var next []backfillJob
+	for _, j := range due {
+		// The patterns the route has now: one removed since (or the
+		// route deleted) takes no more pairs.
+		r := b.routes().Get(j.route)
+		if r == nil || r.Retiring {
+			continue
+		}
+		j.patterns = slices.DeleteFunc(j.patterns, func(p string) bool { return !slices.Contains(r.Bindings, p) })
+		if len(j.patterns) == 0 {
+			continue
+		}
+		n, err := b.db.DeliveryBackfill(ctx, j.route, j.since, j.until, j.filter != nil, func(ev store.BackfillEvent) bool {
+			key := ev.Source + "." + ev.EventType
+			if !slices.ContainsFunc(j.patterns, func(p string) bool { return amqp.TopicMatch(p, key) }) {
+				return false
+			}
+			if j.filter == nil {
+				return true
+			}
+			// As ingest judges it: an error makes no pair either.
+			ok, err := j.filter.Match(ctx, rule.Input{Body: rule.ParseBody(ev.Body), Headers: rule.HeadersOf(ev.Headers),
+				Source: ev.Source, EventType: ev.EventType, ReceivedAt: ev.ReceivedAt})
+			return err == nil && ok
+		})
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			b.logger.Warn().Err(err).Str("route", j.route).Msg("making the pairs of events accepted before this receiver followed a route's change; trying again")
+			j.due = now.Add(time.Second)
+			next = append(next, j)
+			continue
+		case n > 0:
+			b.logger.Info().Str("route", j.route).Int("pairs", n).Strs("patterns", j.patterns).
+				Msg("pairs made for events accepted before this receiver followed the route's change")
+		}
+		if !j.last {
+			j.due, j.last = now.Add(b.again), true
+			next = append(next, j)
+		}
+	}
+	b.mu.Lock()
+	b.jobs = append(b.jobs, next...)
+	b.mu.Unlock()
 }

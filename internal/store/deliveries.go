@@ -222,31 +222,49 @@ func (db *DB) dayDropped(ctx context.Context, id uuid.UUID) (bool, error) {
 // its day was dropped); it is an ErrNotFound too.
 var ErrEventPurged = fmt.Errorf("%w: purged", ErrNotFound)
 
+// BackfillEvent is an event DeliveryBackfill asks about: Headers and Body
+// only when it was asked to read them.
+type BackfillEvent struct {
+	ID         uuid.UUID
+	Source     string
+	EventType  string
+	ReceivedAt time.Time
+	Headers    http.Header
+	Body       []byte
+}
+
 // DeliveryBackfill makes route's pair (pending) for each event received
-// since since (the receivers' clocks, the database's for since) whose
-// routing key match accepts and that has none, and returns how many it
-// made. A receiver runs it when it follows a route made or given
-// patterns: an event it accepted in between, matched with the routes it
-// had, got no pair, while the broker may already route its message to the
-// route's queue; with its pair, it is owed like any other (the reconciler
-// repairs its copy, a purge keeps its day). At most backfillLimit events
-// are looked at.
-func (db *DB) DeliveryBackfill(ctx context.Context, route string, since time.Time, match func(routingKey string) bool) (int, error) {
+// from since (the database's clock) until until (the receiver's: when it
+// followed the change) that take accepts and that has none, and returns
+// how many it made. A receiver runs it when it follows a route made or
+// given patterns: an event it accepted in between, matched with the
+// routes it had, got no pair, while the broker may already route its
+// message to the route's queue; with its pair, it is owed like any other
+// (the reconciler repairs its copy, a purge keeps its day). An event
+// received after until was matched with the route as followed, filter and
+// all: it has the pair it should have, or none by the route's own word.
+// withBody reads each event's headers and body for take (a route with a
+// filter). At most backfillLimit events are looked at.
+func (db *DB) DeliveryBackfill(ctx context.Context, route string, since, until time.Time, withBody bool, take func(BackfillEvent) bool) (int, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
+	cols := "id, source, event_type, received_at, NULL::jsonb, NULL::bytea"
+	if withBody {
+		cols = "id, source, event_type, received_at, headers, body"
+	}
 	// The id range prunes the day partitions (ids begin with the
 	// receiver's clock, a minute's slack for clocks apart).
-	rows, err := db.pool.Query(ctx, `SELECT id, source, event_type FROM events WHERE id >= $1 AND received_at >= $2 AND purged_at IS NULL ORDER BY id LIMIT $3`,
-		uuid7Floor(since.Add(-time.Minute)), since, backfillLimit)
+	rows, err := db.pool.Query(ctx, `SELECT `+cols+` FROM events
+		WHERE id >= $1 AND received_at >= $2 AND received_at < $3 AND purged_at IS NULL ORDER BY id LIMIT $4`,
+		uuid7Floor(since.Add(-time.Minute)), since, until, backfillLimit)
 	if err != nil {
 		return 0, fmt.Errorf("reading the events since route %q changed: %w", route, err)
 	}
 	var ids []uuid.UUID
-	var id uuid.UUID
-	var source, eventType string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &source, &eventType}, func() error {
-		if match(source + "." + eventType) {
-			ids = append(ids, id)
+	var ev BackfillEvent
+	if _, err := pgx.ForEachRow(rows, []any{&ev.ID, &ev.Source, &ev.EventType, &ev.ReceivedAt, &ev.Headers, &ev.Body}, func() error {
+		if take(ev) {
+			ids = append(ids, ev.ID)
 		}
 		return nil
 	}); err != nil {
