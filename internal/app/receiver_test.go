@@ -84,7 +84,9 @@ func newHarness(t *testing.T) *harness {
 		}},
 		Routes: []config.Route{testRoute("billing", "http://127.0.0.1:9/", "acme.invoice.*")},
 	}
-	amqptest.DeleteTopology(t, setup.Topology(cfg))
+	// The routes a test adds to cfg before it starts the processes are
+	// deleted with the rest.
+	amqptest.DeleteTopologyOf(t, func() hamqp.Topology { return setup.Topology(cfg) })
 	return &harness{
 		t: t, cfg: cfg, db: db, dbURL: dbURL, ch: amqptest.Channel(t, conn), names: hamqp.Names{Prefix: prefix},
 		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 30 * time.Second},

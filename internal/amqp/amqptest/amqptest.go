@@ -54,7 +54,16 @@ func Channel(t testing.TB, conn *amqp.Connection) *amqp.Channel {
 // DeleteTopology removes topo's queues and exchanges when t ends.
 func DeleteTopology(t testing.TB, topo hamqp.Topology) {
 	t.Helper()
+	DeleteTopologyOf(t, func() hamqp.Topology { return topo })
+}
+
+// DeleteTopologyOf removes the queues and exchanges of the topology topo
+// returns when t ends: the one a test has then (routes it added after
+// it began included), not the one it started with.
+func DeleteTopologyOf(t testing.TB, topoOf func() hamqp.Topology) {
+	t.Helper()
 	t.Cleanup(func() {
+		topo := topoOf()
 		conn, err := amqp.Dial(testenv.AMQPURL())
 		if err != nil {
 			t.Errorf("cleanup: connecting: %v", err)
