@@ -133,9 +133,12 @@ func TestDispatcherResumesWhenItsQueueIsDeletedAndDeclaredAgain(t *testing.T) {
 	for _, id := range all {
 		var state webhook.DeliveryState
 		var attempts, reconciled int
-		require.NoError(t, h.db.Pool().QueryRow(context.Background(),
-			`SELECT state, attempts, reconciled FROM deliveries WHERE event_id = $1 AND route = 'billing'`, id).Scan(&state, &attempts, &reconciled))
-		require.Equal(t, webhook.StateDelivered, state, id)
+		// The dispatcher records a delivery once its POST answered.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.NoError(c, h.db.Pool().QueryRow(context.Background(),
+				`SELECT state, attempts, reconciled FROM deliveries WHERE event_id = $1 AND route = 'billing'`, id).Scan(&state, &attempts, &reconciled))
+			assert.Equal(c, webhook.StateDelivered, state, id)
+		}, testenv.Scaled(5*time.Second), 20*time.Millisecond, "recorded delivered: %s", id)
 		require.Equal(t, 1, attempts, id)
 		switch {
 		case slices.Contains(waiting, id):
