@@ -354,15 +354,17 @@ func (e *routeEngine) retire(ctx context.Context) error {
 			if time.Since(at) < retireGrace {
 				continue
 			}
-			err := e.consumers.Apply(func(ch *amqp091.Channel) error {
-				_, err := ch.QueueDelete(e.names.RouteQueue(name), false, false, false)
-				return err
-			})
+			deleted, err := e.deleteRetiredQueue(ctx, name)
 			if err != nil {
 				e.logger.Warn().Err(err).Str("route", name).Msg("deleting a retired route's queue; trying again")
 				continue
 			}
 			delete(retired, name)
+			if !deleted {
+				// Put back to retiring by a sweep (late pairs) within its
+				// grace: its queue holds their copies.
+				continue
+			}
 			e.logger.Info().Str("route", name).Str("queue", e.names.RouteQueue(name)).Msg("retired route's queue deleted; its dead letters stay")
 		}
 		for _, r := range e.follower.Current().All() {
@@ -443,18 +445,31 @@ func (e *routeEngine) sweep(ctx context.Context, orphans map[string]time.Time) {
 			continue
 		}
 		queue := e.names.RouteQueue(name)
-		err := e.consumers.Apply(func(ch *amqp091.Channel) error {
-			_, err := ch.QueueDelete(queue, false, false, false)
-			return err
-		})
+		deleted, err := e.deleteRetiredQueue(ctx, name)
 		if err != nil {
 			e.logger.Warn().Err(err).Str("route", name).Msg("deleting the queue a retired route was given again; trying again")
 			continue
 		}
 		delete(orphans, name)
+		if !deleted {
+			continue // put back to retiring: its queue is its own again
+		}
 		e.logger.Warn().Str("route", name).Str("queue", queue).
 			Msg("retired route's queue was declared again by a process whose routes lagged: deleted again, with its bindings")
 	}
+}
+
+// deleteRetiredQueue deletes the queue of the retired route name, only
+// while it is retired (store.RouteWhileRetired): a sweep of any dispatcher
+// may have put it back to retiring, late pairs' copies on their way to that
+// queue. It reports whether it deleted.
+func (e *routeEngine) deleteRetiredQueue(ctx context.Context, name string) (bool, error) {
+	return e.db.RouteWhileRetired(ctx, name, func() error {
+		return e.consumers.Apply(func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDelete(e.names.RouteQueue(name), false, false, false)
+			return err
+		})
+	})
 }
 
 // queueExists says whether queue is declared (a passive declare on a

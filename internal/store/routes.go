@@ -260,6 +260,37 @@ func (db *DB) RouteRetired(ctx context.Context, name string) error {
 	return nil
 }
 
+// RouteWhileRetired runs fn (deleting the route's queue) only while name
+// is retired, holding its row so that RouteUnretireLate, which skips a
+// locked row, cannot put the route back to retiring under it: a queue
+// deleted just after its route came back would take the late pairs'
+// copies with it, leaving them to the reconciler's margin. It reports
+// whether fn ran; a route no longer retired is left alone.
+func (db *DB) RouteWhileRetired(ctx context.Context, name string, fn func() error) (bool, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	ran := false
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		var retired bool
+		err := tx.QueryRow(ctx, `SELECT retired_at IS NOT NULL FROM routes WHERE name = $1 FOR SHARE`, name).Scan(&retired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("checking that route %q is retired: %w", name, err)
+		}
+		if !retired {
+			return nil
+		}
+		ran = true
+		return fn()
+	})
+	if err != nil {
+		return false, err
+	}
+	return ran, nil
+}
+
 // RouteLate is a deleted route put back to retiring: it had retired, and
 // pairs of it were committed after (Resent of them sent again now).
 type RouteLate struct {
