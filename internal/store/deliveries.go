@@ -57,6 +57,10 @@ type DeliveryLease struct {
 	// TookOver says the claim took over an expired lease: an attempt of
 	// a dispatcher that died mid-POST was recorded as 'lease_expired'.
 	TookOver bool
+	// again says the claim took a lease its owner held already: a try
+	// after one whose answer was lost, which may have been a takeover not
+	// flushed yet (flushTakeover).
+	again bool
 }
 
 // leaseExpiredError is the error recorded for an attempt whose lease
@@ -78,11 +82,58 @@ const leaseExpiredError = "lease expired: the dispatcher making this attempt " +
 // a takeover, not busy): a claim whose deadline passed after Postgres had
 // taken the lease, tried again by the same delivery, claims the pair
 // instead of waiting out its own lease.
+//
+// A takeover is flushed before it returns (flushTakeover), whatever pool
+// made it.
 func (db *DB) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (*DeliveryLease, error) {
+	var (
+		l   *DeliveryLease
+		err error
+	)
 	if db.claims != nil {
-		return db.claimGrouped(ctx, claimItem{owner: owner, eventID: eventID, route: route, attempt: attempt, gen: gen, ttl: ttl})
+		l, err = db.claimGrouped(ctx, claimItem{owner: owner, eventID: eventID, route: route, attempt: attempt, gen: gen, ttl: ttl})
+	} else {
+		l, err = db.claim(ctx, owner, eventID, route, attempt, &gen, ttl)
 	}
-	return db.claim(ctx, owner, eventID, route, attempt, &gen, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.flushTakeover(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// flushTakeover makes a claim that took over an expired lease durable, on
+// disk and at every synchronous standby, before its holder POSTs. A claim
+// commits without waiting for the WAL flush (lax.go); lost, a plain claim
+// leaves no lease, which the holder's record accepts, but a lost takeover
+// leaves the dead holder's expired lease and the pair's attempts as they
+// were, so the record, which finds neither its lease nor the attempts its
+// claim left, would be refused as 'lost_lease' and the pair POSTed again
+// after a 2xx: after a failover, the promoted standby never received an
+// unflushed commit. An update of the lease's own row on the main pool
+// (synchronous_commit on) writes WAL after the takeover's, so its commit
+// waits until both are flushed and replicated. Takeovers are rare (a
+// holder died mid-POST): the extra round trip is theirs alone. A lease no
+// longer held (taken again meanwhile, the pair purged) fails the claim:
+// the copy goes back to its queue, nothing is POSTed.
+func (l *DeliveryLease) flushTakeover(ctx context.Context) error {
+	if !(l.TookOver || l.again) || !l.held {
+		return nil
+	}
+	ctx, cancel := l.db.bound(ctx)
+	defer cancel()
+	tag, err := l.db.pool.Exec(ctx, withDays(`
+		UPDATE deliveries SET lease_at = lease_at
+		WHERE event_id = $3 AND @day(event_id) AND id = $1 AND lease_owner = $2`, l.eventID), l.id, pgUUID(l.owner), pgUUID(l.eventID))
+	if err != nil {
+		return fmt.Errorf("flushing a lease takeover: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("flushing a lease takeover: %w", ErrLeaseLost)
+	}
+	return nil
 }
 
 // claim is DeliveryClaim; a nil gen claims whatever the pair's generation.
@@ -97,11 +148,11 @@ func (db *DB) claim(ctx context.Context, owner, eventID uuid.UUID, route string,
 func (db *DB) claimOn(ctx context.Context, q querier, owner, eventID uuid.UUID, route string, attempt int, copyGen *int64, ttl time.Duration) (*DeliveryLease, error) {
 	for range 2 {
 		var (
-			claimed, tookOver bool
-			id, gen           int64
-			state             string
-			remaining         float64
-			attempts          int
+			claimed, tookOver, again bool
+			id, gen                  int64
+			state                    string
+			remaining                float64
+			attempts                 int
 		)
 		// prev locks the row for this statement only (no transaction is
 		// held afterwards) and reads the lease as it is now, so the update
@@ -124,19 +175,19 @@ func (db *DB) claimOn(ctx context.Context, q querier, owner, eventID uuid.UUID, 
 				FROM prev, LATERAL (SELECT prev.lease_owner IS NOT NULL AND prev.lease_owner <> $3 AS over) taken
 				WHERE d.event_id = $1 AND @day(d.event_id) AND d.id = prev.id AND prev.state NOT IN ('delivered', 'stale') AND ($7::bigint IS NULL OR prev.gen = $7)
 				  AND (prev.lease_until IS NULL OR prev.lease_until <= now() OR prev.lease_owner = $3)
-				RETURNING d.id, d.state, d.gen, d.series, taken.over AS took_over,
+				RETURNING d.id, d.state, d.gen, d.series, taken.over AS took_over, COALESCE(prev.lease_owner = $3, false) AS again,
 				          prev.lease_at, prev.lease_until, prev.lease_attempt, d.attempts
 			), expired AS (
 				INSERT INTO delivery_attempts (delivery_id, event_id, attempt, started_at, duration_ms, error, outcome, series)
 				SELECT id, $1, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $6, 'lease_expired', series
 				FROM u WHERE took_over
 			)
-			SELECT true, id, state, gen, took_over, 0::float8, attempts FROM u
+			SELECT true, id, state, gen, took_over, again, 0::float8, attempts FROM u
 			UNION ALL
-			SELECT false, id, state, gen, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8, attempts
+			SELECT false, id, state, gen, false, false, COALESCE(EXTRACT(EPOCH FROM lease_until - now()), 0)::float8, attempts
 			FROM prev WHERE NOT EXISTS (SELECT 1 FROM u)`, eventID),
 			pgUUID(eventID), route, pgUUID(owner), ttl, attempt, leaseExpiredError, copyGen,
-		).Scan(&claimed, &id, &state, &gen, &tookOver, &remaining, &attempts)
+		).Scan(&claimed, &id, &state, &gen, &tookOver, &again, &remaining, &attempts)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No row for the pair yet: create it, then claim.
 			if err := deliveryCreate(ctx, db, q, eventID, route); err != nil {
@@ -147,7 +198,7 @@ func (db *DB) claimOn(ctx context.Context, q querier, owner, eventID uuid.UUID, 
 		if err != nil {
 			return nil, fmt.Errorf("taking delivery lease: %w", err)
 		}
-		l := &DeliveryLease{db: db, id: id, eventID: eventID, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
+		l := &DeliveryLease{db: db, id: id, eventID: eventID, owner: owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver, again: again}
 		switch {
 		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, copyGen != nil && *copyGen != gen:
 			// Claimed; or delivered or recorded stale (both final), or the
@@ -410,6 +461,9 @@ func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64,
 	}
 	if !l.held {
 		return 0, false, fmt.Errorf("recording attempt: the pair is delivered already")
+	}
+	if err := l.flushTakeover(ctx); err != nil {
+		return 0, false, err
 	}
 	return l.Record(ctx, a)
 }

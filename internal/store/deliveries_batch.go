@@ -162,14 +162,15 @@ func (db *DB) claimBatchOn(ctx context.Context, q querier, items []claimItem, ou
 			WHERE d.event_id = ANY($1::uuid[]) AND @day(d.event_id) AND d.event_id = p.event_id AND d.id = p.id
 			  AND p.state NOT IN ('delivered', 'stale') AND p.gen = p.copy_gen
 			  AND (p.lease_until IS NULL OR p.lease_until <= now() OR p.lease_owner = p.owner)
-			RETURNING d.id, d.event_id, d.state, d.gen, d.series, p.over, p.lease_at, p.lease_until, p.lease_attempt, d.attempts
+			RETURNING d.id, d.event_id, d.state, d.gen, d.series, p.over, COALESCE(p.lease_owner = p.owner, false) AS again,
+			          p.lease_at, p.lease_until, p.lease_attempt, d.attempts
 		), expired AS (
 			INSERT INTO delivery_attempts (delivery_id, event_id, attempt, started_at, duration_ms, error, outcome, series)
 			SELECT id, event_id, COALESCE(lease_attempt, 0), COALESCE(lease_at, lease_until), 0, $7, 'lease_expired', series
 			FROM u WHERE over
 		)
 		SELECT p.event_id, p.route, u.id IS NOT NULL, p.id, COALESCE(u.state, p.state), COALESCE(u.gen, p.gen),
-		       COALESCE(u.over, false),
+		       COALESCE(u.over, false), COALESCE(u.again, false),
 		       CASE WHEN u.id IS NULL THEN COALESCE(EXTRACT(EPOCH FROM p.lease_until - now()), 0) ELSE 0 END::float8,
 		       COALESCE(u.attempts, p.attempts)
 		FROM prev p LEFT JOIN u ON u.id = p.id`, claimIDs(items)...),
@@ -180,15 +181,15 @@ func (db *DB) claimBatchOn(ctx context.Context, q querier, items []claimItem, ou
 	seen := make([]bool, len(items))
 	for rows.Next() {
 		var (
-			k                 pairKey
-			eventID           [16]byte
-			claimed, tookOver bool
-			id, gen           int64
-			state             string
-			remaining         float64
-			attempts          int
+			k                        pairKey
+			eventID                  [16]byte
+			claimed, tookOver, again bool
+			id, gen                  int64
+			state                    string
+			remaining                float64
+			attempts                 int
 		)
-		if err := rows.Scan(&eventID, &k.route, &claimed, &id, &state, &gen, &tookOver, &remaining, &attempts); err != nil {
+		if err := rows.Scan(&eventID, &k.route, &claimed, &id, &state, &gen, &tookOver, &again, &remaining, &attempts); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("taking delivery leases: %w", err)
 		}
@@ -200,7 +201,7 @@ func (db *DB) claimBatchOn(ctx context.Context, q querier, items []claimItem, ou
 		}
 		seen[i] = true
 		it := items[i]
-		l := &DeliveryLease{db: db, id: id, eventID: it.eventID, owner: it.owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver}
+		l := &DeliveryLease{db: db, id: id, eventID: it.eventID, owner: it.owner, held: claimed, state: webhook.DeliveryState(state), gen: gen, attempts: attempts, TookOver: tookOver, again: again}
 		switch {
 		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, it.gen != gen:
 			out[i].lease = l

@@ -32,6 +32,11 @@ import (
 //     between the destination's answer and the record is the other, and
 //     usual, way to a duplicate POST (invariant 5: the destination drops
 //     it by webhook-id). No outcome is ever taken from a lost claim.
+//     A takeover of an expired lease is the exception: lost, it would
+//     leave the dead holder's lease, not none, and the record would be
+//     refused. It is flushed before the claim returns (flushTakeover), so
+//     a crash or a failover keeps it (issue 40;
+//     cmd/chaos TestLeaseTakenOverJustBeforeAFailoverIsKept).
 //
 //   - a lease's release without a record: lost, the lease stays until it
 //     expires, and a redelivered message waits for it (a delay).
