@@ -444,9 +444,18 @@ type peeked struct {
 
 // peekManagement reads queue's messages through the management HTTP API,
 // requeueing them, as an operator's "Get messages" does.
+//
+// The broker answers the peek before a quorum queue has taken the peeked
+// messages back: until then they are not ready, and a requeue of "all
+// there are now" would find none. peekManagement returns once the queue
+// holds as many ready messages as before.
 func peekManagement(t *testing.T, queue string) []peeked {
 	t.Helper()
 	amqptest.RequireManagement(t)
+	ch, err := amqptest.Dial(t).Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	before := amqptest.Count(t, ch, queue)
 	body := strings.NewReader(`{"count":10,"ackmode":"ack_requeue_true","encoding":"auto","truncate":50000}`)
 	resp, err := http.Post(testenv.ManagementURL()+"/api/queues/%2F/"+queue+"/get", "application/json", body)
 	require.NoError(t, err)
@@ -454,6 +463,12 @@ func peekManagement(t *testing.T, queue string) []peeked {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var out []peeked
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if assert.NoError(c, err) {
+			assert.GreaterOrEqual(c, q.Messages, before, "the peeked messages back in %s", queue)
+		}
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	return out
 }
 
