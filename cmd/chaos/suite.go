@@ -16,6 +16,7 @@ import (
 	"time"
 
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
+	"github.com/hookrelay/hookrelay/internal/topic"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -78,7 +79,7 @@ func matchRoutes(typ string) []string {
 	var out []string
 	for _, r := range routes {
 		for _, b := range r.bindings {
-			if hamqp.TopicMatch(b, prefix+"."+typ) {
+			if topic.Match(b, prefix+"."+typ) {
 				out = append(out, r.name)
 				break
 			}

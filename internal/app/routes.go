@@ -16,6 +16,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/topic"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
@@ -616,7 +617,7 @@ func (b *pairBackfill) runDue(ctx context.Context, now time.Time) {
 		}
 		n, err := b.db.DeliveryBackfill(ctx, j.route, j.since, j.until, j.filter != nil, func(ev store.BackfillEvent) bool {
 			key := ev.Source + "." + ev.EventType
-			if !slices.ContainsFunc(j.patterns, func(p string) bool { return amqp.TopicMatch(p, key) }) {
+			if !slices.ContainsFunc(j.patterns, func(p string) bool { return topic.Match(p, key) }) {
 				return false
 			}
 			if j.filter == nil {

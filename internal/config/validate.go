@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-playground/validator/v10"
 	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/topic"
 )
 
 var (
@@ -36,7 +37,7 @@ func newValidator() *validator.Validate {
 	must("ident", identRe.MatchString)
 	must("amqp_name", amqpNameRe.MatchString)
 	must("header_name", headerRe.MatchString)
-	must("topic_pattern", func(s string) bool { return TopicPatternError(s) == nil })
+	must("topic_pattern", func(s string) bool { return topic.PatternError(s) == nil })
 	must("postgres_url", func(s string) bool { return urlWithScheme(s, "postgres", "postgresql") })
 	must("amqp_url", func(s string) bool { return urlWithScheme(s, "amqp", "amqps") })
 	must("http_url", func(s string) bool { return urlWithScheme(s, "http", "https") })
@@ -60,28 +61,6 @@ func urlWithScheme(s string, schemes ...string) bool {
 		}
 	}
 	return false
-}
-
-// TopicPatternError says why s is not a usable topic binding pattern: words
-// separated by dots, each either "*", "#" or a non-empty word without
-// wildcards, 255 bytes at most.
-func TopicPatternError(s string) error {
-	if s == "" {
-		return errors.New("empty pattern")
-	}
-	if len(s) > 255 {
-		return errors.New("longer than 255 bytes")
-	}
-	for i, w := range strings.Split(s, ".") {
-		switch {
-		case w == "":
-			return fmt.Errorf("word %d is empty", i+1)
-		case w == "*" || w == "#":
-		case strings.ContainsAny(w, "*#"):
-			return fmt.Errorf("word %q mixes a wildcard with text; a wildcard must be a whole word", w)
-		}
-	}
-	return nil
 }
 
 // WhsecError says why s is not a usable Standard Webhooks secret: "whsec_"
@@ -190,7 +169,7 @@ func fieldProblem(fe validator.FieldError) string {
 	case "header_name":
 		return fmt.Sprintf("%q is not a valid HTTP header name", val)
 	case "topic_pattern":
-		return fmt.Sprintf("%q is not a valid topic pattern: %v", val, TopicPatternError(fmt.Sprint(val)))
+		return fmt.Sprintf("%q is not a valid topic pattern: %v", val, topic.PatternError(fmt.Sprint(val)))
 	case "postgres_url":
 		return "must be a postgres:// URL with a host"
 	case "amqp_url":

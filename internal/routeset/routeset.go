@@ -17,11 +17,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/topic"
 	"github.com/rs/zerolog"
 )
 
@@ -155,7 +155,7 @@ func (s *Set) Match(key string) []string {
 			continue
 		}
 		for _, b := range r.Bindings {
-			if amqp.TopicMatch(b, key) {
+			if topic.Match(b, key) {
 				out = append(out, r.Name)
 				break
 			}

@@ -3,9 +3,9 @@ package routeset
 import (
 	"context"
 	"fmt"
-	"github.com/hookrelay/hookrelay/internal/amqp"
 
 	"github.com/hookrelay/hookrelay/internal/rule"
+	"github.com/hookrelay/hookrelay/internal/topic"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
@@ -36,7 +36,7 @@ func compileRules(r *Route, l rule.Limits) error {
 // the topic exchange matches it.
 func (r *Route) Matches(key string) bool {
 	for _, b := range r.Bindings {
-		if amqp.TopicMatch(b, key) {
+		if topic.Match(b, key) {
 			return true
 		}
 	}
