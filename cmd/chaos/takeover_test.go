@@ -98,7 +98,7 @@ func TestLeaseTakenOverJustBeforeAFailoverIsKept(t *testing.T) {
 			Outcome: webhook.StateDelivered, Status: 200, StartedAt: time.Now(), Duration: time.Millisecond})
 		// Connections to the killed primary fail until the pool dials the
 		// promoted standby; a refusal of the record is not one of those.
-		return recErr == nil || errors.Is(recErr, store.ErrLeaseLost)
+		return recErr == nil || errors.Is(recErr, webhook.ErrLeaseLost)
 	})
 	require.NoError(t, recErr, "the takeover was lost with the primary: the 2xx'd pair would be POSTed again")
 	state, attempts, err := db.DeliveryGet(ctx, id, "billing")

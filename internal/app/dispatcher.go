@@ -177,7 +177,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
 		Ordering:  deliverStore{db},
-		Rules:     deliverStore{db},
+		Rules:     db,
 		Publisher: amqp.NewDispatchPublisher(publisher, names),
 		Client:    opts.Client,
 		// A team's route: the dialer refuses the relay's own side at
@@ -531,58 +531,17 @@ func routeStats(db *store.DB) deliver.RouteStatsFunc {
 	}
 }
 
-// deliverStore adapts *store.DB to deliver.Store.
+// deliverStore adapts *store.DB to deliver.Store and
+// deliver.OrderingStore.
 type deliverStore struct{ db *store.DB }
 
+// DeliveryClaim is store.DB.DeliveryClaim, its lease as a deliver.Lease.
 func (s deliverStore) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (deliver.Lease, error) {
 	l, err := s.db.DeliveryClaim(ctx, owner, eventID, route, attempt, gen, ttl)
 	if err != nil {
-		return nil, deliverErr(err)
+		return nil, err
 	}
-	return deliverLease{l}, nil
-}
-
-// deliverLease adapts *store.DeliveryLease to deliver.Lease.
-type deliverLease struct{ *store.DeliveryLease }
-
-func (l deliverLease) Restart(ctx context.Context) (int64, error) {
-	gen, err := l.DeliveryLease.Restart(ctx)
-	return gen, deliverErr(err)
-}
-
-func (l deliverLease) Record(ctx context.Context, a *webhook.Attempt) (int64, bool, error) {
-	gen, current, err := l.DeliveryLease.Record(ctx, a)
-	return gen, current, deliverErr(err)
-}
-
-// deliverErr turns the store's errors that delivery branches on into
-// deliver's.
-func deliverErr(err error) error {
-	var busy *store.LeaseBusyError
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, store.ErrEventPurged):
-		return fmt.Errorf("%w: %w: %w", deliver.ErrEventPurged, deliver.ErrEventMissing, err)
-	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("%w: %w", deliver.ErrEventMissing, err)
-	case errors.Is(err, store.ErrLeaseLost):
-		return fmt.Errorf("%w: %w", deliver.ErrLeaseLost, err)
-	case errors.As(err, &busy):
-		return &deliver.LeaseBusyError{Remaining: busy.Remaining}
-	}
-	return err
-}
-
-// EventHeaders adapts store.DB.EventHeaders to deliver.RuleStore.
-func (s deliverStore) EventHeaders(ctx context.Context, eventID uuid.UUID) (http.Header, error) {
-	h, err := s.db.EventHeaders(ctx, eventID)
-	return h, deliverErr(err)
-}
-
-// DeliveryExists is store.DB.DeliveryExists, for deliver.RuleStore.
-func (s deliverStore) DeliveryExists(ctx context.Context, eventID uuid.UUID, route string) (bool, error) {
-	return s.db.DeliveryExists(ctx, eventID, route)
+	return l, nil
 }
 
 // DeliveryStale adapts store.DB.DeliveryStale to deliver.OrderingStore.

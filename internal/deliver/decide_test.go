@@ -168,8 +168,8 @@ func TestHandleParksAMessageOfAPurgedEvent(t *testing.T) {
 		err       error
 		movedBack bool
 	}{
-		"never stored":       {fmt.Errorf("%w: event gone", deliver.ErrEventMissing), false},
-		"moved back, purged": {fmt.Errorf("%w: %w: event gone", deliver.ErrEventPurged, deliver.ErrEventMissing), true},
+		"never stored":       {fmt.Errorf("%w: event gone", webhook.ErrEventMissing), false},
+		"moved back, purged": {fmt.Errorf("%w: %w: event gone", webhook.ErrEventPurged, webhook.ErrEventMissing), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -196,7 +196,7 @@ func TestHandleParksAMessageOfAPurgedEvent(t *testing.T) {
 func TestHandleDropsAStaleCopyOfAPurgedEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Minute, status(200))
-	b.store.lockErrs = []error{fmt.Errorf("%w: %w: event gone", deliver.ErrEventPurged, deliver.ErrEventMissing)}
+	b.store.lockErrs = []error{fmt.Errorf("%w: %w: event gone", webhook.ErrEventPurged, webhook.ErrEventMissing)}
 	msg := message()
 	msg.Attempt = 3
 	require.NoError(t, b.handler.Handle(context.Background(), "billing", msg, make(chan struct{})), "acked")
@@ -362,7 +362,7 @@ func TestHandleLostLeaseIsNotAcked(t *testing.T) {
 			b := setup(t, time.Minute, status(code))
 			b.store.leaseLost = true
 			err := b.handler.Handle(context.Background(), "billing", message(), make(chan struct{}))
-			require.ErrorIs(t, err, deliver.ErrLeaseLost)
+			require.ErrorIs(t, err, webhook.ErrLeaseLost)
 			_, _, _, recorded := b.store.snapshot()
 			require.Empty(t, recorded, "nothing of the pair changes")
 			require.Len(t, b.store.lost, 1)

@@ -55,33 +55,10 @@ type Lease interface {
 	// retry's copy is a new generation). The state changes only if the
 	// pair is still at a.Gen (a replay may have moved it on meanwhile):
 	// current says so. A lease taken over meanwhile fails with
-	// ErrLeaseLost: the attempt is stored as lost, nothing else.
+	// webhook.ErrLeaseLost: the attempt is stored as lost, nothing else.
 	Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error)
 	// Release gives the lease back without recording.
 	Release(ctx context.Context) error
-}
-
-// ErrEventMissing is returned by a Store when the event no longer exists
-// (purged): no delivery can be recorded for it, ever.
-var ErrEventMissing = errors.New("event not in the database")
-
-// ErrEventPurged is returned by a Store, with ErrEventMissing, when the
-// event was stored and has been purged since.
-var ErrEventPurged = errors.New("event purged")
-
-// ErrLeaseLost is returned by a Lease whose lease expired and was taken
-// over by another claim before its holder wrote.
-var ErrLeaseLost = errors.New("delivery lease lost")
-
-// LeaseBusyError is returned by Store.DeliveryClaim when the pair is in
-// flight elsewhere: another claim holds a live lease.
-type LeaseBusyError struct {
-	// Remaining is how long that lease has left.
-	Remaining time.Duration
-}
-
-func (e *LeaseBusyError) Error() string {
-	return fmt.Sprintf("delivery in flight elsewhere (lease expires in %s)", e.Remaining.Round(time.Millisecond))
 }
 
 // Store is what delivery needs from Postgres.
@@ -90,8 +67,9 @@ type Store interface {
 	// generation gen, with a lease of ttl. A delivered pair, or one at
 	// another generation (the copy is stale), is returned unclaimed (State
 	// and Gen say so; Release does nothing); a pair in flight elsewhere
-	// fails with a *LeaseBusyError; a purged event with ErrEventMissing
-	// (and ErrEventPurged when its dedupe key says it was stored once).
+	// fails with a *webhook.LeaseBusyError; a purged event with
+	// webhook.ErrEventMissing (and webhook.ErrEventPurged when its dedupe
+	// key says it was stored once).
 	// owner names the claimant: a lease that owner holds already is taken
 	// again, so a claim whose answer was lost (its deadline passed after
 	// Postgres had taken the lease) is not then kept waiting for itself.
@@ -102,8 +80,8 @@ type Store interface {
 type RuleStore interface {
 	// DeliveryExists reports whether the (event, route) pair exists.
 	DeliveryExists(ctx context.Context, eventID uuid.UUID, route string) (bool, error)
-	// EventHeaders returns the event's stored headers; ErrEventMissing
-	// when it was purged.
+	// EventHeaders returns the event's stored headers;
+	// webhook.ErrEventMissing when it was purged.
 	EventHeaders(ctx context.Context, eventID uuid.UUID) (http.Header, error)
 }
 
@@ -395,7 +373,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		lease, err = d.claim(ctx)
 		return err
 	})
-	if errors.Is(err, ErrEventPurged) && !msg.MovedBack {
+	if errors.Is(err, webhook.ErrEventPurged) && !msg.MovedBack {
 		// Purge keeps every event with a pair still to deliver (pending,
 		// retrying, dead unless --include-dead), so the pairs of a purged
 		// event were all final, and this copy is a stale one (a duplicate
@@ -407,7 +385,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		d.log.Warn().Int64("gen", msg.Gen).Msg("event purged, so every pair of it was final: stale copy dropped without a POST")
 		return nil
 	}
-	if errors.Is(err, ErrEventMissing) {
+	if errors.Is(err, webhook.ErrEventMissing) {
 		// A dead letter an operator moved back whose event was purged
 		// since (purge --include-dead), or a message of an event never
 		// stored (or purged longer ago than the dedupe window): retrying
@@ -529,7 +507,7 @@ func (d *delivery) current(ctx context.Context, lease Lease) (done bool, err err
 		if err != nil {
 			// The lease is given back, so the message's next try claims at
 			// once instead of waiting it out as if a dispatcher had died.
-			if !errors.Is(err, ErrLeaseLost) {
+			if !errors.Is(err, webhook.ErrLeaseLost) {
 				release()
 			}
 			return true, fmt.Errorf("restarting a moved-back dead letter: %w", err)
@@ -618,12 +596,12 @@ func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) 
 	var current bool
 	err = d.retryStore(ctx, "recording attempt", func() (err error) {
 		_, current, err = lease.Record(ctx, a)
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, webhook.ErrLeaseLost) {
 			return permanent{err}
 		}
 		return err
 	})
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, webhook.ErrLeaseLost) {
 		d.cfg.Metrics.lease(d.route.Name, "lost")
 		d.log.Warn().Int("status", a.Status).Str("error", a.Error).Str("outcome", string(a.Outcome)).
 			Msg("delivery lease lost before recording; attempt stored as lost_lease, message requeued")
@@ -644,7 +622,7 @@ func (d *delivery) record(ctx context.Context, lease Lease, a *webhook.Attempt) 
 // StoreRetryFor while the message stays unacked, or until d.stop closes.
 func (d *delivery) retryStore(ctx context.Context, what string, op func() error) error {
 	err := op()
-	if err == nil || errors.Is(err, ErrEventMissing) || isPermanent(err) {
+	if err == nil || errors.Is(err, webhook.ErrEventMissing) || isPermanent(err) {
 		return unwrapPermanent(err) // done, or permanent
 	}
 	d.holding.Add(1)
@@ -667,7 +645,7 @@ func (d *delivery) retryStore(ctx context.Context, what string, op func() error)
 			return fmt.Errorf("%s: %w", what, ctx.Err())
 		case <-t.C:
 		}
-		if err = op(); err == nil || errors.Is(err, ErrEventMissing) || isPermanent(err) {
+		if err = op(); err == nil || errors.Is(err, webhook.ErrEventMissing) || isPermanent(err) {
 			return unwrapPermanent(err)
 		}
 	}

@@ -78,7 +78,7 @@ func (s *fakeStore) DeliveryClaim(_ context.Context, _, _ uuid.UUID, _ string, _
 		if len(s.busy) == 0 && s.busyThen != "" {
 			s.state = s.busyThen
 		}
-		return nil, &deliver.LeaseBusyError{Remaining: rem}
+		return nil, &webhook.LeaseBusyError{Remaining: rem}
 	}
 	return &fakeLock{s: s}, nil
 }
@@ -144,7 +144,7 @@ func (l *fakeLock) Record(_ context.Context, a *webhook.Attempt) (int64, bool, e
 	}
 	if l.s.leaseLost {
 		l.s.lost = append(l.s.lost, a)
-		return 0, false, deliver.ErrLeaseLost
+		return 0, false, webhook.ErrLeaseLost
 	}
 	if l.s.movedOn {
 		// A replay moved the pair on during the attempt: the attempt is

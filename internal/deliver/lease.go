@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/backoff"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // Delivery leases. A delivery claims its (event, route) pair with a lease
@@ -75,13 +76,13 @@ func (d *delivery) claim(ctx context.Context) (Lease, error) {
 		var lease Lease
 		err := d.retryStore(ctx, "claiming delivery", func() (err error) {
 			lease, err = d.cfg.Store.DeliveryClaim(ctx, owner, d.msg.EventID, d.route.Name, d.msg.Attempt, d.msg.Gen, d.leaseTTL())
-			var busy *LeaseBusyError
+			var busy *webhook.LeaseBusyError
 			if errors.As(err, &busy) {
 				return permanent{err}
 			}
 			return err
 		})
-		var busy *LeaseBusyError
+		var busy *webhook.LeaseBusyError
 		if !errors.As(err, &busy) {
 			if waited && err == nil {
 				d.log.Debug().Msg("lease released or expired; claimed")

@@ -38,7 +38,7 @@ func (d *delivery) shape(ctx context.Context) (Request, error) {
 		var h http.Header
 		err := d.retryStore(ctx, "reading the event's headers", func() (err error) {
 			h, err = d.cfg.Rules.EventHeaders(ctx, msg.EventID)
-			if errors.Is(err, ErrEventMissing) {
+			if errors.Is(err, webhook.ErrEventMissing) {
 				return permanent{err}
 			}
 			return err

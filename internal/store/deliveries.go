@@ -13,22 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// ErrLeaseLost is returned when a delivery lease was taken over by
-// another claim (it had expired) before its holder recorded: nothing of
-// the pair was changed.
-var ErrLeaseLost = errors.New("delivery lease lost")
-
-// LeaseBusyError is returned by DeliveryClaim when another claim holds a
-// live lease on the pair: the pair is in flight elsewhere.
-type LeaseBusyError struct {
-	// Remaining is how long the lease has left, by Postgres' clock.
-	Remaining time.Duration
-}
-
-func (e *LeaseBusyError) Error() string {
-	return fmt.Sprintf("delivery in flight elsewhere (lease expires in %s)", e.Remaining.Round(time.Millisecond))
-}
-
 // DeliveryLease is a claimed (event, route) delivery. It holds no
 // connection and no row lock: the claim is a lease in the row
 // (lease_owner, lease_until) that every later write of the holder is
@@ -73,10 +57,13 @@ const leaseExpiredError = "lease expired: the dispatcher making this attempt " +
 // returns it. It holds nothing after it returns. A pair already delivered,
 // or at another generation than gen (the copy is stale), is returned read,
 // not claimed (its Release does nothing), whatever its lease. A pair whose
-// lease is live fails with a *LeaseBusyError. A pair whose lease expired
-// is taken over: the dead holder's attempt is recorded as 'lease_expired'
-// and counted in the pair's attempts, in the same statement. The delivery row is created if
-// the event has none; an event that is gone fails with ErrNotFound.
+// lease is live fails with a *webhook.LeaseBusyError. A pair whose lease
+// expired is taken over: the dead holder's attempt is recorded as
+// 'lease_expired' and counted in the pair's attempts, in the same
+// statement. The delivery row is created if the event has none; an event
+// that is gone fails with webhook.ErrEventMissing and ErrNotFound (and
+// webhook.ErrEventPurged too when it was stored once and purged since: its
+// dedupe key is kept for retention.dedupe_window, or its day was dropped).
 //
 // owner names the claimant. A lease owner holds already is taken again (not
 // a takeover, not busy): a claim whose deadline passed after Postgres had
@@ -131,7 +118,7 @@ func (l *DeliveryLease) flushTakeover(ctx context.Context) error {
 		return fmt.Errorf("flushing a lease takeover: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("flushing a lease takeover: %w", ErrLeaseLost)
+		return fmt.Errorf("flushing a lease takeover: %w", webhook.ErrLeaseLost)
 	}
 	return nil
 }
@@ -206,7 +193,7 @@ func (db *DB) claimOn(ctx context.Context, q querier, owner, eventID uuid.UUID, 
 			// nothing to deliver, so nothing to wait for).
 			return l, nil
 		case remaining > 0:
-			return nil, &LeaseBusyError{Remaining: time.Duration(remaining * float64(time.Second))}
+			return nil, &webhook.LeaseBusyError{Remaining: time.Duration(remaining * float64(time.Second))}
 		}
 		// The lease expired between the update and the read: claim again.
 	}
@@ -243,10 +230,10 @@ func deliveryCreate(ctx context.Context, db *DB, q querier, eventID uuid.UUID, r
 		// Purged, its dedupe key kept (retention.dedupe_window): nothing
 		// to record against, and nothing was owed (purge keeps an event
 		// with a pair still to deliver).
-		return fmt.Errorf("event %s: %w", eventID, ErrEventPurged)
+		return fmt.Errorf("%w: %w: event %s: %w: purged", webhook.ErrEventPurged, webhook.ErrEventMissing, eventID, ErrNotFound)
 	case !found:
 		// Never stored, or purged longer ago than the dedupe window.
-		return fmt.Errorf("event %s: %w", eventID, ErrNotFound)
+		return fmt.Errorf("%w: event %s: %w", webhook.ErrEventMissing, eventID, ErrNotFound)
 	}
 	return nil
 }
@@ -267,11 +254,6 @@ func (db *DB) dayDropped(ctx context.Context, id uuid.UUID) (bool, error) {
 	}
 	return time.UnixMilli(ms).UTC().Before(days[0].day), nil
 }
-
-// ErrEventPurged is returned for an event that was stored and has been
-// purged since (its dedupe key is kept for retention.dedupe_window, or
-// its day was dropped); it is an ErrNotFound too.
-var ErrEventPurged = fmt.Errorf("%w: purged", ErrNotFound)
 
 // BackfillEvent is an event DeliveryBackfill asks about: Headers and Body
 // only when it was asked to read them.
@@ -356,7 +338,7 @@ func (l *DeliveryLease) Gen() int64 { return l.gen }
 // operator moved back to the route queue: the pair is pending again, in
 // its next series, under a new generation (any other copy of the dead
 // letter is then stale). It returns the new generation; the lease is still
-// held. A lease taken over meanwhile fails with ErrLeaseLost.
+// held. A lease taken over meanwhile fails with webhook.ErrLeaseLost.
 func (l *DeliveryLease) Restart(ctx context.Context) (int64, error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
@@ -370,7 +352,7 @@ func (l *DeliveryLease) restartOn(ctx context.Context, q querier) (int64, error)
 		WHERE event_id = $3 AND @day(event_id) AND id = $1 AND lease_owner = $2 RETURNING gen`, l.eventID),
 		l.id, pgUUID(l.owner), pgUUID(l.eventID)).Scan(&l.gen)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrLeaseLost
+		return 0, webhook.ErrLeaseLost
 	}
 	if err != nil {
 		return 0, fmt.Errorf("restarting delivery: %w", err)
@@ -388,9 +370,11 @@ func (l *DeliveryLease) restartOn(ctx context.Context, q querier) (int64, error)
 // state, and the newer copy owns what comes next. If the lease was taken
 // over meanwhile (it expired), the attempt is stored with outcome
 // 'lost_lease', nothing else of the pair changes, and Record fails with
-// ErrLeaseLost. Record may be called again after an error (its answer
-// was lost: a deadline, a dropped connection): if the first call
-// committed, the second answers what it committed and changes nothing.
+// webhook.ErrLeaseLost. A pair that is gone (purged) fails with
+// webhook.ErrEventMissing and ErrNotFound. Record may be called again
+// after an error (its answer was lost: a deadline, a dropped connection):
+// if the first call committed, the second answers what it committed and
+// changes nothing.
 func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	ctx, cancel := l.db.bound(ctx)
 	defer cancel()
@@ -452,8 +436,8 @@ func (l *DeliveryLease) releaseOn(ctx context.Context, q querier) error {
 // tool, or a test): it claims the pair for a short lease, records a, and
 // releases it. current says whether the pair was at a.Gen (only then did
 // its state follow a.Outcome, or for a success), gen is the pair's
-// generation afterwards. A pair in flight fails with a *LeaseBusyError, a
-// delivered one records nothing and fails.
+// generation afterwards. A pair in flight fails with a
+// *webhook.LeaseBusyError, a delivered one records nothing and fails.
 func (db *DB) AttemptRecord(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	l, err := db.claim(ctx, uuid.New(), a.EventID, a.Route, a.Number, nil, time.Minute)
 	if err != nil {
@@ -483,10 +467,10 @@ type querier interface {
 // fenced by owner. It returns the pair's generation afterwards and
 // whether the attempt's copy was current (the pair at a.Gen: a replay may
 // have moved it on meanwhile). When the fence fails, the attempt is
-// inserted as 'lost_lease' and nothing else changes: ErrLeaseLost; unless
-// owner's attempt is recorded already (a try whose answer was lost), which
-// is answered again as it was, changing nothing. Its statement has a
-// grouped twin in recordBatch: change both.
+// inserted as 'lost_lease' and nothing else changes: webhook.ErrLeaseLost;
+// unless owner's attempt is recorded already (a try whose answer was
+// lost), which is answered again as it was, changing nothing. Its
+// statement has a grouped twin in recordBatch: change both.
 func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
 	var status *int
 	if a.Status != 0 {
@@ -573,13 +557,13 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,
 		pgUUID(eventID), a.TraceParent, routeVersion(a)).Scan(&gen, &current, &found)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, ErrLeaseLost
+		return 0, false, webhook.ErrLeaseLost
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("recording attempt: %w", err)
 	}
 	if !found {
-		return 0, false, fmt.Errorf("recording attempt: delivery %d: %w", deliveryID, ErrNotFound)
+		return 0, false, fmt.Errorf("%w: recording attempt: delivery %d: %w", webhook.ErrEventMissing, deliveryID, ErrNotFound)
 	}
 	return gen, current, nil
 }

@@ -206,7 +206,7 @@ func (db *DB) claimBatchOn(ctx context.Context, q querier, items []claimItem, ou
 		case claimed, l.state == webhook.StateDelivered, l.state == webhook.StateStale, it.gen != gen:
 			out[i].lease = l
 		case remaining > 0:
-			out[i].err = &LeaseBusyError{Remaining: time.Duration(remaining * float64(time.Second))}
+			out[i].err = &webhook.LeaseBusyError{Remaining: time.Duration(remaining * float64(time.Second))}
 		default:
 			out[i].alone = true // the lease expired meanwhile: as claim does, try again
 		}
@@ -435,10 +435,10 @@ func recordBatchOn(ctx context.Context, q querier, items []recordItem, out []rec
 		seen[i] = true
 		switch {
 		case !found:
-			out[i].err = fmt.Errorf("recording attempt: delivery %d: %w", items[i].deliveryID, ErrNotFound)
+			out[i].err = fmt.Errorf("%w: recording attempt: delivery %d: %w", webhook.ErrEventMissing, items[i].deliveryID, ErrNotFound)
 			continue
 		case !fenced:
-			out[i].err = ErrLeaseLost
+			out[i].err = webhook.ErrLeaseLost
 			continue
 		}
 		out[i].gen, out[i].current = gen, curr

@@ -69,7 +69,7 @@ func TestGroupedClaimsSettleEachPairAsAlone(t *testing.T) {
 	require.Equal(t, webhook.StatePending, got.Val.State())
 	require.Equal(t, args[0].Owner, *readLease(t, db, free).owner, "claimed by its owner")
 
-	var be *store.LeaseBusyError
+	var be *webhook.LeaseBusyError
 	require.False(t, res[1].Alone)
 	require.ErrorAs(t, res[1].Err, &be)
 	require.Greater(t, be.Remaining, 50*time.Second)
@@ -180,7 +180,7 @@ func TestGroupedRecordsFenceEachLease(t *testing.T) {
 		FROM deliveries WHERE event_id = $1`, failing).Scan(&due))
 	require.InDelta(t, time.Minute.Seconds(), due.Seconds(), 5, "due when its tier expires")
 
-	require.ErrorIs(t, res[2].Err, store.ErrLeaseLost)
+	require.ErrorIs(t, res[2].Err, webhook.ErrLeaseLost)
 	r = readLease(t, db, lost)
 	require.Equal(t, "pending", r.state, "a lost lease's success is not the pair's")
 	require.Equal(t, []string{"lease_expired", "lost_lease"}, r.outcomes)
@@ -206,11 +206,13 @@ func TestGroupedRecordsFenceEachLease(t *testing.T) {
 	require.Equal(t, "delivered", readLease(t, db, good).state)
 	require.False(t, res[1].Alone)
 	require.ErrorIs(t, res[1].Err, store.ErrNotFound, "the purged pair fails on its own")
+	require.ErrorIs(t, res[1].Err, webhook.ErrEventMissing)
 	var orphans int
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE event_id = $1`, gone).Scan(&orphans))
 	require.Zero(t, orphans, "no attempt stored for a pair that is gone")
 	_, _, err = lGone.Record(ctx, attempt(gone, 200, webhook.StateDelivered))
 	require.ErrorIs(t, err, store.ErrNotFound, "alone, the same")
+	require.ErrorIs(t, err, webhook.ErrEventMissing, "alone, the same")
 }
 
 // Issue 11: with GroupDeliveries, many deliveries claiming and recording at
@@ -243,7 +245,7 @@ func TestGroupedDeliveriesDeliverEachPairOnce(t *testing.T) {
 		owner := uuid.New()
 		for {
 			l, err := db.DeliveryClaim(ctx, owner, ids[i], "billing", 1, 0, time.Minute)
-			var busy *store.LeaseBusyError
+			var busy *webhook.LeaseBusyError
 			if errors.As(err, &busy) {
 				time.Sleep(5 * time.Millisecond) // a duplicate waits for the lease, as deliver does
 				continue

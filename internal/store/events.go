@@ -98,15 +98,16 @@ func isUndefinedTable(err error) bool {
 }
 
 // EventHeaders returns the stored headers of event id (the sender's, less
-// credentials), or ErrNotFound. A transformation that reads them asks for
-// them here at delivery: a message does not carry them.
+// credentials), or webhook.ErrEventMissing with ErrNotFound. A
+// transformation that reads them asks for them here at delivery: a message
+// does not carry them.
 func (db *DB) EventHeaders(ctx context.Context, id uuid.UUID) (http.Header, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	var h http.Header
 	err := db.pool.QueryRow(ctx, `SELECT headers FROM events WHERE id = $1`, pgUUID(id)).Scan(&h)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, fmt.Errorf("%w: %w", webhook.ErrEventMissing, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading event headers: %w", err)

@@ -79,7 +79,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.False(t, again.TookOver)
 		require.Zero(t, readLease(t, db, id).attempts, "no attempt counted")
 		_, err = db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
-		var busy *store.LeaseBusyError
+		var busy *webhook.LeaseBusyError
 		require.ErrorAs(t, err, &busy, "anyone else still finds it busy")
 		_, _, err = again.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, Status: 200,
 			StartedAt: time.Now(), Outcome: webhook.StateDelivered})
@@ -110,7 +110,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.NotNil(t, readLease(t, db, id).owner)
 
 		_, err = db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
-		var busy *store.LeaseBusyError
+		var busy *webhook.LeaseBusyError
 		require.ErrorAs(t, err, &busy)
 		require.Greater(t, busy.Remaining, 50*time.Second)
 		require.LessOrEqual(t, busy.Remaining, time.Minute)
@@ -148,7 +148,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 		require.Equal(t, 1, r.attempts, "the abandoned attempt counts")
 
 		_, _, err = a.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 3, StartedAt: time.Now(), Status: 200, Outcome: webhook.StateDelivered})
-		require.ErrorIs(t, err, store.ErrLeaseLost)
+		require.ErrorIs(t, err, webhook.ErrLeaseLost)
 		r = readLease(t, db, id)
 		require.Equal(t, "pending", r.state, "a lost lease's success is not taken as the pair's")
 		require.Equal(t, 1, r.attempts)
@@ -213,6 +213,7 @@ func TestDeliveryClaimLease(t *testing.T) {
 	t.Run("purged event", func(t *testing.T) {
 		_, err := db.DeliveryClaim(ctx, uuid.New(), uuid.New(), "billing", 1, 0, time.Minute)
 		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, webhook.ErrEventMissing)
 	})
 }
 

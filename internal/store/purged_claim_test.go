@@ -13,9 +13,10 @@ import (
 )
 
 // Issue 38, reliability 6(d): a claim of a pair whose event is gone says
-// whether the event was stored once and purged (ErrEventPurged: its dedupe
-// key kept, or its day dropped, its key expired since), which tells a
-// stale copy from a message of an event never stored (ErrNotFound alone).
+// whether the event was stored once and purged (webhook.ErrEventPurged:
+// its dedupe key kept, or its day dropped, its key expired since), which
+// tells a stale copy from a message of an event never stored
+// (webhook.ErrEventMissing and ErrNotFound alone).
 func TestClaimOfAPurgedEventSaysSo(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
@@ -47,14 +48,16 @@ func TestClaimOfAPurgedEventSaysSo(t *testing.T) {
 	}
 	for name, id := range map[string]uuid.UUID{"its key kept": mid, "its day dropped, its key expired": old} {
 		err := claim(id)
-		require.ErrorIs(t, err, store.ErrEventPurged, name)
+		require.ErrorIs(t, err, webhook.ErrEventPurged, name)
+		require.ErrorIs(t, err, webhook.ErrEventMissing, name)
 		require.ErrorIs(t, err, store.ErrNotFound, name)
 	}
 	unknown, err := uuid.NewV7()
 	require.NoError(t, err)
 	for name, id := range map[string]uuid.UUID{"a v7 id of today": unknown, "not a v7 id": uuid.New()} {
 		err := claim(id)
+		require.ErrorIs(t, err, webhook.ErrEventMissing, name)
 		require.ErrorIs(t, err, store.ErrNotFound, name)
-		require.NotErrorIs(t, err, store.ErrEventPurged, name)
+		require.NotErrorIs(t, err, webhook.ErrEventPurged, name)
 	}
 }

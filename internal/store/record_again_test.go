@@ -20,7 +20,7 @@ import (
 // an fsync stall); its caller gives up (the query timeout) while the batch
 // goes on and commits the retry. The caller, as a delivery does, records
 // again: it gets what the batch committed (the retry's generation, its
-// copy in the outbox), not ErrLeaseLost, and the attempt is stored once,
+// copy in the outbox), not webhook.ErrLeaseLost, and the attempt is stored once,
 // not again as lost_lease.
 func TestRecordOutcomeIsKnownToItsCaller(t *testing.T) {
 	t.Parallel()
@@ -134,9 +134,9 @@ func TestRecordOutcomeIsKnownToItsCaller(t *testing.T) {
 		_, err = db.DeliveryClaim(ctx, uuid.New(), id, "billing", 1, 0, time.Minute)
 		require.NoError(t, err)
 		_, _, err = lease.Record(ctx, retry(id))
-		require.True(t, errors.Is(err, store.ErrLeaseLost), "got %v", err)
+		require.True(t, errors.Is(err, webhook.ErrLeaseLost), "got %v", err)
 		_, _, err = lease.Record(ctx, retry(id))
-		require.ErrorIs(t, err, store.ErrLeaseLost, "a lost_lease row answers nothing")
+		require.ErrorIs(t, err, webhook.ErrLeaseLost, "a lost_lease row answers nothing")
 	})
 }
 
@@ -178,7 +178,7 @@ func TestRecordAfterALostClaim(t *testing.T) {
 	_, err = db.DeliveryClaim(ctx, uuid.New(), other, "billing", 1, 0, time.Minute) // a duplicate copy claims meanwhile
 	require.NoError(t, err)
 	_, _, err = lease.Record(ctx, ok(other))
-	require.ErrorIs(t, err, store.ErrLeaseLost, "another claim holds the pair")
+	require.ErrorIs(t, err, webhook.ErrLeaseLost, "another claim holds the pair")
 	require.Equal(t, "pending", readLease(t, db, other).state)
 
 	// The grouped statement alike.
@@ -237,11 +237,11 @@ func TestLateRecordAfterAnotherClaimRecordedIsLost(t *testing.T) {
 			res, err := db.RecordTogether(ctx, []*store.DeliveryLease{a, o}, []*webhook.Attempt{late,
 				{EventID: other, Route: "billing", Number: 1, StartedAt: time.Now(), Status: 204, Outcome: webhook.StateDelivered}})
 			require.NoError(t, err)
-			require.ErrorIs(t, res[0].Err, store.ErrLeaseLost, "grouped")
+			require.ErrorIs(t, res[0].Err, webhook.ErrLeaseLost, "grouped")
 			require.NoError(t, res[1].Err)
 		} else {
 			_, _, err = a.Record(ctx, late)
-			require.ErrorIs(t, err, store.ErrLeaseLost)
+			require.ErrorIs(t, err, webhook.ErrLeaseLost)
 		}
 		r := readLease(t, db, id)
 		require.Equal(t, "dead", r.state, "grouped %v: the dead pair stays dead", grouped)

@@ -104,7 +104,7 @@ func TestRecordPutsTheRetryCopyInTheOutbox(t *testing.T) {
 		}
 		require.Equal(t, []retryRow{{route: "billing", gen: 1, attempt: 3, retryMS: 90_000, first: series}}, retryRows(t, db, failing))
 		require.Empty(t, retryRows(t, db, ok), "a success has no retry")
-		require.ErrorIs(t, res[2].Err, store.ErrLeaseLost)
+		require.ErrorIs(t, res[2].Err, webhook.ErrLeaseLost)
 		require.Empty(t, retryRows(t, db, lost), "a lost lease changes nothing of the pair")
 		require.Empty(t, retryRows(t, db, moved), "the replay's copy owns what comes next")
 	})
