@@ -208,9 +208,13 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 		db.HoldOutbox(cfg.Outbox.DirectHold)
 	}
+	var eventStore ingest.Store = db
+	if direct != nil {
+		eventStore = ingestStore{db: db, direct: direct}
+	}
 	handler, err := ingest.New(ingest.Config{
 		Sources:      sources,
-		Store:        ingestStore{db: db, direct: direct},
+		Store:        eventStore,
 		MaxBodyBytes: cfg.Receiver.MaxBodyBytes,
 		BatchSize:    cfg.Receiver.BatchSize,
 		BatchWait:    cfg.Receiver.BatchWait,

@@ -12,7 +12,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
@@ -193,7 +192,7 @@ func TestEventAcceptedBeforeAReceiverFollowedANewRouteGetsItsPair(t *testing.T) 
 	id, err := uuid.NewV7()
 	require.NoError(t, err)
 	body := []byte(`{"id":"evt_lagging","type":"invoice.paid"}`)
-	res, err := h.db.EventInsertBatch(t.Context(), []store.EventInsertItem{{
+	res, err := h.db.EventInsertBatch(t.Context(), []webhook.Insert{{
 		Event: &webhook.Event{ID: id, Source: "acme", IdempotencyKey: "evt_lagging", EventType: "invoice.paid", ContentType: "application/json",
 			Headers: http.Header{}, Body: body, ReceivedAt: made},
 		Routes: []string{"billing"}, // the routes a receiver had before it followed fresh

@@ -11,33 +11,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Insert is one event to store with the routes whose bindings match it.
-type Insert struct {
-	Event  *webhook.Event
-	Routes []string
-	// Addressed are the routes of Routes whose filter took the event: its
-	// copy is addressed to them (they are bound to no pattern).
-	Addressed []string
-}
-
-// Stored is what storing one Insert came to: the event's id (the first
-// event's when Duplicate), or Err when this item failed on its own after
-// the batch committed (its duplicate could not be read).
-type Stored struct {
-	ID        uuid.UUID
-	Duplicate bool
-	Err       error
-}
-
-// RefusedError is a batch refused because of one row's data: the sender's
-// error (it would be refused on every retry), answered 400. Reason says
-// why, safe to show the sender.
-type RefusedError struct {
-	Reason string
-}
-
-func (e *RefusedError) Error() string { return "storage refused the event: " + e.Reason }
-
 // Defaults of the group commit.
 const (
 	DefaultBatchSize = 64
@@ -70,7 +43,7 @@ type answer struct {
 
 // pending is a request waiting for its batch.
 type pending struct {
-	ins      Insert
+	ins      webhook.Insert
 	deadline time.Time
 	done     chan answer // buffered: a committer never waits for the handler
 }
@@ -106,7 +79,7 @@ func newBatcher(store Store, size int, wait time.Duration, m *Metrics, logger ze
 
 // storeOne queues ins and waits for its answer, at most until deadline plus
 // answerGrace.
-func (b *batcher) storeOne(ins Insert, deadline time.Time) answer {
+func (b *batcher) storeOne(ins webhook.Insert, deadline time.Time) answer {
 	p := &pending{ins: ins, deadline: deadline, done: make(chan answer, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
@@ -211,7 +184,7 @@ func (b *batcher) gather(batch []*pending) []*pending {
 // 503 for the whole batch, which stored nothing.
 func (b *batcher) commit(batch []*pending) {
 	deadline := batch[0].deadline
-	inserts := make([]Insert, len(batch))
+	inserts := make([]webhook.Insert, len(batch))
 	for i, p := range batch {
 		inserts[i] = p.ins
 		if p.deadline.After(deadline) {
@@ -241,7 +214,7 @@ func (b *batcher) commit(batch []*pending) {
 		}
 		return
 	}
-	var re *RefusedError
+	var re *webhook.RefusedError
 	if !errors.As(err, &re) {
 		for _, p := range batch {
 			p.answer(answer{err: err, batch: len(batch)})

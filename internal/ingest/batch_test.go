@@ -31,7 +31,7 @@ func newGateStore(held int) *gateStore {
 	return &gateStore{gate: make(chan struct{}), held: held, started: make(chan struct{}, 1000)}
 }
 
-func (s *gateStore) EventInsertBatch(ctx context.Context, batch []Insert) ([]Stored, error) {
+func (s *gateStore) EventInsertBatch(ctx context.Context, batch []webhook.Insert) ([]webhook.Stored, error) {
 	keys := make([]string, len(batch))
 	for i, in := range batch {
 		keys[i] = in.Event.IdempotencyKey
@@ -48,15 +48,15 @@ func (s *gateStore) EventInsertBatch(ctx context.Context, batch []Insert) ([]Sto
 			return nil, ctx.Err()
 		}
 	}
-	out := make([]Stored, len(batch))
+	out := make([]webhook.Stored, len(batch))
 	for i, in := range batch {
 		switch in.Event.IdempotencyKey {
 		case "bad":
-			return nil, errors.Join(&RefusedError{Reason: "value too long"}, errors.New("pg: 54000"))
+			return nil, errors.Join(&webhook.RefusedError{Reason: "value too long"}, errors.New("pg: 54000"))
 		case "down":
 			return nil, errors.New("connection reset")
 		}
-		out[i] = Stored{ID: in.Event.ID}
+		out[i] = webhook.Stored{ID: in.Event.ID}
 	}
 	return out, nil
 }
@@ -73,8 +73,8 @@ func newTestBatcher(t *testing.T, s Store, size int, wait time.Duration) (*batch
 	return newBatcher(s, size, wait, m, zerolog.Nop()), m
 }
 
-func insertOf(key string) Insert {
-	return Insert{Event: &webhook.Event{ID: uuid.Must(uuid.NewV7()), Source: "acme", IdempotencyKey: key, Body: []byte("{}")}}
+func insertOf(key string) webhook.Insert {
+	return webhook.Insert{Event: &webhook.Event{ID: uuid.Must(uuid.NewV7()), Source: "acme", IdempotencyKey: key, Body: []byte("{}")}}
 }
 
 // storeAll stores each key concurrently, returning the answers in order.
@@ -231,7 +231,7 @@ type deadlineStore struct {
 	deadlines chan time.Time
 }
 
-func (s *deadlineStore) EventInsertBatch(ctx context.Context, batch []Insert) ([]Stored, error) {
+func (s *deadlineStore) EventInsertBatch(ctx context.Context, batch []webhook.Insert) ([]webhook.Stored, error) {
 	if d, ok := ctx.Deadline(); ok && len(batch) > 1 {
 		s.deadlines <- d
 	}

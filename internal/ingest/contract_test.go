@@ -37,14 +37,14 @@ type fakeStore struct {
 	ctxErr error
 }
 
-func (s *fakeStore) EventInsertBatch(ctx context.Context, batch []Insert) ([]Stored, error) {
+func (s *fakeStore) EventInsertBatch(ctx context.Context, batch []webhook.Insert) ([]webhook.Stored, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ctxErr = ctx.Err()
 	if s.err != nil {
 		return nil, s.err
 	}
-	out := make([]Stored, len(batch))
+	out := make([]webhook.Stored, len(batch))
 	for i, in := range batch {
 		out[i].ID, out[i].Duplicate = s.insertLocked(in.Event, in.Routes)
 	}

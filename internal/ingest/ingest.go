@@ -42,10 +42,11 @@ type Store interface {
 	// pending delivery per route) in one transaction, or nothing. An item
 	// whose event exists already (an earlier item of the batch included)
 	// stores nothing and gets the existing event's id, Duplicate true. A
-	// non-nil error means nothing was stored; it wraps a *RefusedError
-	// when Postgres refused the data of some row. Otherwise it returns one
-	// Stored per item, in order.
-	EventInsertBatch(ctx context.Context, batch []Insert) ([]Stored, error)
+	// non-nil error means nothing was stored; it wraps a
+	// *webhook.RefusedError when Postgres refused the data of some row
+	// (answered 400 with its Reason). Otherwise it returns one
+	// webhook.Stored per item, in order.
+	EventInsertBatch(ctx context.Context, batch []webhook.Insert) ([]webhook.Stored, error)
 }
 
 // Source is one configured sender.
@@ -333,7 +334,7 @@ func (h *Handler) commit(w http.ResponseWriter, r *http.Request, ev *webhook.Eve
 			tracing.AttrEventID.String(ev.ID.String()), attribute.Int("hookrelay.routes", len(routes))))
 	}
 	// The wall clock, not h.now: the deadline bounds real waits.
-	a := h.batcher.storeOne(Insert{Event: ev, Routes: routes, Addressed: routing.Addressed}, time.Now().Add(h.storeTimeout))
+	a := h.batcher.storeOne(webhook.Insert{Event: ev, Routes: routes, Addressed: routing.Addressed}, time.Now().Add(h.storeTimeout))
 	if span != nil {
 		span.SetAttributes(attribute.Int("hookrelay.batch.size", a.batch), attribute.Bool("hookrelay.duplicate", a.duplicate))
 		if a.id != uuid.Nil && a.duplicate {

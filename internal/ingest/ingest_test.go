@@ -6,14 +6,15 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
 type nopStore struct{}
 
-func (nopStore) EventInsertBatch(_ context.Context, batch []Insert) ([]Stored, error) {
-	return make([]Stored, len(batch)), nil
+func (nopStore) EventInsertBatch(_ context.Context, batch []webhook.Insert) ([]webhook.Stored, error) {
+	return make([]webhook.Stored, len(batch)), nil
 }
 
 // A source keyed on the signed id with a verifier that signs none would

@@ -23,7 +23,7 @@ var ErrNotFound = errors.New("not found")
 // concurrent inserts of one key are safe. ev.ID and ev.ReceivedAt must be
 // set by the caller.
 func (db *DB) EventInsert(ctx context.Context, ev *webhook.Event, routes []string) (id uuid.UUID, duplicate bool, err error) {
-	res, err := db.EventInsertBatch(ctx, []EventInsertItem{{Event: ev, Routes: routes}})
+	res, err := db.EventInsertBatch(ctx, []webhook.Insert{{Event: ev, Routes: routes}})
 	if err != nil {
 		return uuid.Nil, false, err
 	}

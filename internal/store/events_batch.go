@@ -14,53 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// EventInsertItem is one event to store with the routes whose bindings
-// match it (a pending delivery is recorded for each).
-type EventInsertItem struct {
-	Event  *webhook.Event
-	Routes []string
-	// Addressed are the routes of Routes whose filter took the event: they
-	// are bound to no pattern, so the event reaches their queues only by a
-	// copy addressed to them (a second outbox row, one publish to all of
-	// them). A subset of Routes.
-	Addressed []string
-}
-
-// EventInsertResult is what storing one item came to: the id of the event
-// (the existing one when Duplicate), or Err when the item's duplicate could
-// not be resolved after the commit (its own rows are not stored then, since
-// a duplicate writes none).
-type EventInsertResult struct {
-	ID        uuid.UUID
-	Duplicate bool
-	Err       error
-	// OutboxID is the outbox row written for the event; 0 for a duplicate.
-	OutboxID int64
-	// AddressedOutboxID is the row of the copy addressed to the item's
-	// Addressed routes; 0 when it has none, and for a duplicate.
-	AddressedOutboxID int64
-}
-
-// ErrRowRefused is wrapped (by a *RefusedError) when Postgres refused an
-// insert because of the data of a row that passed ingest's checks: an
-// invalid value (SQLSTATE class 22), a violated constraint (class 23) or a
-// limit such as the size of an index entry (class 54). Storing the rows one
-// by one finds which; that row would be refused on every retry, so it is
-// the sender's error.
-var ErrRowRefused = errors.New("postgres refused a row")
-
-// RefusedError is an insert Postgres refused for its data. Reason is
-// Postgres' message, without its detail (which may quote the row).
-type RefusedError struct {
-	Reason string
-	Err    error
-}
-
-func (e *RefusedError) Error() string { return "postgres refused the row: " + e.Reason }
-
-// Unwrap returns ErrRowRefused and the driver's error.
-func (e *RefusedError) Unwrap() []error { return []error{ErrRowRefused, e.Err} }
-
 // ErrNoPartition is wrapped when a row's id falls on a day that has no
 // partition (a clock far off, or partitions not created for days: see
 // EnsurePartitions). Not the sender's fault: answered as Postgres being
@@ -75,8 +28,8 @@ func isNoPartition(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.HasSuffix(pgErr.ConstraintName, "_legacy_before_cutover")
 }
 
-// refused wraps err in a *RefusedError when it is Postgres refusing a row's
-// data.
+// refused wraps err in a *webhook.RefusedError when it is Postgres
+// refusing a row's data.
 func refused(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -87,7 +40,7 @@ func refused(err error) error {
 	}
 	switch pgErr.Code[:2] {
 	case "22", "23", "54":
-		return &RefusedError{Reason: pgErr.Message, Err: err}
+		return &webhook.RefusedError{Reason: pgErr.Message, Err: err}
 	}
 	return err
 }
@@ -100,7 +53,7 @@ func refused(err error) error {
 type eventColumn struct {
 	name   string
 	pgType string
-	values func(items []EventInsertItem) any
+	values func(items []webhook.Insert) any
 	expr   string
 }
 
@@ -113,7 +66,7 @@ func (c eventColumn) as(expr string) eventColumn {
 
 // column builds an eventColumn from the value of one event.
 func column[T any](name, pgType string, value func(ev *webhook.Event) T) eventColumn {
-	return eventColumn{name: name, pgType: pgType, values: func(items []EventInsertItem) any {
+	return eventColumn{name: name, pgType: pgType, values: func(items []webhook.Insert) any {
 		out := make([]T, len(items))
 		for i, it := range items {
 			out[i] = value(it.Event)
@@ -241,16 +194,16 @@ var eventInsertSQL = func() string {
 // with the existing event's id, Duplicate true; one matching the key wins
 // over one matching only the body. Every ev.ID and ev.ReceivedAt must be set.
 //
-// A non-nil error means nothing was stored; it wraps ErrRowRefused (a
-// *RefusedError) when Postgres refused the data of some row. Otherwise
-// results holds one entry per item, in order.
+// A non-nil error means nothing was stored; it wraps
+// webhook.ErrRowRefused (a *webhook.RefusedError) when Postgres refused the
+// data of some row. Otherwise results holds one entry per item, in order.
 //
 // Concurrency: ON CONFLICT DO NOTHING without a conflict target checks
 // every unique index of event_keys and waits for a concurrent transaction holding the
 // same key; the duplicates' ids are read afterwards by a second statement,
 // whose new snapshot (READ COMMITTED) sees the rows that transaction or
 // this batch committed.
-func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]EventInsertResult, error) {
+func (db *DB) EventInsertBatch(ctx context.Context, items []webhook.Insert) ([]webhook.Stored, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -297,7 +250,7 @@ func (db *DB) EventInsertBatch(ctx context.Context, items []EventInsertItem) ([]
 		return nil, err
 	}
 
-	results := make([]EventInsertResult, len(items))
+	results := make([]webhook.Stored, len(items))
 	var dups []int
 	for i, it := range items {
 		if ob, ok := inserted[it.Event.ID]; ok {
@@ -354,7 +307,7 @@ func isDeadlock(err error) bool {
 
 // resolveDuplicates sets the existing event's id on results[i] for every i
 // of dups, or its Err when none can be read.
-func (db *DB) resolveDuplicates(ctx context.Context, items []EventInsertItem, dups []int, results []EventInsertResult) {
+func (db *DB) resolveDuplicates(ctx context.Context, items []webhook.Insert, dups []int, results []webhook.Stored) {
 	sources := make([]string, len(dups))
 	keys := make([]string, len(dups))
 	sums := make([][]byte, len(dups))

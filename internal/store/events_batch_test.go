@@ -30,7 +30,7 @@ func TestEventInsertBatchResolvesDuplicatesInOneStatement(t *testing.T) {
 
 	sum := sha256.Sum256([]byte(`{"ref":"main"}`))
 	body := func(ev *webhook.Event) *webhook.Event { ev.BodySHA256 = sum[:]; return ev }
-	items := []store.EventInsertItem{
+	items := []webhook.Insert{
 		{Event: newEvent("acme", "a"), Routes: []string{"billing", "crm"}},
 		{Event: newEvent("acme", "b"), Routes: []string{"billing"}},
 		{Event: newEvent("acme", "a"), Routes: []string{"billing", "crm"}},
@@ -74,13 +74,13 @@ func TestEventInsertBatchRefusedRowStoresNothing(t *testing.T) {
 	ctx := context.Background()
 	_, err := db.Pool().Exec(ctx, `ALTER TABLE events ADD CONSTRAINT test_refused CHECK (idempotency_key <> 'bad')`)
 	require.NoError(t, err)
-	_, err = db.EventInsertBatch(ctx, []store.EventInsertItem{
+	_, err = db.EventInsertBatch(ctx, []webhook.Insert{
 		{Event: newEvent("acme", "good"), Routes: []string{"billing"}},
 		{Event: newEvent("acme", "bad")},
 	})
-	var re *store.RefusedError
+	var re *webhook.RefusedError
 	require.ErrorAs(t, err, &re)
-	require.True(t, errors.Is(err, store.ErrRowRefused))
+	require.True(t, errors.Is(err, webhook.ErrRowRefused))
 	require.Contains(t, re.Reason, `violates check constraint "test_refused"`)
 	for _, table := range []string{"events", "outbox", "deliveries"} {
 		var n int
@@ -102,9 +102,9 @@ func TestEventInsertBatchNotifiesOnce(t *testing.T) {
 	_, err = listener.Exec(ctx, "LISTEN "+store.OutboxChannel)
 	require.NoError(t, err)
 
-	var items []store.EventInsertItem
+	var items []webhook.Insert
 	for i := range 10 {
-		items = append(items, store.EventInsertItem{Event: newEvent("acme", fmt.Sprint("n", i)), Routes: []string{"billing"}})
+		items = append(items, webhook.Insert{Event: newEvent("acme", fmt.Sprint("n", i)), Routes: []string{"billing"}})
 	}
 	res, err := db.EventInsertBatch(ctx, items)
 	require.NoError(t, err)
@@ -140,15 +140,15 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 		BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
 		CREATE TRIGGER test_slow_insert BEFORE INSERT ON event_keys FOR EACH ROW EXECUTE FUNCTION test_slow_insert();`)
 	require.NoError(t, err)
-	item := func(key, body string) store.EventInsertItem {
+	item := func(key, body string) webhook.Insert {
 		ev := newEvent("gh", key)
 		ev.Body = []byte(body)
 		sum := sha256.Sum256(ev.Body)
 		ev.BodySHA256 = sum[:]
-		return store.EventInsertItem{Event: ev, Routes: []string{"billing"}}
+		return webhook.Insert{Event: ev, Routes: []string{"billing"}}
 	}
-	a := []store.EventInsertItem{item("a1", "X"), item("a2", "Y")}
-	b := []store.EventInsertItem{item("b1", "Y"), item("b2", "X")}
+	a := []webhook.Insert{item("a1", "X"), item("a2", "Y")}
+	b := []webhook.Insert{item("b1", "Y"), item("b2", "X")}
 	deadlocks := func(t require.TestingT) int64 {
 		var n int64
 		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
@@ -156,11 +156,11 @@ func TestCrossedBodyHashesDoNotFailABatch(t *testing.T) {
 	}
 	before := deadlocks(t)
 	type answer struct {
-		res []store.EventInsertResult
+		res []webhook.Stored
 		err error
 	}
 	done := make(chan answer, 2)
-	for _, batch := range [][]store.EventInsertItem{a, b} {
+	for _, batch := range [][]webhook.Insert{a, b} {
 		go func() {
 			res, err := db.EventInsertBatch(ctx, batch)
 			done <- answer{res, err}
@@ -208,11 +208,11 @@ func TestHeldOutboxRowsWaitForTheirHold(t *testing.T) {
 	_, err = listener.Exec(ctx, "LISTEN "+store.OutboxChannel)
 	require.NoError(t, err)
 
-	first, err := db.EventInsertBatch(ctx, []store.EventInsertItem{{Event: newEvent("acme", "held0"), Routes: []string{"billing"}}})
+	first, err := db.EventInsertBatch(ctx, []webhook.Insert{{Event: newEvent("acme", "held0"), Routes: []string{"billing"}}})
 	require.NoError(t, err)
-	var items []store.EventInsertItem
+	var items []webhook.Insert
 	for i := range 3 {
-		items = append(items, store.EventInsertItem{Event: newEvent("acme", fmt.Sprint("held", i)), Routes: []string{"billing"}})
+		items = append(items, webhook.Insert{Event: newEvent("acme", fmt.Sprint("held", i)), Routes: []string{"billing"}})
 	}
 	res, err := db.EventInsertBatch(ctx, items)
 	require.NoError(t, err)

@@ -135,7 +135,7 @@ func TestIdempotencyAcrossADayBoundary(t *testing.T) {
 	a, b := newEventAt("shop", "k1", midnight.Add(-time.Millisecond)), newEventAt("shop", "k2", midnight)
 	a.BodySHA256, b.BodySHA256 = []byte("same body hash"), []byte("same body hash")
 	c, d := newEventAt("acme", "evt_pair", midnight.Add(-time.Millisecond)), newEventAt("acme", "evt_pair", midnight)
-	results, err := db.EventInsertBatch(ctx, []store.EventInsertItem{{Event: a}, {Event: b}, {Event: c}, {Event: d}})
+	results, err := db.EventInsertBatch(ctx, []webhook.Insert{{Event: a}, {Event: b}, {Event: c}, {Event: d}})
 	require.NoError(t, err)
 	require.False(t, results[0].Duplicate)
 	require.True(t, results[1].Duplicate, "the same body across the boundary")
@@ -266,7 +266,7 @@ func TestInsertMakesAMissingDayAndRefusesNone(t *testing.T) {
 	ahead := newEventAt("acme", "evt_clock_ahead", time.Now().AddDate(0, 0, 10))
 	_, _, err = db.EventInsert(ctx, ahead, []string{"billing"})
 	require.ErrorIs(t, err, store.ErrNoPartition)
-	require.NotErrorIs(t, err, store.ErrRowRefused, "not the sender's fault")
+	require.NotErrorIs(t, err, webhook.ErrRowRefused, "not the sender's fault")
 	var keys int
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM event_keys WHERE idempotency_key = 'evt_clock_ahead'`).Scan(&keys))
 	require.Zero(t, keys, "nothing of it stored: its resend is not a duplicate")
