@@ -14,8 +14,8 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -31,7 +31,7 @@ func (h *harness) queueConsumers(t require.TestingT, queue string) int {
 
 // routeState reads route's row of route_state; t is the test, or
 // EventuallyWithT's collector inside a condition.
-func (h *harness) routeState(t require.TestingT, route string) store.RouteState {
+func (h *harness) routeState(t require.TestingT, route string) webhook.RouteState {
 	list, err := h.db.RouteStateList(context.Background())
 	require.NoError(t, err)
 	for _, s := range list {
@@ -40,7 +40,7 @@ func (h *harness) routeState(t require.TestingT, route string) store.RouteState 
 		}
 	}
 	require.Fail(t, "no route_state row for "+route)
-	return store.RouteState{}
+	return webhook.RouteState{}
 }
 
 // Pausing a route stops the consumers of its queue in both dispatcher
@@ -149,10 +149,10 @@ func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
 	for i := range events {
 		h.postSigned(fmt.Sprintf("evt_circuit_%d", i), "invoice.paid")
 	}
-	var opened store.RouteState
+	var opened webhook.RouteState
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		st := h.routeState(c, "billing")
-		require.Equal(c, store.CircuitOpen, st.Circuit)
+		require.Equal(c, webhook.CircuitOpen, st.Circuit)
 		opened = st
 	}, testenv.Scaled(15*time.Second), 10*time.Millisecond, "the circuit opens")
 	require.NotNil(t, opened.OpenedUntil)
@@ -197,7 +197,7 @@ func TestCircuitOpensAfterFailuresAndTiersStayEmpty(t *testing.T) {
 	}
 	require.Zero(t, quiet, "no attempt while the circuit was open")
 	closed := h.routeState(t, "billing")
-	require.Equal(t, store.CircuitClosed, closed.Circuit)
+	require.Equal(t, webhook.CircuitClosed, closed.Circuit)
 	require.Zero(t, closed.ConsecutiveFailures)
 	for _, base := range []string{first, second} {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -533,11 +533,11 @@ func TestHalfOpenProbeMovesToADispatcherThatCanMakeIt(t *testing.T) {
 	for i := range events {
 		h.postSigned(fmt.Sprintf("evt_probe_%d", i), "invoice.paid")
 	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, store.CircuitOpen, h.routeState(c, "billing").Circuit) }, testenv.Scaled(15*time.Second), 10*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, webhook.CircuitOpen, h.routeState(c, "billing").Circuit) }, testenv.Scaled(15*time.Second), 10*time.Millisecond)
 	proxy.Stall()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		st := h.routeState(c, "billing")
-		require.Equal(c, store.CircuitHalfOpen, st.Circuit)
+		require.Equal(c, webhook.CircuitHalfOpen, st.Circuit)
 		require.NotEmpty(c, st.ProbeOwner)
 	}, testenv.Scaled(15*time.Second), 10*time.Millisecond, "the stalled dispatcher claims the probe")
 	claimedAt := time.Now()
@@ -555,7 +555,7 @@ func TestHalfOpenProbeMovesToADispatcherThatCanMakeIt(t *testing.T) {
 	t.Logf("the probe went %s after the stalled dispatcher claimed it", probe.Round(100*time.Millisecond))
 	require.Less(t, probe, r.Circuit.Cooldown+15*time.Second, "another dispatcher took the probe over")
 	after := h.routeState(t, "billing")
-	require.Equal(t, store.CircuitClosed, after.Circuit)
+	require.Equal(t, webhook.CircuitClosed, after.Circuit)
 	for pair, n := range dest.successes() {
 		require.Equal(t, 1, n, "%s delivered once", pair)
 	}

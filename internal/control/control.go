@@ -14,47 +14,34 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
-// Circuit states, as the Store reports them.
-const (
-	Closed   = "closed"
-	Open     = "open"
-	HalfOpen = "half_open"
-)
-
-// State is a route's stored state, with the database's clock (Now) to
-// compare its times against.
-type State struct {
-	Route       string
-	Paused      bool
-	Circuit     string
-	OpenedUntil time.Time // zero when not open
-	ProbeOwner  string
-	ProbeAt     time.Time // zero when nobody holds the probe
-	SlowUntil   time.Time // zero when never slowed
-	// Failures is the stored count of consecutive failed attempts.
-	Failures int
-	Now      time.Time
-}
-
 // Store is what the controls need from Postgres. Every method is one
 // bounded statement; see internal/store/routestate.go for their contracts.
 type Store interface {
-	StateEnsure(ctx context.Context, routes []string) error
-	StateList(ctx context.Context) ([]State, error)
-	Success(ctx context.Context, route string) error
-	Failure(ctx context.Context, route string, threshold int, cooldown, maxCooldown time.Duration) (circuit string, failures int, err error)
-	ProbeClaim(ctx context.Context, route, owner string, stale time.Duration) (bool, error)
-	ProbeRefresh(ctx context.Context, route, owner string) (bool, error)
-	Slow(ctx context.Context, route string, d time.Duration) error
-	RateTake(ctx context.Context, route string, interval time.Duration, burst int) (time.Duration, error)
-	// Hold marks route held for d from now (later marks only extend it):
-	// a delivery is held that long, its message in hand and its pair not
-	// yet claimed, so the reconciler must not take it for lost.
-	Hold(ctx context.Context, route string, d time.Duration) error
+	RouteStateEnsure(ctx context.Context, routes []string) error
+	RouteStateList(ctx context.Context) ([]webhook.RouteState, error)
+	RouteSuccess(ctx context.Context, route string) error
+	RouteFailure(ctx context.Context, route string, threshold int, cooldown, maxCooldown time.Duration) (circuit string, failures int, err error)
+	RouteProbeClaim(ctx context.Context, route, owner string, stale time.Duration) (bool, error)
+	RouteProbeRefresh(ctx context.Context, route, owner string) (bool, error)
+	RouteSlow(ctx context.Context, route string, d time.Duration) error
+	RouteRateTake(ctx context.Context, route string, interval time.Duration, burst int) (time.Duration, error)
+	// RouteHold marks route held for d from now (later marks only extend
+	// it): a delivery is held that long, its message in hand and its pair
+	// not yet claimed, so the reconciler must not take it for lost.
+	RouteHold(ctx context.Context, route string, d time.Duration) error
+}
+
+// orZero is *t, or the zero time for a time never set.
+func orZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // Route is one route's control settings.
@@ -226,7 +213,7 @@ func (c *Controller) build(list []Route) (map[string]*route, error) {
 			out[r.Name] = old
 			continue
 		}
-		out[r.Name] = &route{cfg: r, changed: make(chan struct{}), view: view{circuit: Closed}, probe: activity{since: time.Now()}}
+		out[r.Name] = &route{cfg: r, changed: make(chan struct{}), view: view{circuit: webhook.CircuitClosed}, probe: activity{since: time.Now()}}
 		c.circuit.WithLabelValues(r.Name)
 		c.paused.WithLabelValues(r.Name)
 		for _, reason := range []string{reasonRate, reasonRetryAfter} {
@@ -293,14 +280,14 @@ func (c *Controller) Init(ctx context.Context) error {
 	for _, r := range routes {
 		names = append(names, r.cfg.Name)
 	}
-	if err := c.cfg.Store.StateEnsure(ctx, names); err != nil {
+	if err := c.cfg.Store.RouteStateEnsure(ctx, names); err != nil {
 		return err
 	}
 	// A breaker turned off in the config must not leave the route stuck
 	// with the circuit it had: close it.
 	for _, r := range routes {
 		if r.cfg.Failures <= 0 {
-			if err := c.cfg.Store.Success(ctx, r.cfg.Name); err != nil {
+			if err := c.cfg.Store.RouteSuccess(ctx, r.cfg.Name); err != nil {
 				return err
 			}
 		}
@@ -355,7 +342,7 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 	next := c.cfg.Poll
 	for round := 0; round < 2; round++ {
-		list, err := c.cfg.Store.StateList(ctx)
+		list, err := c.cfg.Store.RouteStateList(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -367,22 +354,22 @@ func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 				continue // a route of another config
 			}
 			var slowUntil time.Time
-			if s.SlowUntil.After(s.Now) {
-				slowUntil = local.Add(s.SlowUntil.Sub(s.Now))
-				next = min(next, s.SlowUntil.Sub(s.Now))
+			if at := orZero(s.SlowUntil); at.After(s.Now) {
+				slowUntil = local.Add(at.Sub(s.Now))
+				next = min(next, at.Sub(s.Now))
 			}
-			read := view{known: true, paused: s.Paused, circuit: s.Circuit, owner: s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner}
+			read := view{known: true, paused: s.Paused, circuit: s.Circuit, owner: s.Circuit == webhook.CircuitHalfOpen && s.ProbeOwner == c.cfg.Owner}
 			c.apply(r, func(v *view, until *time.Time) {
 				*v, *until = read, slowUntil
-				r.unsettled = s.Failures > 0 || s.Circuit != Closed // under r.mu, as apply holds it
+				r.unsettled = s.ConsecutiveFailures > 0 || s.Circuit != webhook.CircuitClosed // under r.mu, as apply holds it
 			})
 			claimed, err := c.probe(ctx, s)
 			if err != nil {
 				return 0, err
 			}
 			again = again || claimed
-			if s.Circuit == Open && s.OpenedUntil.After(s.Now) {
-				next = min(next, s.OpenedUntil.Sub(s.Now))
+			if at := orZero(s.OpenedUntil); s.Circuit == webhook.CircuitOpen && at.After(s.Now) {
+				next = min(next, at.Sub(s.Now))
 			}
 		}
 		if !again {
@@ -395,16 +382,16 @@ func (c *Controller) refresh(ctx context.Context) (time.Duration, error) {
 // probe claims the probe of a route whose cool-down is over, or whose
 // probe owner went quiet, and keeps this dispatcher's own claim fresh. It
 // reports whether the state changed.
-func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
+func (c *Controller) probe(ctx context.Context, s webhook.RouteState) (bool, error) {
 	rt := c.route(s.Route)
 	switch {
 	case rt == nil:
 		// Removed meanwhile (a route deleted at run time).
 	case rt.cfg.Failures <= 0:
 		// Breaker off here; Init closed the circuit.
-	case s.Circuit == Open && !s.OpenedUntil.After(s.Now),
-		s.Circuit == HalfOpen && s.ProbeOwner != c.cfg.Owner && (s.ProbeAt.IsZero() || s.Now.Sub(s.ProbeAt) > c.cfg.ProbeStale):
-		claimed, err := c.cfg.Store.ProbeClaim(ctx, s.Route, c.cfg.Owner, c.cfg.ProbeStale)
+	case s.Circuit == webhook.CircuitOpen && !orZero(s.OpenedUntil).After(s.Now),
+		s.Circuit == webhook.CircuitHalfOpen && s.ProbeOwner != c.cfg.Owner && (orZero(s.ProbeAt).IsZero() || s.Now.Sub(orZero(s.ProbeAt)) > c.cfg.ProbeStale):
+		claimed, err := c.cfg.Store.RouteProbeClaim(ctx, s.Route, c.cfg.Owner, c.cfg.ProbeStale)
 		if err != nil {
 			return false, err
 		}
@@ -416,7 +403,7 @@ func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
 			c.logger.Info().Str("route", s.Route).Msg("circuit half-open: this dispatcher makes the probe delivery")
 		}
 		return claimed, nil
-	case s.Circuit == HalfOpen && s.ProbeOwner == c.cfg.Owner:
+	case s.Circuit == webhook.CircuitHalfOpen && s.ProbeOwner == c.cfg.Owner:
 		// The claim is kept only while this dispatcher can make the
 		// probe; otherwise it goes stale and another takes it over.
 		r := rt
@@ -434,7 +421,7 @@ func (c *Controller) probe(ctx context.Context, s State) (bool, error) {
 		r.mu.Lock()
 		r.leftProbe = false
 		r.mu.Unlock()
-		held, err := c.cfg.Store.ProbeRefresh(ctx, s.Route, c.cfg.Owner)
+		held, err := c.cfg.Store.RouteProbeRefresh(ctx, s.Route, c.cfg.Owner)
 		return !held, err
 	}
 	return false, nil
@@ -512,9 +499,9 @@ func b2f(b bool) float64 {
 
 func circuitValue(s string) float64 {
 	switch s {
-	case HalfOpen:
+	case webhook.CircuitHalfOpen:
 		return 1
-	case Open:
+	case webhook.CircuitOpen:
 		return 2
 	}
 	return 0
@@ -544,12 +531,12 @@ func (g *RouteGate) Open(i int) (bool, <-chan struct{}) {
 	v := r.view
 	open := v.known && !v.paused && !time.Now().Before(r.slowUntil)
 	if r.cfg.Failures <= 0 {
-		v.circuit = Closed // breaker off for this dispatcher's config
+		v.circuit = webhook.CircuitClosed // breaker off for this dispatcher's config
 	}
 	switch v.circuit {
-	case Open:
+	case webhook.CircuitOpen:
 		open = false
-	case HalfOpen:
+	case webhook.CircuitHalfOpen:
 		open = open && v.owner && i == 0
 	}
 	return open, r.changed
@@ -620,7 +607,7 @@ func (c *Controller) Admit(ctx context.Context, name string, stopping <-chan str
 			if r.cfg.RateLimit <= 0 {
 				return nil
 			}
-			wait, err := c.cfg.Store.RateTake(ctx, name, time.Duration(float64(time.Second)/r.cfg.RateLimit), r.cfg.Burst)
+			wait, err := c.cfg.Store.RouteRateTake(ctx, name, time.Duration(float64(time.Second)/r.cfg.RateLimit), r.cfg.Burst)
 			if err != nil {
 				return err
 			}
@@ -678,7 +665,7 @@ func (c *Controller) markHeld(ctx context.Context, r *route, hold time.Duration)
 	if marked {
 		return nil
 	}
-	if err := c.cfg.Store.Hold(ctx, r.cfg.Name, hold+heldMarkSlack); err != nil {
+	if err := c.cfg.Store.RouteHold(ctx, r.cfg.Name, hold+heldMarkSlack); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -701,10 +688,10 @@ func (r *route) stops(taken, v view) bool {
 		return false // breaker off for this dispatcher's config
 	}
 	switch v.circuit {
-	case Open:
+	case webhook.CircuitOpen:
 		return true
-	case HalfOpen:
-		return !(taken.circuit == HalfOpen && taken.owner && v.owner)
+	case webhook.CircuitHalfOpen:
+		return !(taken.circuit == webhook.CircuitHalfOpen && taken.owner && v.owner)
 	}
 	return false
 }
@@ -726,7 +713,7 @@ func (c *Controller) Observe(ctx context.Context, name string, status int, retry
 	log := c.logger.With().Str("route", name).Logger()
 	if retryAfter > 0 && (status == 429 || status == 503) {
 		hold := min(retryAfter, c.cfg.MaxSlow)
-		if err := c.cfg.Store.Slow(ctx, name, hold); err != nil {
+		if err := c.cfg.Store.RouteSlow(ctx, name, hold); err != nil {
 			log.Warn().Err(err).Msg("recording a Retry-After hold")
 		} else {
 			until := time.Now().Add(hold)
@@ -750,25 +737,25 @@ func (c *Controller) Observe(ctx context.Context, name string, status int, retry
 		if !unsettled {
 			return
 		}
-		if err := c.cfg.Store.Success(ctx, name); err != nil {
+		if err := c.cfg.Store.RouteSuccess(ctx, name); err != nil {
 			log.Warn().Err(err).Msg("recording a success for the circuit breaker")
 			return
 		}
 		r.mu.Lock()
 		r.unsettled = false
 		r.mu.Unlock()
-		c.applyCircuit(r, Closed)
+		c.applyCircuit(r, webhook.CircuitClosed)
 	case failure:
 		r.mu.Lock()
 		r.unsettled = true
 		r.mu.Unlock()
-		circuit, failures, err := c.cfg.Store.Failure(ctx, name, r.cfg.Failures, r.cfg.Cooldown, c.cfg.MaxCooldown)
+		circuit, failures, err := c.cfg.Store.RouteFailure(ctx, name, r.cfg.Failures, r.cfg.Cooldown, c.cfg.MaxCooldown)
 		if err != nil {
 			log.Warn().Err(err).Msg("recording a failure for the circuit breaker")
 			return
 		}
-		if circuit == Open {
-			if c.applyCircuit(r, Open) {
+		if circuit == webhook.CircuitOpen {
+			if c.applyCircuit(r, webhook.CircuitOpen) {
 				log.Warn().Int("consecutive_failures", failures).Msg("circuit opened: deliveries of the route wait in its queue")
 			}
 		}

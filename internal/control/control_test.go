@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/testenv"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -16,9 +17,9 @@ import (
 // is tested in internal/store and end to end in internal/app.
 type fakeStore struct {
 	mu       sync.Mutex
-	states   []State
+	states   []webhook.RouteState
 	calls    []string
-	circuit  string // what Failure returns
+	circuit  string // what RouteFailure returns
 	slowFor  time.Duration
 	rateWait []time.Duration
 }
@@ -29,35 +30,38 @@ func (f *fakeStore) call(s string) {
 	f.calls = append(f.calls, s)
 }
 
-func (f *fakeStore) StateEnsure(context.Context, []string) error { f.call("ensure"); return nil }
-func (f *fakeStore) StateList(context.Context) ([]State, error) {
+func (f *fakeStore) RouteStateEnsure(context.Context, []string) error { f.call("ensure"); return nil }
+func (f *fakeStore) RouteStateList(context.Context) ([]webhook.RouteState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]State(nil), f.states...), nil
+	return append([]webhook.RouteState(nil), f.states...), nil
 }
-func (f *fakeStore) Success(_ context.Context, r string) error { f.call("success " + r); return nil }
-func (f *fakeStore) Failure(_ context.Context, r string, _ int, _, _ time.Duration) (string, int, error) {
+func (f *fakeStore) RouteSuccess(_ context.Context, r string) error {
+	f.call("success " + r)
+	return nil
+}
+func (f *fakeStore) RouteFailure(_ context.Context, r string, _ int, _, _ time.Duration) (string, int, error) {
 	f.call("failure " + r)
 	return f.circuit, 1, nil
 }
-func (f *fakeStore) ProbeClaim(_ context.Context, r, _ string, _ time.Duration) (bool, error) {
+func (f *fakeStore) RouteProbeClaim(_ context.Context, r, _ string, _ time.Duration) (bool, error) {
 	f.call("claim " + r)
 	return false, nil
 }
-func (f *fakeStore) ProbeRefresh(_ context.Context, r, _ string) (bool, error) {
+func (f *fakeStore) RouteProbeRefresh(_ context.Context, r, _ string) (bool, error) {
 	f.call("refresh " + r)
 	return true, nil
 }
-func (f *fakeStore) Slow(_ context.Context, r string, d time.Duration) error {
+func (f *fakeStore) RouteSlow(_ context.Context, r string, d time.Duration) error {
 	f.call("slow " + r)
 	f.slowFor = d
 	return nil
 }
-func (f *fakeStore) Hold(_ context.Context, r string, d time.Duration) error {
+func (f *fakeStore) RouteHold(_ context.Context, r string, d time.Duration) error {
 	f.call("hold " + r)
 	return nil
 }
-func (f *fakeStore) RateTake(context.Context, string, time.Duration, int) (time.Duration, error) {
+func (f *fakeStore) RouteRateTake(context.Context, string, time.Duration, int) (time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.rateWait) == 0 {
@@ -80,23 +84,23 @@ func TestGate(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
 		name     string
-		state    State
+		state    webhook.RouteState
 		failures int
 		want     [2]bool // consumers 0 and 1
 	}{
-		{"active", State{Circuit: Closed}, 10, [2]bool{true, true}},
-		{"paused", State{Circuit: Closed, Paused: true}, 10, [2]bool{false, false}},
-		{"open", State{Circuit: Open, OpenedUntil: now.Add(time.Minute)}, 10, [2]bool{false, false}},
-		{"half-open here", State{Circuit: HalfOpen, ProbeOwner: "me", ProbeAt: now}, 10, [2]bool{true, false}},
-		{"half-open elsewhere", State{Circuit: HalfOpen, ProbeOwner: "other", ProbeAt: now}, 10, [2]bool{false, false}},
-		{"open but breaker off here", State{Circuit: Open, OpenedUntil: now.Add(time.Minute)}, 0, [2]bool{true, true}},
-		{"held by Retry-After", State{Circuit: Closed, SlowUntil: now.Add(time.Minute)}, 10, [2]bool{false, false}},
-		{"Retry-After over", State{Circuit: Closed, SlowUntil: now.Add(-time.Second)}, 10, [2]bool{true, true}},
+		{"active", webhook.RouteState{Circuit: webhook.CircuitClosed}, 10, [2]bool{true, true}},
+		{"paused", webhook.RouteState{Circuit: webhook.CircuitClosed, Paused: true}, 10, [2]bool{false, false}},
+		{"open", webhook.RouteState{Circuit: webhook.CircuitOpen, OpenedUntil: timePtr(now.Add(time.Minute))}, 10, [2]bool{false, false}},
+		{"half-open here", webhook.RouteState{Circuit: webhook.CircuitHalfOpen, ProbeOwner: "me", ProbeAt: timePtr(now)}, 10, [2]bool{true, false}},
+		{"half-open elsewhere", webhook.RouteState{Circuit: webhook.CircuitHalfOpen, ProbeOwner: "other", ProbeAt: timePtr(now)}, 10, [2]bool{false, false}},
+		{"open but breaker off here", webhook.RouteState{Circuit: webhook.CircuitOpen, OpenedUntil: timePtr(now.Add(time.Minute))}, 0, [2]bool{true, true}},
+		{"held by Retry-After", webhook.RouteState{Circuit: webhook.CircuitClosed, SlowUntil: timePtr(now.Add(time.Minute))}, 10, [2]bool{false, false}},
+		{"Retry-After over", webhook.RouteState{Circuit: webhook.CircuitClosed, SlowUntil: timePtr(now.Add(-time.Second))}, 10, [2]bool{true, true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.state.Route, tc.state.Now = "billing", now
-			st := &fakeStore{states: []State{tc.state}}
+			st := &fakeStore{states: []webhook.RouteState{tc.state}}
 			c := newTest(t, st, Route{Name: "billing", Failures: tc.failures, Cooldown: time.Second})
 			g := c.Gate("billing")
 			before, changed := g.Open(0)
@@ -122,7 +126,7 @@ func TestGate(t *testing.T) {
 func TestObserveSuccessWritesOnlyWhenSomethingToReset(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}, circuit: Closed}
+	st := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitClosed, Now: time.Now()}}, circuit: webhook.CircuitClosed}
 	c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
 	require.NoError(t, c.Init(ctx))
 	st.calls = nil
@@ -134,7 +138,7 @@ func TestObserveSuccessWritesOnlyWhenSomethingToReset(t *testing.T) {
 	require.Equal(t, []string{"failure billing", "success billing"}, st.calls, "own failure: one reset")
 
 	st.mu.Lock()
-	st.states[0].Failures = 2 // another dispatcher's failures
+	st.states[0].ConsecutiveFailures = 2 // another dispatcher's failures
 	st.calls = nil
 	st.mu.Unlock()
 	_, err := c.refresh(ctx)
@@ -164,7 +168,7 @@ func TestObserveClassifiesAnswers(t *testing.T) {
 		{301, 0, nil},
 	} {
 		// One failure stored: a success has a count to reset.
-		st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Failures: 1, Now: time.Now()}}, circuit: Closed}
+		st := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitClosed, ConsecutiveFailures: 1, Now: time.Now()}}, circuit: webhook.CircuitClosed}
 		c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
 		require.NoError(t, c.Init(context.Background()))
 		st.calls = nil
@@ -177,7 +181,7 @@ func TestObserveClassifiesAnswers(t *testing.T) {
 
 	// A failure that opens the circuit closes the gate at once, before
 	// any poll.
-	st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}, circuit: Open}
+	st := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitClosed, Now: time.Now()}}, circuit: webhook.CircuitOpen}
 	c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second})
 	require.NoError(t, c.Init(context.Background()))
 	open, changed := c.Gate("billing").Open(0)
@@ -188,7 +192,7 @@ func TestObserveClassifiesAnswers(t *testing.T) {
 	require.False(t, open)
 
 	// Breaker off: nothing counted.
-	st = &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}}
+	st = &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitClosed, Now: time.Now()}}}
 	c = newTest(t, st, Route{Name: "billing"})
 	require.NoError(t, c.Init(context.Background()))
 	st.calls = nil
@@ -198,7 +202,7 @@ func TestObserveClassifiesAnswers(t *testing.T) {
 
 func TestAdmitWaitsForTheRateLimitAndStops(t *testing.T) {
 	t.Parallel()
-	st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}},
+	st := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitClosed, Now: time.Now()}},
 		rateWait: []time.Duration{20 * time.Millisecond, 20 * time.Millisecond}}
 	c := newTest(t, st, Route{Name: "billing", RateLimit: 50, Burst: 1})
 	require.NoError(t, c.Init(context.Background()))
@@ -214,7 +218,7 @@ func TestAdmitWaitsForTheRateLimitAndStops(t *testing.T) {
 	require.Equal(t, 1, holds, "the route marked held for the reconciler, once for both waits: %v", st.calls)
 
 	// A Retry-After hold is the route's slow_until already: no mark.
-	ra := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}}}
+	ra := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitClosed, Now: time.Now()}}}
 	rc := newTest(t, ra, Route{Name: "billing"})
 	require.NoError(t, rc.Init(context.Background()))
 	rc.Observe(context.Background(), "billing", 503, 30*time.Millisecond)
@@ -241,15 +245,15 @@ func TestAdmitGivesBackAHeldDeliveryWhenTheRouteStops(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		change State
+		change webhook.RouteState
 	}{
-		{"paused", State{Route: "billing", Circuit: Closed, Paused: true}},
-		{"circuit open", State{Route: "billing", Circuit: Open, OpenedUntil: time.Now().Add(time.Minute)}},
-		{"half-open elsewhere", State{Route: "billing", Circuit: HalfOpen, ProbeOwner: "other", ProbeAt: time.Now()}},
+		{"paused", webhook.RouteState{Route: "billing", Circuit: webhook.CircuitClosed, Paused: true}},
+		{"circuit open", webhook.RouteState{Route: "billing", Circuit: webhook.CircuitOpen, OpenedUntil: timePtr(time.Now().Add(time.Minute))}},
+		{"half-open elsewhere", webhook.RouteState{Route: "billing", Circuit: webhook.CircuitHalfOpen, ProbeOwner: "other", ProbeAt: timePtr(time.Now())}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := &fakeStore{states: []State{{Route: "billing", Circuit: Closed, Now: time.Now()}},
+			st := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitClosed, Now: time.Now()}},
 				rateWait: []time.Duration{time.Hour}}
 			c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second, RateLimit: 1, Burst: 1})
 			require.NoError(t, c.Init(context.Background()))
@@ -263,7 +267,7 @@ func TestAdmitGivesBackAHeldDeliveryWhenTheRouteStops(t *testing.T) {
 
 			st.mu.Lock()
 			tc.change.Now = time.Now()
-			st.states = []State{tc.change}
+			st.states = []webhook.RouteState{tc.change}
 			st.mu.Unlock()
 			_, err := c.refresh(context.Background())
 			require.NoError(t, err)
@@ -278,12 +282,12 @@ func TestAdmitGivesBackAHeldDeliveryWhenTheRouteStops(t *testing.T) {
 
 	// The probe itself (half-open here) is not given back, nor a delivery
 	// of a route whose breaker is off here.
-	st := &fakeStore{states: []State{{Route: "billing", Circuit: HalfOpen, ProbeOwner: "me", ProbeAt: time.Now(), Now: time.Now()}},
+	st := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitHalfOpen, ProbeOwner: "me", ProbeAt: timePtr(time.Now()), Now: time.Now()}},
 		rateWait: []time.Duration{20 * time.Millisecond}}
 	c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second, RateLimit: 1, Burst: 1})
 	require.NoError(t, c.Init(context.Background()))
 	require.NoError(t, c.Admit(context.Background(), "billing", nil))
-	st = &fakeStore{states: []State{{Route: "billing", Circuit: Open, OpenedUntil: time.Now().Add(time.Minute), Now: time.Now()}},
+	st = &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitOpen, OpenedUntil: timePtr(time.Now().Add(time.Minute)), Now: time.Now()}},
 		rateWait: []time.Duration{20 * time.Millisecond}}
 	c = newTest(t, st, Route{Name: "billing", RateLimit: 1, Burst: 1})
 	require.NoError(t, c.Init(context.Background()))
@@ -315,7 +319,7 @@ func TestProbeKeptOnlyWhileItCanBeMade(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := &fakeStore{states: []State{{Route: "billing", Circuit: HalfOpen, ProbeOwner: "me", ProbeAt: now, Now: now}}}
+			st := &fakeStore{states: []webhook.RouteState{{Route: "billing", Circuit: webhook.CircuitHalfOpen, ProbeOwner: "me", ProbeAt: timePtr(now), Now: now}}}
 			c := newTest(t, st, Route{Name: "billing", Failures: 3, Cooldown: time.Second, ProbeBusy: 30 * time.Second})
 			r := c.routes["billing"]
 			r.probe, r.claimedAt = tc.probe, tc.claimed
@@ -348,3 +352,6 @@ func TestGateTracksTheProbeConsumer(t *testing.T) {
 	g.Stopped(0)
 	require.Equal(t, stopped, r.probe.state)
 }
+
+// timePtr is &t, for a route state's times.
+func timePtr(t time.Time) *time.Time { return &t }

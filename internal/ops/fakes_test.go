@@ -70,7 +70,7 @@ func (s *fakeStore) AuditInsert(_ context.Context, e *store.AuditEntry) error {
 
 func (s *fakeStore) RouteStatsList(context.Context) ([]store.RouteStats, error) { return nil, s.err }
 
-func (s *fakeStore) RouteStateList(context.Context) ([]store.RouteState, error) { return nil, s.err }
+func (s *fakeStore) RouteStateList(context.Context) ([]webhook.RouteState, error) { return nil, s.err }
 func (s *fakeStore) ActivitySince(context.Context, time.Duration) ([]store.ActivityCount, time.Time, error) {
 	return nil, time.Now(), s.err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
 )
 
@@ -22,7 +23,7 @@ type RouteStore interface {
 	// RouteStatsList counts each route's deliveries pending, retrying
 	// and dead, with the age of its oldest undelivered one.
 	RouteStatsList(ctx context.Context) ([]store.RouteStats, error)
-	RouteStateList(ctx context.Context) ([]store.RouteState, error)
+	RouteStateList(ctx context.Context) ([]webhook.RouteState, error)
 	RoutePauseAudited(ctx context.Context, route string, paused bool, by, reason string, e *store.AuditEntry) (bool, error)
 	// ActivitySince returns the per-minute counts of the last since, with
 	// Postgres' time now.
@@ -55,7 +56,7 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 	if err != nil {
 		return nil, err
 	}
-	byRoute := map[string]store.RouteState{}
+	byRoute := map[string]webhook.RouteState{}
 	for _, st := range states {
 		byRoute[st.Route] = st
 	}
@@ -87,9 +88,9 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 			rs.Bindings = []string{}
 		}
 		if rs.Circuit == "" {
-			rs.Circuit = store.CircuitClosed // no row yet: no dispatcher ran since the controls came
+			rs.Circuit = webhook.CircuitClosed // no row yet: no dispatcher ran since the controls came
 		}
-		if st.Circuit != store.CircuitClosed && st.Circuit != "" {
+		if st.Circuit != webhook.CircuitClosed && st.Circuit != "" {
 			rs.CircuitOpenUntil = st.OpenedUntil
 		}
 		if n.Undelivered > 0 {
@@ -181,18 +182,18 @@ func (s *Service) filteredLastHour(ctx context.Context, cache **lastHourFiltered
 // controls st and the queue's consumers (see RouteSummary.State);
 // rateLimited says whether the route has a rate limit. Times are read
 // against Postgres' clock, which wrote them.
-func routeState(rs *RouteSummary, st store.RouteState, rateLimited bool) {
+func routeState(rs *RouteSummary, st webhook.RouteState, rateLimited bool) {
 	left := func(t time.Time) string { return t.Sub(st.Now).Round(time.Second).String() }
 	after := func(t *time.Time) bool { return t != nil && t.After(st.Now) }
 	switch {
 	case st.Paused:
 		rs.State = "paused"
-	case st.Circuit == store.CircuitOpen:
+	case st.Circuit == webhook.CircuitOpen:
 		rs.State, rs.StateDetail = "circuit-open", "probe due"
 		if after(st.OpenedUntil) {
 			rs.StateDetail = "probe in " + left(*st.OpenedUntil)
 		}
-	case st.Circuit == store.CircuitHalfOpen:
+	case st.Circuit == webhook.CircuitHalfOpen:
 		rs.State = "circuit-half-open"
 		if st.ProbeOwner != "" {
 			rs.StateDetail = "probe by " + st.ProbeOwner

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -12,41 +13,11 @@ import (
 // route's row in route_state; the payload is the route.
 const RouteStateChannel = "hookrelay_route_state"
 
-// Circuit states as stored in route_state.circuit.
-const (
-	CircuitClosed   = "closed"
-	CircuitOpen     = "open"
-	CircuitHalfOpen = "half_open"
-)
-
-// RouteState is a route's row of route_state, read together with the
-// database's clock (Now), so callers compare its times without trusting
-// their own clock.
-type RouteState struct {
-	Route               string
-	Paused              bool
-	PausedAt            *time.Time
-	PausedBy            string
-	PausedReason        string
-	Circuit             string
-	ConsecutiveFailures int
-	OpenedUntil         *time.Time
-	Cooldown            time.Duration
-	ProbeOwner          string
-	ProbeAt             *time.Time
-	SlowUntil           *time.Time
-	// HeldUntil is the end of the holds dispatchers announced (RouteHold):
-	// deliveries in hand for the rate limit or a Retry-After.
-	HeldUntil *time.Time
-	UpdatedAt time.Time
-	Now       time.Time
-}
-
 const routeStateColumns = `route, paused, paused_at, COALESCE(paused_by, ''), COALESCE(paused_reason, ''), circuit, consecutive_failures,
 	opened_until, COALESCE(cooldown_ms, 0), COALESCE(probe_owner, ''), probe_at, slow_until, held_until, updated_at, now()`
 
-func scanRouteState(row pgx.CollectableRow) (RouteState, error) {
-	var s RouteState
+func scanRouteState(row pgx.CollectableRow) (webhook.RouteState, error) {
+	var s webhook.RouteState
 	var cooldownMS int64
 	err := row.Scan(&s.Route, &s.Paused, &s.PausedAt, &s.PausedBy, &s.PausedReason, &s.Circuit, &s.ConsecutiveFailures,
 		&s.OpenedUntil, &cooldownMS, &s.ProbeOwner, &s.ProbeAt, &s.SlowUntil, &s.HeldUntil, &s.UpdatedAt, &s.Now)
@@ -74,7 +45,7 @@ func (db *DB) RouteStateEnsure(ctx context.Context, routes []string) error {
 
 // RouteStateList returns every route's row, ordered by route. A route
 // without a row has never been paused or tripped.
-func (db *DB) RouteStateList(ctx context.Context) ([]RouteState, error) {
+func (db *DB) RouteStateList(ctx context.Context) ([]webhook.RouteState, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	rows, err := db.pool.Query(ctx, `SELECT `+routeStateColumns+` FROM route_state ORDER BY route`)

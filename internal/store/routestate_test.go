@@ -10,11 +10,12 @@ import (
 
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
-func routeRow(t *testing.T, db *store.DB, route string) store.RouteState {
+func routeRow(t *testing.T, db *store.DB, route string) webhook.RouteState {
 	t.Helper()
 	list, err := db.RouteStateList(context.Background())
 	require.NoError(t, err)
@@ -24,7 +25,7 @@ func routeRow(t *testing.T, db *store.DB, route string) store.RouteState {
 		}
 	}
 	t.Fatalf("no row for %s", route)
-	return store.RouteState{}
+	return webhook.RouteState{}
 }
 
 // Failures from many dispatchers at once add up: none is lost to a race,
@@ -51,15 +52,15 @@ func TestRouteFailuresAddUpAcrossConcurrentCallers(t *testing.T) {
 	}
 	s := routeRow(t, db, "billing")
 	require.Equal(t, 20, s.ConsecutiveFailures, "every failure counted")
-	require.Equal(t, store.CircuitOpen, s.Circuit)
+	require.Equal(t, webhook.CircuitOpen, s.Circuit)
 	require.Equal(t, 30*time.Second, s.Cooldown)
 	require.NotNil(t, s.OpenedUntil)
 	require.InDelta(t, 30, s.OpenedUntil.Sub(s.Now).Seconds(), 1)
-	require.Equal(t, store.CircuitClosed, routeRow(t, db, "other").Circuit, "other routes untouched")
+	require.Equal(t, webhook.CircuitClosed, routeRow(t, db, "other").Circuit, "other routes untouched")
 
 	require.NoError(t, db.RouteSuccess(ctx, "billing"))
 	s = routeRow(t, db, "billing")
-	require.Equal(t, store.CircuitClosed, s.Circuit)
+	require.Equal(t, webhook.CircuitClosed, s.Circuit)
 	require.Zero(t, s.ConsecutiveFailures)
 	require.Nil(t, s.OpenedUntil)
 
@@ -68,12 +69,12 @@ func TestRouteFailuresAddUpAcrossConcurrentCallers(t *testing.T) {
 	for range 9 {
 		c, _, err := db.RouteFailure(ctx, "billing", 10, 30*time.Second, 10*time.Minute)
 		require.NoError(t, err)
-		require.Equal(t, store.CircuitClosed, c)
+		require.Equal(t, webhook.CircuitClosed, c)
 	}
 	require.NoError(t, db.RouteSuccess(ctx, "billing"))
 	c, n, err := db.RouteFailure(ctx, "billing", 10, 30*time.Second, 10*time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, store.CircuitClosed, c)
+	require.Equal(t, webhook.CircuitClosed, c)
 	require.Equal(t, 1, n)
 }
 
@@ -121,7 +122,7 @@ func TestRouteProbeClaimIsExclusiveAndCooldownDoubles(t *testing.T) {
 		}
 		require.EqualValues(t, 1, wins.Load(), "exactly one probe")
 		s := routeRow(t, db, "billing")
-		require.Equal(t, store.CircuitHalfOpen, s.Circuit)
+		require.Equal(t, webhook.CircuitHalfOpen, s.Circuit)
 		require.Equal(t, winner.Load(), s.ProbeOwner)
 		held, err := db.RouteProbeRefresh(ctx, "billing", s.ProbeOwner)
 		require.NoError(t, err)
@@ -132,7 +133,7 @@ func TestRouteProbeClaimIsExclusiveAndCooldownDoubles(t *testing.T) {
 
 		c, _, err := db.RouteFailure(ctx, "billing", 1, 4*time.Minute, 10*time.Minute)
 		require.NoError(t, err)
-		require.Equal(t, store.CircuitOpen, c, "a failed probe opens the circuit again")
+		require.Equal(t, webhook.CircuitOpen, c, "a failed probe opens the circuit again")
 		s = routeRow(t, db, "billing")
 		require.Equal(t, wantCooldown, s.Cooldown)
 		require.Empty(t, s.ProbeOwner)
