@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -31,7 +32,7 @@ func NewDeadLetters(dialer *Dialer, names Names, connectionName string) *DeadLet
 // DeadLetterVisit is given each batch Scan reads and says which of its
 // messages to remove from the queue (drop[i] for items[i]; nil keeps all)
 // and whether to stop reading.
-type DeadLetterVisit func(items []DeadLetterInfo) (drop []bool, stop bool, err error)
+type DeadLetterVisit = func(items []webhook.DeadLetterInfo) (drop []bool, stop bool, err error)
 
 // Scan reads route's dead-letter queue in batches of up to batch messages,
 // at most as many as it holds when Scan starts (so messages that come back
@@ -79,7 +80,7 @@ func (dl *DeadLetters) Scan(ctx context.Context, route string, batch int, visit 
 		if len(ds) == 0 {
 			break
 		}
-		infos := make([]DeadLetterInfo, len(ds))
+		infos := make([]webhook.DeadLetterInfo, len(ds))
 		for i, d := range ds {
 			infos[i] = decodeDeadLetter(d)
 		}

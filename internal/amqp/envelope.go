@@ -277,32 +277,18 @@ func decodeRouteMessage(d amqp.Delivery) webhook.RouteMessage {
 	return m
 }
 
-// DeadLetterInfo is what a dead letter's headers tell an operator.
-// Missing headers read as zero values; the times are as written.
-type DeadLetterInfo struct {
-	EventID        string
-	Source         string
-	EventType      string
-	Attempts       int64
-	LastStatus     int64
-	LastError      string
-	FirstAttemptAt string
-	LastAttemptAt  string
-	// Reason is the dispatcher's (max_attempts, no_retry_status, malformed,
-	// event_missing) or, when RabbitMQ parked the message itself, its
-	// x-death reason (delivery_limit).
-	Reason string
-}
-
 // decodeDeadLetter reads a message of a dead-letter queue.
-func decodeDeadLetter(d amqp.Delivery) DeadLetterInfo {
+func decodeDeadLetter(d amqp.Delivery) webhook.DeadLetterInfo {
 	h := d.Headers
 	num := func(k string) int64 { n, _ := headerInt(h, k); return n }
-	dl := DeadLetterInfo{
+	dl := webhook.DeadLetterInfo{
 		EventID: headerString(h, HeaderEventID), Source: headerString(h, HeaderSource), EventType: headerString(h, HeaderEventType),
-		Attempts: num(HeaderAttempts), LastStatus: num(HeaderLastStatus), LastError: headerString(h, HeaderLastError),
+		Attempts: num(HeaderAttempts), LastError: headerString(h, HeaderLastError),
 		FirstAttemptAt: headerString(h, HeaderFirstAttemptAt), LastAttemptAt: headerString(h, HeaderLastAttemptAt),
 		Reason: headerString(h, HeaderDeadReason),
+	}
+	if status := num(HeaderLastStatus); status != 0 { // the header's 0: no answer arrived
+		dl.LastStatus = &status
 	}
 	if dl.Reason == "" {
 		dl.Reason = deathReason(h)

@@ -122,8 +122,9 @@ func TestDeadLetterMessageHeaders(t *testing.T) {
 	require.Equal(t, amqp.Persistent, p.DeliveryMode)
 
 	info := decodeDeadLetter(consumed(p))
-	require.Equal(t, DeadLetterInfo{
-		EventID: id.String(), Source: "acme", Attempts: 4, LastStatus: 500, LastError: "HTTP 500",
+	status := int64(500)
+	require.Equal(t, webhook.DeadLetterInfo{
+		EventID: id.String(), Source: "acme", Attempts: 4, LastStatus: &status, LastError: "HTTP 500",
 		FirstAttemptAt: "2026-01-02T03:04:05Z", LastAttemptAt: "2026-01-02T03:05:05Z", Reason: "max_attempts",
 	}, info)
 }

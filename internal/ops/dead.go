@@ -98,14 +98,14 @@ func (s *Service) DeadList(ctx context.Context, req DeadListRequest) (*DeadLette
 		batch = req.Limit // read no more than are shown
 	}
 	out := &DeadLetterList{Queue: s.DeadLetters.Queue(req.Route), State: req.State, RouteDeleted: deleted, Items: []DeadLetter{}}
-	total, err := s.DeadLetters.Scan(ctx, req.Route, batch, func(items []DeadLetter) ([]bool, bool, error) {
+	total, err := s.DeadLetters.Scan(ctx, req.Route, batch, func(items []webhook.DeadLetterInfo) ([]bool, bool, error) {
 		out.Read += len(items)
 		if err := s.fillStates(ctx, req.Route, items); err != nil {
 			return nil, false, err
 		}
 		for _, it := range items {
 			if len(out.Items) < req.Limit && (req.State == "" || it.State == req.State) {
-				out.Items = append(out.Items, it)
+				out.Items = append(out.Items, DeadLetter(it))
 			}
 		}
 		return nil, len(out.Items) >= req.Limit, nil
@@ -118,7 +118,7 @@ func (s *Service) DeadList(ctx context.Context, req DeadListRequest) (*DeadLette
 }
 
 // fillStates sets the State of each of route's items from Postgres.
-func (s *Service) fillStates(ctx context.Context, route string, items []DeadLetter) error {
+func (s *Service) fillStates(ctx context.Context, route string, items []webhook.DeadLetterInfo) error {
 	pairs := make([]store.ReplayPair, 0, len(items))
 	for _, it := range items {
 		if id, err := uuid.Parse(it.EventID); err == nil {
@@ -199,7 +199,7 @@ func (s *Service) deadDropAudited(ctx context.Context, route string, all, dryRun
 // deadDrop drops route's letters whose pair is delivered, or all of them.
 func (s *Service) deadDrop(ctx context.Context, route string, all, dryRun bool) (*DeadDropResult, error) {
 	out := &DeadDropResult{Queue: s.DeadLetters.Queue(route), DryRun: dryRun}
-	total, err := s.DeadLetters.Scan(ctx, route, deadScanBatch, func(items []DeadLetter) ([]bool, bool, error) {
+	total, err := s.DeadLetters.Scan(ctx, route, deadScanBatch, func(items []webhook.DeadLetterInfo) ([]bool, bool, error) {
 		out.Read += len(items)
 		if err := s.fillStates(ctx, route, items); err != nil {
 			return nil, false, err

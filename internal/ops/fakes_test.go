@@ -295,19 +295,19 @@ func (s *fakeStore) PurgeCount(_ context.Context, cfg store.PurgeConfig) (store.
 type fakeDeadLetters struct {
 	mu     sync.Mutex
 	asked  []string
-	queues map[string][]ops.DeadLetter // route -> letters
+	queues map[string][]webhook.DeadLetterInfo // route -> letters
 	// batches are the sizes of the batches Scan gave its visitor.
 	batches []int
 }
 
 func (d *fakeDeadLetters) Queue(route string) string { return "q." + route }
 
-func (d *fakeDeadLetters) Scan(_ context.Context, route string, batch int, visit func([]ops.DeadLetter) ([]bool, bool, error)) (int, error) {
+func (d *fakeDeadLetters) Scan(_ context.Context, route string, batch int, visit func([]webhook.DeadLetterInfo) ([]bool, bool, error)) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.asked = append(d.asked, "scan "+route)
 	queue := d.queues[route]
-	var kept []ops.DeadLetter
+	var kept []webhook.DeadLetterInfo
 	i := 0
 	for i < len(queue) {
 		items := slices.Clone(queue[i:min(i+batch, len(queue))])
@@ -344,7 +344,7 @@ func (d *fakeDeadLetters) RequeueEvents(_ context.Context, route string, events 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.asked = append(d.asked, "requeue-events "+route)
-	var kept []ops.DeadLetter
+	var kept []webhook.DeadLetterInfo
 	moved := 0
 	for _, it := range d.queues[route] {
 		if events[it.EventID] {
@@ -364,7 +364,7 @@ func (d *fakeDeadLetters) RequeueEvents(_ context.Context, route string, events 
 // (acme.customer.*) over a fake store and fake dead letters.
 func newService(t *testing.T) (*ops.Service, *fakeStore, *fakeDeadLetters) {
 	t.Helper()
-	st, dl := &fakeStore{}, &fakeDeadLetters{queues: map[string][]ops.DeadLetter{}}
+	st, dl := &fakeStore{}, &fakeDeadLetters{queues: map[string][]webhook.DeadLetterInfo{}}
 	return &ops.Service{
 		Store:       st,
 		DeadLetters: dl,

@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/tracing"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // The shapes the admin API answers with and the CLI prints with --json.
@@ -51,25 +52,10 @@ type DeadLetterList struct {
 }
 
 // DeadLetter is a message in a route's dead-letter queue, as its headers
-// describe it.
-type DeadLetter struct {
-	EventID string `json:"event_id"`
-	// State is the pair's delivery state in Postgres, or "missing" when
-	// Postgres has no delivery of it (its event purged).
-	State     string `json:"state"`
-	Source    string `json:"source"`
-	EventType string `json:"event_type"`
-	Attempts  int64  `json:"attempts"`
-	// LastStatus is the last attempt's HTTP status, absent when none
-	// arrived (a refused connection, a timeout).
-	LastStatus     *int64 `json:"last_status,omitempty"`
-	LastError      string `json:"last_error"`
-	FirstAttemptAt string `json:"first_attempt_at"`
-	LastAttemptAt  string `json:"last_attempt_at"`
-	// Reason is max_attempts, no_retry_status, malformed or event_missing
-	// (the dispatcher's), or delivery_limit (RabbitMQ parked it).
-	Reason string `json:"reason"`
-}
+// describe it, with its pair's state: webhook.DeadLetterInfo, whose fields
+// and JSON names it has. It is a type of its own only for its name, which
+// the API's document (api/openapi.json) calls its schema by.
+type DeadLetter webhook.DeadLetterInfo
 
 // FilterBody is an event filter in a request body (POST /api/replay): the
 // fields of store.EventFilter, times in RFC 3339.

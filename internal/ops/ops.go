@@ -68,7 +68,7 @@ type DeadLetters interface {
 	// to visit, which says which to remove (drop[i] for items[i]; nil
 	// keeps all) and whether to stop. The rest go back to the queue. It
 	// returns the queue's message count at the start.
-	Scan(ctx context.Context, route string, batch int, visit func(items []DeadLetter) (drop []bool, stop bool, err error)) (int, error)
+	Scan(ctx context.Context, route string, batch int, visit func(items []webhook.DeadLetterInfo) (drop []bool, stop bool, err error)) (int, error)
 	// Requeue moves up to limit messages (0: all there are now) back to
 	// route's queue, each as a fresh attempt series, confirmed before the
 	// dead letter is acked, and returns how many it moved. progress, when

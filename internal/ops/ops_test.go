@@ -9,6 +9,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,7 +96,7 @@ func TestDeadLettersByPairState(t *testing.T) {
 	t.Parallel()
 	svc, st, dl := newService(t)
 	ctx := actorCtx()
-	var letters []ops.DeadLetter
+	var letters []webhook.DeadLetterInfo
 	want := map[string]string{}
 	for i := range 250 {
 		state := []string{"dead", "delivered", "dead", "pending", "stale"}[i%5]
@@ -104,10 +105,10 @@ func TestDeadLettersByPairState(t *testing.T) {
 			ev.purged = true
 			state = ops.StateMissing
 		}
-		letters = append(letters, ops.DeadLetter{EventID: ev.id.String()})
+		letters = append(letters, webhook.DeadLetterInfo{EventID: ev.id.String()})
 		want[ev.id.String()] = state
 	}
-	letters = append(letters, ops.DeadLetter{EventID: "not-a-uuid"})
+	letters = append(letters, webhook.DeadLetterInfo{EventID: "not-a-uuid"})
 	want["not-a-uuid"] = ops.StateMissing
 	dl.queues["billing"] = letters
 

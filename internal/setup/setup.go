@@ -136,30 +136,14 @@ func (b broker) QueueStats(ctx context.Context, queue string) (int, int, error) 
 	return q.Ready, q.Consumers, err
 }
 
-// deadLetters adapts *amqp.DeadLetters to ops.DeadLetters.
+// deadLetters is *amqp.DeadLetters as ops.DeadLetters, naming the
+// queues by names.
 type deadLetters struct {
 	*amqp.DeadLetters
 	names amqp.Names
 }
 
 func (d deadLetters) Queue(route string) string { return d.names.DeadQueue(route) }
-
-func (d deadLetters) Scan(ctx context.Context, route string, batch int, visit func([]ops.DeadLetter) ([]bool, bool, error)) (int, error) {
-	return d.DeadLetters.Scan(ctx, route, batch, func(infos []amqp.DeadLetterInfo) ([]bool, bool, error) {
-		items := make([]ops.DeadLetter, len(infos))
-		for i, it := range infos {
-			items[i] = ops.DeadLetter{
-				EventID: it.EventID, Source: it.Source, EventType: it.EventType, Attempts: it.Attempts,
-				LastError: it.LastError, FirstAttemptAt: it.FirstAttemptAt,
-				LastAttemptAt: it.LastAttemptAt, Reason: it.Reason,
-			}
-			if it.LastStatus != 0 { // the header's 0: no answer arrived
-				items[i].LastStatus = &it.LastStatus
-			}
-		}
-		return visit(items)
-	})
-}
 
 // OpenOps opens cfg's database (its schema checked current) and returns
 // the operator service over it and the broker, and a function that

@@ -210,3 +210,28 @@ type DeadLetter struct {
 	FirstAttemptAt time.Time
 	LastAttemptAt  time.Time
 }
+
+// DeadLetterInfo is a message in a route's dead-letter queue as its
+// headers describe it to an operator: internal/amqp reads it, ops adds the
+// pair's State and lists it. Missing headers read as zero values; the
+// times are as written. The JSON names are the API's (ops.DeadLetter).
+type DeadLetterInfo struct {
+	EventID string `json:"event_id"`
+	// State is the pair's delivery state in Postgres, or "missing" when
+	// Postgres has no delivery of it (its event purged); "" until ops
+	// looked it up.
+	State     string `json:"state"`
+	Source    string `json:"source"`
+	EventType string `json:"event_type"`
+	Attempts  int64  `json:"attempts"`
+	// LastStatus is the last attempt's HTTP status, absent when none
+	// arrived (a refused connection, a timeout).
+	LastStatus     *int64 `json:"last_status,omitempty"`
+	LastError      string `json:"last_error"`
+	FirstAttemptAt string `json:"first_attempt_at"`
+	LastAttemptAt  string `json:"last_attempt_at"`
+	// Reason is the dispatcher's (max_attempts, no_retry_status,
+	// malformed, event_missing, ...) or, when RabbitMQ parked the message
+	// itself, its x-death reason (delivery_limit).
+	Reason string `json:"reason"`
+}
