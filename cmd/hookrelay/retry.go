@@ -11,6 +11,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/setup"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/spf13/cobra"
 )
 
@@ -46,7 +47,7 @@ for before the next (as a replay), with progress on stderr.`,
 					return setup.Usagef(cmd, "--event: invalid event id %q", event)
 				}
 				req.EventID = id
-			} else if route == "" || state != "retrying" {
+			} else if route == "" || state != string(webhook.StateRetrying) {
 				return setup.Usagef(cmd, "give --event ID, or --route R --state retrying (only retrying pairs have a next attempt to bring forward)")
 			}
 			stallTimeout, err := config.ParseDuration(stall)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // body wraps an answer's body for huma.
@@ -204,7 +205,7 @@ func (a *server) routes() {
 			IdempotencyInput
 			Body RetryRouteBody
 		}) (*jobAnswer, error) {
-			req := ops.RetryRequest{Route: in.Route, State: "retrying", DryRun: in.Body.DryRun}
+			req := ops.RetryRequest{Route: in.Route, State: string(webhook.StateRetrying), DryRun: in.Body.DryRun}
 			if err := a.svc.CheckRoute(ctx, in.Route); err != nil {
 				return nil, a.fail(ctx, "retry", err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 func (c *console) deadLetters(w http.ResponseWriter, r *http.Request, u user) {
@@ -134,7 +135,7 @@ func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
 	if ff.Route != "" && !slices.Contains(names, ff.Route) {
 		names = append(names, ff.Route)
 	}
-	data := map[string]any{"Filter": ff, "States": []string{"", "dead", "delivered", "stale"}, "Routes": names}
+	data := map[string]any{"Filter": ff, "States": []string{"", string(webhook.StateDead), string(webhook.StateDelivered), string(webhook.StateStale)}, "Routes": names}
 	if q.Has("preview") {
 		f, err := ops.FilterFromFields(ff)
 		if err == nil && f == (ops.EventFilter{}) {

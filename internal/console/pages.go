@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // pageNames are the templates under templates/, each with layout.html.
@@ -227,7 +228,8 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {
 }
 
 // eventStates are the events page's state choices ("" is any).
-var eventStates = []string{"", "pending", "retrying", "delivered", "dead", "stale"}
+var eventStates = []string{"", string(webhook.StatePending), string(webhook.StateRetrying), string(webhook.StateDelivered),
+	string(webhook.StateDead), string(webhook.StateStale)}
 
 // maxBody is how much of an event's body the event page shows.
 const maxBody = 64 << 10

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
 // step is one station of an event's path on a route.
@@ -35,12 +36,12 @@ func trace(ev *ops.EventDetail, d ops.DeliveryDetail) []step {
 		}
 		what += " in " + ops.DurationText(a.DurationMS)
 		s := step{At: at(a.StartedAt)}
-		switch a.Outcome {
-		case "delivered":
+		switch webhook.DeliveryState(a.Outcome) {
+		case webhook.StateDelivered:
 			s.Text, s.Class = what+" → delivered", "ok"
-		case "retrying":
+		case webhook.StateRetrying:
 			s.Text, s.Class = what+" → failed, sent to a retry tier to wait for the next attempt", "bad"
-		case "dead":
+		case webhook.StateDead:
 			s.Text, s.Class = what+" → failed for the last time: moved to the route's dead-letter queue", "bad"
 		default:
 			s.Text, s.Class = what+" → "+a.Outcome, "wait"
@@ -50,22 +51,22 @@ func trace(ev *ops.EventDetail, d ops.DeliveryDetail) []step {
 	if series < d.Series {
 		out = append(out, step{Text: fmt.Sprintf("series %d began: replayed or requeued, no attempt yet", d.Series), Class: "wait"})
 	}
-	switch d.State {
-	case "pending":
+	switch webhook.DeliveryState(d.State) {
+	case webhook.StatePending:
 		if len(d.AttemptRows) == 0 {
 			out = append(out, step{Text: "in the route's queue (or still in the outbox): waiting for a dispatcher", Class: "wait"})
 		} else {
 			out = append(out, step{Text: "queued again: waiting for a dispatcher", Class: "wait"})
 		}
-	case "retrying":
+	case webhook.StateRetrying:
 		s := step{Text: "waiting in a retry tier", Class: "wait"}
 		if d.NextAttemptAt != nil {
 			s.Text = fmt.Sprintf("waiting in a retry tier: attempt %d due %s", d.NextAttempt, d.NextAttemptAt.UTC().Format("15:04:05Z"))
 		}
 		out = append(out, s)
-	case "dead":
+	case webhook.StateDead:
 		out = append(out, step{Text: "in the dead-letter queue until requeued or replayed", Class: "bad"})
-	case "stale":
+	case webhook.StateStale:
 		out = append(out, step{Text: "not sent: a newer version of its resource was delivered on this route (stale)", Class: "wait"})
 	}
 	return out

@@ -17,6 +17,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
 )
 
@@ -250,8 +251,8 @@ func Invalid(msg string) error {
 }
 
 func validState(s string) bool {
-	switch s {
-	case "pending", "retrying", "delivered", "dead", "stale":
+	switch webhook.DeliveryState(s) {
+	case webhook.StatePending, webhook.StateRetrying, webhook.StateDelivered, webhook.StateDead, webhook.StateStale:
 		return true
 	}
 	return false

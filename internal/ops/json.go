@@ -111,7 +111,7 @@ func eventDetail(e *store.EventDetail, served func(route string) bool, linkTempl
 			a.TraceLink = tracing.Link(linkTemplate, a.TraceID)
 		}
 		d.Unserved = !served(d.Route)
-		if d.State == "retrying" {
+		if d.State == string(webhook.StateRetrying) {
 			d.NextAttempt = 1
 			for _, a := range d.AttemptRows {
 				if a.Series == d.Series {
