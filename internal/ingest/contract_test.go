@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/extract"
 	"github.com/hookrelay/hookrelay/internal/signature"
+	"github.com/hookrelay/hookrelay/internal/storecontract"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -41,8 +42,17 @@ func (s *fakeStore) EventInsertBatch(ctx context.Context, batch []webhook.Insert
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ctxErr = ctx.Err()
+	if s.ctxErr != nil {
+		return nil, s.ctxErr // as Postgres: a cancelled batch stores nothing
+	}
 	if s.err != nil {
 		return nil, s.err
+	}
+	for _, in := range batch {
+		// As Postgres refuses a text field holding a NUL: the whole batch.
+		if strings.ContainsRune(in.Event.EventType+in.Event.Source+in.Event.IdempotencyKey, 0) {
+			return nil, &webhook.RefusedError{Reason: "invalid byte sequence for encoding \"UTF8\": 0x00"}
+		}
 	}
 	out := make([]webhook.Stored, len(batch))
 	for i, in := range batch {
@@ -306,3 +316,9 @@ func (timeoutError) Temporary() bool { return true }
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// The fake keeps ingest.Store's contract, as the Postgres store does
+// (internal/store's TestStoreKeepsTheIngestContract).
+func TestFakeStoreKeepsTheIngestContract(t *testing.T) {
+	storecontract.Ingest(t, func(*testing.T) storecontract.IngestStore { return &fakeStore{byKey: map[string]uuid.UUID{}} })
+}
