@@ -35,7 +35,14 @@ func heldDestination(t *testing.T, held string) (dest *destination, arrived <-ch
 		var ev struct{ ID string }
 		_ = json.Unmarshal(body, &ev)
 		if ev.ID == held && prior == 0 {
-			in <- struct{}{}
+			// Never blocks but on out: a second first POST (the held one
+			// aborted by a shutdown, sent again) must not wait on in,
+			// which nobody reads any more, or the server's Close would
+			// wait for it forever and hang the whole package.
+			select {
+			case in <- struct{}{}:
+			default:
+			}
 			<-out
 		}
 		return http.StatusOK
@@ -263,11 +270,14 @@ func TestDispatcherResumesAfterTheBrokersConsumerTimeout(t *testing.T) {
 	require.Equal(t, http.StatusOK, held.status, held.Error)
 	<-arrived
 	heldAt := time.Now()
-	// The broker closes the holding consumer's channel: one consumer left.
+	// The broker closes the holding consumer's channel: fewer than two
+	// consumers. The session, told of the closed channel, may stop the
+	// other consumer at once (it starts both over once the held delivery
+	// ends), so none left is as good as one.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n, err := queueConsumers(h.ch, queue)
 		require.NoError(c, err)
-		require.Equal(c, 1, n)
+		require.Less(c, n, 2)
 	}, testenv.Scaled(30*time.Second), 20*time.Millisecond, "the broker closes the channel of the consumer holding the message")
 	closedAfter := time.Since(heldAt)
 	restoreTick()
