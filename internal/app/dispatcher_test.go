@@ -57,8 +57,26 @@ type destination struct {
 func newDestination(t *testing.T, respond func(w http.ResponseWriter, r *http.Request, body []byte, route string, prior int) int) *destination {
 	d := &destination{t: t, respond: respond, notify: make(chan struct{}, 1)}
 	d.srv = httptest.NewServer(http.HandlerFunc(d.serve))
-	t.Cleanup(d.srv.Close)
+	t.Cleanup(func() { closeWithin(t, d.srv, testenv.Scaled(10*time.Second)) })
 	return d
+}
+
+// closeWithin closes srv, failing t when a handler still runs after
+// timeout instead of waiting for it: Close waits for every handler, and a
+// handler a failed test left blocked would hang the whole package until
+// its timeout, every other test in it reported as never ended.
+func closeWithin(t *testing.T, srv *httptest.Server, timeout time.Duration) {
+	srv.CloseClientConnections()
+	closed := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(timeout):
+		t.Errorf("the destination's server still had a handler running %s after the test; left behind", timeout)
+	}
 }
 
 func (d *destination) url(route string) string { return d.srv.URL + "/" + route }
