@@ -58,7 +58,7 @@ func newLeaseDest(t *testing.T, hold func(r *http.Request, n int) int) *leaseDes
 		}
 		w.WriteHeader(d.hold(r, n))
 	}))
-	t.Cleanup(d.srv.Close)
+	t.Cleanup(func() { closeWithin(t, d.srv, testenv.Scaled(10*time.Second)) })
 	return d
 }
 
