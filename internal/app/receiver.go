@@ -459,7 +459,9 @@ func newRelay(cfg *config.Config, db *store.DB, publisher *amqp.Publisher, wake 
 	})
 }
 
-// outboxStore adapts *store.DB to outbox.Store.
+// outboxStore adapts *store.DB to outbox.Store: its claim returns the
+// concrete *store.OutboxBatch, which is an outbox.Batch (Go has no
+// covariant results).
 type outboxStore struct{ db *store.DB }
 
 func (s outboxStore) OutboxClaim(ctx context.Context, limit int) (outbox.Batch, error) {
@@ -467,18 +469,7 @@ func (s outboxStore) OutboxClaim(ctx context.Context, limit int) (outbox.Batch, 
 	if err != nil {
 		return nil, err
 	}
-	return outboxBatch{b}, nil
-}
-
-// outboxBatch adapts *store.OutboxBatch to outbox.Batch.
-type outboxBatch struct{ *store.OutboxBatch }
-
-func (b outboxBatch) Complete(ctx context.Context, confirmed []int64, failed []outbox.Failure) error {
-	ff := make([]store.OutboxFailure, len(failed))
-	for i, f := range failed {
-		ff[i] = store.OutboxFailure(f)
-	}
-	return b.OutboxBatch.Complete(ctx, confirmed, ff)
+	return b, nil
 }
 
 // outboxPublisher adapts *amqp.Publisher to outbox.Publisher. A nack, a

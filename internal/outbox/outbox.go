@@ -32,16 +32,9 @@ type Batch interface {
 	// Complete deletes the confirmed rows, records each failure on its row
 	// (one more attempt, the reason, the next try after RetryIn), releases
 	// the others, and commits all of it together.
-	Complete(ctx context.Context, confirmed []int64, failed []Failure) error
+	Complete(ctx context.Context, confirmed []int64, failed []webhook.OutboxFailure) error
 	// Release gives every row back.
 	Release(ctx context.Context) error
-}
-
-// Failure is a claimed row whose message the broker refused.
-type Failure struct {
-	OutboxID int64
-	Reason   string
-	RetryIn  time.Duration
 }
 
 // Store claims outbox rows that are due.
@@ -250,7 +243,7 @@ type published struct {
 	msgs      []webhook.Message
 	n         int
 	confirmed []int64
-	failed    []Failure
+	failed    []webhook.OutboxFailure
 	// pubErr and unanswered are reported once the batch completed.
 	pubErr     error
 	unanswered int
@@ -285,7 +278,7 @@ func (r *Relay) claimPublish(ctx context.Context) (*published, error) {
 		case res.Acked:
 			p.confirmed = append(p.confirmed, m.OutboxID)
 		case res.Failure != "":
-			p.failed = append(p.failed, Failure{OutboxID: m.OutboxID, Reason: res.Failure, RetryIn: retryDelay(m.OutboxAttempts + 1)})
+			p.failed = append(p.failed, webhook.OutboxFailure{OutboxID: m.OutboxID, Reason: res.Failure, RetryIn: retryDelay(m.OutboxAttempts + 1)})
 		}
 	}
 	p.unanswered = len(msgs) - len(p.confirmed) - len(p.failed)
@@ -326,7 +319,7 @@ func (p *published) complete() error {
 // stored. A row is logged on its first refusal and then whenever its
 // attempts reach a power of two, so a row that keeps failing stays visible
 // without a line per retry.
-func (r *Relay) recordFailures(msgs []webhook.Message, failed []Failure) {
+func (r *Relay) recordFailures(msgs []webhook.Message, failed []webhook.OutboxFailure) {
 	if len(failed) == 0 {
 		return
 	}

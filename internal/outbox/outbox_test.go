@@ -25,12 +25,12 @@ type fakeBatch struct {
 	msgs      []webhook.Message
 	completed bool
 	confirmed []int64
-	failed    []Failure
+	failed    []webhook.OutboxFailure
 }
 
 func (b *fakeBatch) Messages() []webhook.Message { return b.msgs }
 
-func (b *fakeBatch) Complete(_ context.Context, confirmed []int64, failed []Failure) error {
+func (b *fakeBatch) Complete(_ context.Context, confirmed []int64, failed []webhook.OutboxFailure) error {
 	b.completed, b.confirmed, b.failed = true, confirmed, failed
 	return nil
 }
@@ -171,7 +171,7 @@ type countingBatch struct {
 	completeErr error
 }
 
-func (b *countingBatch) Complete(ctx context.Context, confirmed []int64, failed []Failure) error {
+func (b *countingBatch) Complete(ctx context.Context, confirmed []int64, failed []webhook.OutboxFailure) error {
 	if b.completeErr != nil {
 		return b.completeErr
 	}
@@ -222,7 +222,7 @@ func TestRunOnceConfirmTimeoutCountsTheUnanswered(t *testing.T) {
 	require.ErrorIs(t, err, timeout)
 	require.Equal(t, []int64{1}, batch.confirmed)
 	require.Len(t, batch.failed, 1)
-	require.Equal(t, Failure{OutboxID: 2, Reason: "unconfirmed", RetryIn: batch.failed[0].RetryIn}, batch.failed[0])
+	require.Equal(t, webhook.OutboxFailure{OutboxID: 2, Reason: "unconfirmed", RetryIn: batch.failed[0].RetryIn}, batch.failed[0])
 	require.Equal(t, 1.0, testutil.ToFloat64(m.failures.WithLabelValues("unconfirmed")))
 }
 
@@ -326,7 +326,7 @@ func (b *pipeBatch) Messages() []webhook.Message {
 	return out
 }
 
-func (b *pipeBatch) Complete(_ context.Context, confirmed []int64, _ []Failure) error {
+func (b *pipeBatch) Complete(_ context.Context, confirmed []int64, _ []webhook.OutboxFailure) error {
 	deadline := time.After(testenv.Scaled(5 * time.Second))
 	for {
 		b.s.mu.Lock()

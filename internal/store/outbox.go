@@ -31,15 +31,6 @@ type OutboxBatch struct {
 	messages []webhook.Message
 }
 
-// OutboxFailure is a claimed row whose message the broker refused.
-type OutboxFailure struct {
-	OutboxID int64
-	// Reason is recorded as the row's last_error.
-	Reason string
-	// RetryIn is how long the row waits before a claim takes it again.
-	RetryIn time.Duration
-}
-
 // OutboxClaim locks up to limit unpublished rows that are due (next_try_at
 // reached), oldest first, skipping rows another publisher holds. A row the
 // broker refused waits out its backoff without holding back the rows behind
@@ -179,7 +170,7 @@ func (b *OutboxBatch) Messages() []webhook.Message { return b.messages }
 // failure on its row (one more attempt, the reason, the next try after its
 // RetryIn), and commits, in one round trip. Rows in neither list are
 // released as they were. Nothing is written unless all of it commits.
-func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []OutboxFailure) error {
+func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []webhook.OutboxFailure) error {
 	if b.conn == nil {
 		return nil
 	}

@@ -90,6 +90,17 @@ type Message struct {
 	EventTraceParent string
 }
 
+// OutboxFailure is a claimed outbox row whose message the broker refused
+// (a nack, a return, no confirm in time): the publisher records it on the
+// row, and the row waits RetryIn before a claim takes it again.
+type OutboxFailure struct {
+	OutboxID int64
+	// Reason is recorded as the row's last_error.
+	Reason string
+	// RetryIn is how long the row waits before a claim takes it again.
+	RetryIn time.Duration
+}
+
 // DeliveryState is where the delivery of one event to one route stands.
 type DeliveryState string
 
