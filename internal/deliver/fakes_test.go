@@ -3,6 +3,7 @@ package deliver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,11 +21,21 @@ import (
 )
 
 // fakeStore is deliver.Store over one pair: its state and generation when
-// claimed, and what happened to it.
+// claimed, and what happened to it. Its lease behaves as Postgres's does
+// (storecontract.Delivery holds both to the same cases): a live lease
+// keeps other owners out and lets its own in again, a delivered pair or a
+// copy of another generation is read and not claimed, a record under a
+// lease taken over is refused. The fields below make it fail on purpose.
 type fakeStore struct {
 	mu    sync.Mutex
 	state webhook.DeliveryState
 	gen   int64
+	// event, when set, is the pair's event: a claim of any other fails as
+	// missing (as a purged event's).
+	event uuid.UUID
+	// leaseOwner holds the pair until leaseUntil; uuid.Nil when free.
+	leaseOwner uuid.UUID
+	leaseUntil time.Time
 	// lockErrs fail the next DeliveryClaim calls, one each.
 	lockErrs []error
 	// lockFails fails every DeliveryClaim call with it, when set.
@@ -58,8 +69,10 @@ func newFakeStore() *fakeStore {
 	return &fakeStore{state: webhook.StatePending, locked: make(chan struct{}, 64)}
 }
 
-func (s *fakeStore) DeliveryClaim(_ context.Context, _, _ uuid.UUID, _ string, _ int, _ int64, ttl time.Duration) (deliver.Lease, error) {
-	s.locked <- struct{}{}
+func (s *fakeStore) DeliveryClaim(_ context.Context, owner, eventID uuid.UUID, _ string, _ int, gen int64, ttl time.Duration) (deliver.Lease, error) {
+	if s.locked != nil {
+		s.locked <- struct{}{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.locks++
@@ -80,7 +93,18 @@ func (s *fakeStore) DeliveryClaim(_ context.Context, _, _ uuid.UUID, _ string, _
 		}
 		return nil, &webhook.LeaseBusyError{Remaining: rem}
 	}
-	return &fakeLock{s: s}, nil
+	if s.event != uuid.Nil && eventID != s.event {
+		return nil, fmt.Errorf("%w: event %s", webhook.ErrEventMissing, eventID)
+	}
+	if s.state == webhook.StateDelivered || s.state == webhook.StateStale || gen != s.gen {
+		return &fakeLock{s: s, owner: owner}, nil // read, not claimed
+	}
+	now := time.Now()
+	if s.leaseOwner != uuid.Nil && s.leaseOwner != owner && now.Before(s.leaseUntil) {
+		return nil, &webhook.LeaseBusyError{Remaining: s.leaseUntil.Sub(now)}
+	}
+	s.leaseOwner, s.leaseUntil = owner, now.Add(ttl)
+	return &fakeLock{s: s, owner: owner, held: true}, nil
 }
 
 // record stores a and moves the pair on as Postgres does: a retry starts
@@ -108,7 +132,20 @@ func (s *fakeStore) snapshot() (locks, released, restarts int, recorded []*webho
 	return s.locks, s.released, s.restarts, append([]*webhook.Attempt(nil), s.recorded...)
 }
 
-type fakeLock struct{ s *fakeStore }
+// fakeLock is a claim of fakeStore's: held when it took the lease.
+type fakeLock struct {
+	s     *fakeStore
+	owner uuid.UUID
+	held  bool
+}
+
+// releaseLocked frees the pair if l still holds it; s.mu is held.
+func (l *fakeLock) releaseLocked() {
+	if l.held && l.s.leaseOwner == l.owner {
+		l.s.leaseOwner, l.s.leaseUntil = uuid.Nil, time.Time{}
+	}
+	l.held = false
+}
 
 func (l *fakeLock) State() webhook.DeliveryState {
 	l.s.mu.Lock()
@@ -142,10 +179,11 @@ func (l *fakeLock) Record(_ context.Context, a *webhook.Attempt) (int64, bool, e
 		l.s.recordErrs = l.s.recordErrs[1:]
 		return 0, false, err
 	}
-	if l.s.leaseLost {
+	if l.s.leaseLost || !l.held || l.s.leaseOwner != l.owner {
 		l.s.lost = append(l.s.lost, a)
 		return 0, false, webhook.ErrLeaseLost
 	}
+	defer l.releaseLocked()
 	if l.s.movedOn {
 		// A replay moved the pair on during the attempt: the attempt is
 		// kept, the pair's state is not touched.
@@ -159,6 +197,7 @@ func (l *fakeLock) Release(context.Context) error {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	l.s.released++
+	l.releaseLocked()
 	return nil
 }
 
