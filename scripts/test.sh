@@ -75,11 +75,7 @@ gotestsum() { go tool gotestsum --format pkgname-and-test-fails --format-hide-em
 
 echo "test: building and running the tests of $(go list ./... | wc -l) packages with the race detector (about 3 minutes)" >&2
 status=0
-# -parallel 4: the integration tests spend their time waiting on RabbitMQ,
-# Postgres, destinations and timers more than on the CPU; go test's default
-# (GOMAXPROCS, 2 on the CI machine) ran internal/app's 400 tests two at a
-# time and kept the whole suite at its critical path.
-gotestsum --jsonfile "$work/tests.json" -- -race -shuffle=on -count=1 -parallel 4 -timeout 20m -skip '^TestBrokerAlarm' "$@" ./... || status=$?
+gotestsum --jsonfile "$work/tests.json" -- -race -shuffle=on -count=1 -timeout 20m -skip '^TestBrokerAlarm' "$@" ./... || status=$?
 
 echo "test: the broker-alarm test, alone (it blocks every publisher on the broker)" >&2
 HOOKRELAY_TEST_BROKER_ALARM=1 gotestsum --jsonfile "$work/alarm.json" -- -race -count=1 -timeout 5m -run '^TestBrokerAlarm' ./internal/app/ || status=$?
