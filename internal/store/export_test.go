@@ -86,12 +86,12 @@ func MigrateTo(url string, v uint) error {
 // Querier runs statements: a transaction of LocksAfter's.
 type Querier = querier
 
-// LocksAfter runs fn twice on a new connection of the claims' pool (lax)
-// or of the main pool (its settings: generic plans when db has them), each
-// time in a transaction it rolls back, and answers how many locks the
-// transaction held after fn: cold, the first time (the statements are
-// prepared and planned), and warm, the second (their plans reused, as on
-// every later call).
+// LocksAfter runs fn four times on a new connection of the claims' pool
+// (lax) or of the main pool (its settings: generic plans when db has
+// them), each time in a transaction it rolls back, and answers how many
+// locks the transaction held after fn: cold, the first time (the
+// statements are prepared and planned), and warm, the fewest of the three
+// after (their plans reused, as on every later call).
 func (db *DB) LocksAfter(ctx context.Context, lax bool, fn func(q Querier) error) (cold, warm int, err error) {
 	pool := db.pool
 	if lax {
@@ -116,8 +116,21 @@ func (db *DB) LocksAfter(ctx context.Context, lax bool, fn func(q Querier) error
 	if cold, err = once(); err != nil {
 		return 0, 0, err
 	}
-	warm, err = once()
-	return cold, warm, err
+	// The fewest of three: a plan the backend had to make again (its
+	// caches reset when the suite's other databases' DDL overflowed
+	// Postgres' invalidation queue) counts a cold run's locks once, and a
+	// test beside the whole suite saw that as growth (38 locks for 26).
+	warm = -1
+	for range 3 {
+		n, err := once()
+		if err != nil {
+			return 0, 0, err
+		}
+		if warm < 0 || n < warm {
+			warm = n
+		}
+	}
+	return cold, warm, nil
 }
 
 // locksOf counts the locks q's backend holds.
