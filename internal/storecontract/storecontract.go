@@ -123,7 +123,7 @@ type OutboxBatch interface {
 	Release(ctx context.Context) error
 }
 
-// OutboxStore is outbox.Store and outbox.DirectStore, over the
+// OutboxStore is outbox.Store and DirectStore's delete, over the
 // implementation's own batch type (outbox.Batch for a fake of the outbox
 // package, *store.OutboxBatch for Postgres).
 type OutboxStore[B OutboxBatch] interface {
