@@ -41,7 +41,8 @@ type DeadLetterVisit = func(items []webhook.DeadLetterInfo) (drop []bool, stop b
 // unacknowledged and returned to the queue in one go at the end (or by the
 // broker when the connection closes on an error), so a failed scan loses
 // nothing. (Dead-letter queues have no delivery limit, so reading is
-// safe.) It returns the queue's message count at the start.
+// safe.) It returns the queue's message count at the start: 0, with
+// nothing visited, when the queue does not exist (deadQueueCount).
 func (dl *DeadLetters) Scan(ctx context.Context, route string, batch int, visit DeadLetterVisit) (int, error) {
 	if batch < 1 {
 		return 0, fmt.Errorf("scan batch %d: must be positive", batch)
@@ -52,9 +53,9 @@ func (dl *DeadLetters) Scan(ctx context.Context, route string, batch int, visit 
 	}
 	defer conn.Close()
 	queue := dl.names.DeadQueue(route)
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		return 0, fmt.Errorf("inspecting %s: %w", queue, err)
+	q, missing, err := deadQueueCount(ch, queue)
+	if err != nil || missing {
+		return 0, err
 	}
 	// kept is the highest delivery tag taken and not acked: one multiple
 	// nack up to it returns every message kept.
@@ -126,13 +127,13 @@ func (dl *DeadLetters) Requeue(ctx context.Context, route string, limit int, pro
 	}
 	defer conn.Close()
 	dead, target := dl.names.DeadQueue(route), dl.names.RouteQueue(route)
+	q, missing, err := deadQueueCount(ch, dead)
+	if err != nil || missing {
+		return 0, err
+	}
 	if limit <= 0 {
 		// "All" means what is there now: a message that fails at once (a
 		// 410) comes straight back, and must not be moved forever.
-		q, err := ch.QueueDeclarePassive(dead, true, false, false, false, nil)
-		if err != nil {
-			return 0, fmt.Errorf("inspecting %s: %w", dead, err)
-		}
 		limit = q.Messages
 	}
 	moved := 0
@@ -178,9 +179,9 @@ func (dl *DeadLetters) RequeueEvents(ctx context.Context, route string, events m
 	}
 	defer conn.Close()
 	dead, target := dl.names.DeadQueue(route), dl.names.RouteQueue(route)
-	q, err := ch.QueueDeclarePassive(dead, true, false, false, false, nil)
-	if err != nil {
-		return 0, fmt.Errorf("inspecting %s: %w", dead, err)
+	q, missing, err := deadQueueCount(ch, dead)
+	if err != nil || missing {
+		return 0, err
 	}
 	var kept uint64
 	moved := 0
@@ -216,6 +217,22 @@ func (dl *DeadLetters) RequeueEvents(ctx context.Context, route string, events m
 		}
 	}
 	return moved, nil
+}
+
+// deadQueueCount inspects a dead-letter queue. One that does not exist
+// holds no letters (missing, and no error): a route made at run time and
+// deleted before any dispatcher declared its queues never had one. The
+// broker closes ch on a missing queue; the caller returns at once.
+func deadQueueCount(ch *amqp.Channel, queue string) (q amqp.Queue, missing bool, err error) {
+	q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return amqp.Queue{}, true, nil
+	case err != nil:
+		return amqp.Queue{}, false, fmt.Errorf("inspecting %s: %w", queue, err)
+	}
+	return q, false, nil
 }
 
 // publishConfirmed publishes p to queue through the default exchange on

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	hamqp "github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 )
@@ -55,4 +56,34 @@ func TestRequeueChosenDeadLetters(t *testing.T) {
 		left = append(left, string(m.Body))
 	}
 	require.Equal(t, []string{b, c}, left, "the others stay, in their order")
+}
+
+// A dead-letter queue that does not exist holds no letters: a route made
+// at run time and deleted before any dispatcher declared its queues has
+// none to read, drop or requeue, and saying so is not a broker failure.
+func TestMissingDeadLetterQueueHoldsNone(t *testing.T) {
+	t.Parallel()
+	names := hamqp.Names{Prefix: amqptest.Prefix(t)}
+	dl := hamqp.NewDeadLetters(amqptest.Dialer(t), names, "test")
+
+	visited := 0
+	total, err := dl.Scan(context.Background(), "never-declared", 10, func(items []webhook.DeadLetterInfo) ([]bool, bool, error) {
+		visited += len(items)
+		return nil, false, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 0, total)
+	require.Equal(t, 0, visited)
+	for _, limit := range []int{0, 5} {
+		moved, err := dl.Requeue(context.Background(), "never-declared", limit, nil)
+		require.NoError(t, err, "limit %d", limit)
+		require.Equal(t, 0, moved, "limit %d", limit)
+	}
+	moved, err := dl.RequeueEvents(context.Background(), "never-declared", map[string]bool{uuid.NewString(): true}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0, moved)
+
+	// A failure that is not a missing queue is still one.
+	_, err = dl.Scan(context.Background(), "never-declared", 0, nil)
+	require.Error(t, err)
 }

@@ -67,7 +67,9 @@ type DeadLetters interface {
 	// messages, at most as many as it holds at the start, and gives each
 	// to visit, which says which to remove (drop[i] for items[i]; nil
 	// keeps all) and whether to stop. The rest go back to the queue. It
-	// returns the queue's message count at the start.
+	// returns the queue's message count at the start. A queue that does
+	// not exist (a route deleted before any dispatcher declared it) holds
+	// no letters: every method reads and moves none.
 	Scan(ctx context.Context, route string, batch int, visit func(items []webhook.DeadLetterInfo) (drop []bool, stop bool, err error)) (int, error)
 	// Requeue moves up to limit messages (0: all there are now) back to
 	// route's queue, each as a fresh attempt series, confirmed before the
