@@ -182,25 +182,32 @@ func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []
 	steps := []string{"completing outbox batch"}
 	batch.Queue(`SET LOCAL synchronous_commit = off`)
 	if len(confirmed) > 0 {
+		// A copy is due at a dispatcher when it reaches the broker, and
+		// for a retry copy when its tier lets it go: its delay counts from
+		// this publish, not from the attempt that scheduled it. A row
+		// published late (it waited out a dead receiver's hold, a broker
+		// outage, or in the outbox behind others) moves its pairs' due_at
+		// to the publish, so the reconciler does not take a copy that has
+		// just arrived, or still waits in its tier, for a lost one (fault
+		// suite, a receiver killed: its events' copies were swept after the
+		// 15 s hold, overdue by the whole margin on arrival, and two were
+		// sent again while their dispatcher was taking them). A row
+		// published within a second of its insert (the steady state when
+		// the direct publish is off) touches no pair: the reconcile margin
+		// (at least 15 s) covers that second.
 		steps = append(steps, "deleting published outbox rows")
-		if b.anyRetry(confirmed) {
-			// A retry copy is due at a dispatcher when its tier lets it
-			// go: its delay counts from this publish, not from the
-			// attempt that scheduled it (the row may have waited in the
-			// outbox). The pair's due_at follows, so the reconciler does
-			// not take a copy still waiting in its tier for a lost one.
-			batch.Queue(`
-				WITH o AS (
-					DELETE FROM outbox WHERE id = ANY($1)
-					RETURNING event_id, route, gen, retry_ms
-				)
-				UPDATE deliveries d SET due_at = greatest(d.due_at, clock_timestamp() + o.retry_ms * interval '1 millisecond')
-				FROM o
-				WHERE o.retry_ms > 0 AND d.event_id = o.event_id AND d.route = o.route AND d.gen = o.gen
-				  AND d.state = 'retrying'`, confirmed)
-		} else {
-			batch.Queue(`DELETE FROM outbox WHERE id = ANY($1)`, confirmed)
-		}
+		batch.Queue(withDays(`
+			WITH o AS (
+				DELETE FROM outbox WHERE id = ANY($1)
+				RETURNING event_id, route, cc, gen, retry_ms, created_at
+			)
+			UPDATE deliveries d SET due_at = greatest(d.due_at, clock_timestamp() + COALESCE(o.retry_ms, 0) * interval '1 millisecond')
+			FROM o
+			WHERE (o.retry_ms > 0 OR o.created_at < clock_timestamp() - interval '1 second')
+			  AND d.event_id = o.event_id AND @day(d.event_id)
+			  AND (o.route IS NULL OR d.route = o.route OR d.route = ANY(o.cc))
+			  AND (o.gen IS NULL OR d.gen = o.gen)
+			  AND d.state IN ('pending', 'retrying')`, b.eventsOf(confirmed)...), confirmed)
 	}
 	if len(failed) > 0 {
 		ids := make([]int64, len(failed))
@@ -243,23 +250,19 @@ func (b *OutboxBatch) Complete(ctx context.Context, confirmed []int64, failed []
 	return err
 }
 
-// anyRetry says whether any of the ids is a retry copy's row.
-func (b *OutboxBatch) anyRetry(ids []int64) bool {
-	retry := make(map[int64]bool)
-	for _, m := range b.messages {
-		if m.RetryIn > 0 {
-			retry[m.OutboxID] = true
-		}
-	}
-	if len(retry) == 0 {
-		return false
-	}
+// eventsOf returns the events of the claimed rows of ids.
+func (b *OutboxBatch) eventsOf(ids []int64) []uuid.UUID {
+	want := make(map[int64]bool, len(ids))
 	for _, id := range ids {
-		if retry[id] {
-			return true
+		want[id] = true
+	}
+	var out []uuid.UUID
+	for _, m := range b.messages {
+		if want[m.OutboxID] {
+			out = append(out, m.EventID)
 		}
 	}
-	return false
+	return out
 }
 
 // Release gives every row back without deleting or counting any.

@@ -242,3 +242,58 @@ func TestRetryPublishMovesTheDueTime(t *testing.T) {
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT due_at FROM deliveries WHERE event_id = $1`, plain).Scan(&due))
 	require.True(t, due.Before(time.Now().Add(-50*time.Minute)), "due_at %s", due)
 }
+
+// Fault suite (2026-12-05, a receiver killed): the events whose direct
+// publish died with their receiver were swept from the outbox after the
+// hold, each copy overdue by the whole reconcile margin on arrival, and
+// the reconciler sent two again while a dispatcher was taking them. A
+// plain copy published late is due from its publish; one published on
+// time leaves its pair alone (TestRetryPublishMovesTheDueTime).
+func TestLatePublishMovesTheDueTime(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	late := insertBilling(t, db, "evt_swept_late")
+	_, err := db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, late)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `UPDATE outbox SET created_at = now() - interval '1 hour' WHERE event_id = $1`, late)
+	require.NoError(t, err)
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, rec, "a pair whose copy is still in the outbox is not lost")
+
+	batch, err := db.OutboxClaim(ctx, 100)
+	require.NoError(t, err)
+	var ids []int64
+	for _, m := range batch.Messages() {
+		ids = append(ids, m.OutboxID)
+	}
+	require.NotEmpty(t, ids)
+	published := time.Now()
+	require.NoError(t, batch.Complete(ctx, ids, nil))
+	var due time.Time
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT due_at FROM deliveries WHERE event_id = $1`, late).Scan(&due))
+	require.WithinDuration(t, published, due, 5*time.Second, "due from its publish")
+	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, rec, "a copy that has just arrived is not lost")
+
+	// A delivered pair stays as it was.
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET state = 'delivered', due_at = now() - interval '1 hour' WHERE event_id = $1`, late)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `INSERT INTO outbox (event_id, routing_key, created_at) VALUES ($1, 'stripe.invoice.paid', now() - interval '1 hour')`, late)
+	require.NoError(t, err)
+	batch, err = db.OutboxClaim(ctx, 100)
+	require.NoError(t, err)
+	ids = ids[:0]
+	for _, m := range batch.Messages() {
+		ids = append(ids, m.OutboxID)
+	}
+	require.NotEmpty(t, ids)
+	require.NoError(t, batch.Complete(ctx, ids, nil))
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT due_at FROM deliveries WHERE event_id = $1`, late).Scan(&due))
+	require.True(t, due.Before(time.Now().Add(-50*time.Minute)), "due_at %s", due)
+	var left int
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE event_id = $1`, late).Scan(&left))
+	require.Zero(t, left, "the published row is deleted")
+}
