@@ -225,14 +225,20 @@ func (dl *DeadLetters) RequeueEvents(ctx context.Context, route string, events m
 // broker closes ch on a missing queue; the caller returns at once.
 func deadQueueCount(ch *amqp.Channel, queue string) (q amqp.Queue, missing bool, err error) {
 	q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	var ae *amqp.Error
 	switch {
-	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+	case isNotFound(err):
 		return amqp.Queue{}, true, nil
 	case err != nil:
 		return amqp.Queue{}, false, fmt.Errorf("inspecting %s: %w", queue, err)
 	}
 	return q, false, nil
+}
+
+// isNotFound says whether err is the broker's 404 (NOT_FOUND): a passive
+// declare of a queue that does not exist.
+func isNotFound(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound
 }
 
 // publishConfirmed publishes p to queue through the default exchange on

@@ -83,7 +83,10 @@ func TestMissingDeadLetterQueueHoldsNone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, moved)
 
-	// A failure that is not a missing queue is still one.
-	_, err = dl.Scan(context.Background(), "never-declared", 0, nil)
-	require.Error(t, err)
+	// Answering "none" declared nothing: the queue is still missing.
+	ch := amqptest.Channel(t, amqptest.Dial(t))
+	_, err = ch.QueueDeclarePassive(names.DeadQueue("never-declared"), true, false, false, false, nil)
+	var ae *amqp.Error
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, amqp.NotFound, ae.Code)
 }

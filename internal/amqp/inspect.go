@@ -73,8 +73,7 @@ func (in *Inspector) Queue(ctx context.Context, queue string) (QueueInfo, error)
 		// A passive declare of a missing queue closes the channel (404);
 		// the next question opens a new one.
 		in.ch = nil
-		var ae *amqp.Error
-		if errors.As(r.err, &ae) && ae.Code == amqp.NotFound {
+		if isNotFound(r.err) {
 			return QueueInfo{}, fmt.Errorf("queue %s does not exist", queue)
 		}
 		return QueueInfo{}, fmt.Errorf("inspecting %s: %w", queue, r.err)
