@@ -206,9 +206,10 @@ func deliveryCreate(ctx context.Context, db *DB, q querier, eventID uuid.UUID, r
 	var found, known bool
 	if err := q.QueryRow(ctx, withDays(`
 		WITH e AS (
-			SELECT id FROM events WHERE id = $1 AND @day(id) FOR KEY SHARE
+			SELECT id, ordering_resource IS NOT NULL AND ordering_version IS NOT NULL AS versioned
+			FROM events WHERE id = $1 AND @day(id) FOR KEY SHARE
 		), ins AS (
-			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
+			INSERT INTO deliveries (event_id, route, versioned) SELECT id, $2, versioned FROM e
 			ON CONFLICT (event_id, route) DO NOTHING
 		)
 		SELECT EXISTS (SELECT 1 FROM e), EXISTS (SELECT 1 FROM event_keys k WHERE k.event_id = $1)`, eventID),
@@ -311,9 +312,10 @@ func (db *DB) DeliveryBackfill(ctx context.Context, route string, since, until t
 	var n int
 	if err := db.pool.QueryRow(ctx, `
 		WITH e AS (
-			SELECT id FROM events WHERE id = ANY($1) FOR KEY SHARE
+			SELECT id, ordering_resource IS NOT NULL AND ordering_version IS NOT NULL AS versioned
+			FROM events WHERE id = ANY($1) FOR KEY SHARE
 		), ins AS (
-			INSERT INTO deliveries (event_id, route) SELECT id, $2 FROM e
+			INSERT INTO deliveries (event_id, route, versioned) SELECT id, $2, versioned FROM e
 			ON CONFLICT (event_id, route) DO NOTHING
 			RETURNING 1
 		)

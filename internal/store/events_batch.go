@@ -176,8 +176,10 @@ var eventInsertSQL = func() string {
 		), dl AS (
 			-- Pending from the moment of acceptance: "which events have not
 			-- arrived" has an answer even before a dispatcher saw them.
-			INSERT INTO deliveries (event_id, route)
-			SELECT input.id, d.route
+			-- versioned: whether the delivered trigger has a version to
+			-- keep (migration 0030).
+			INSERT INTO deliveries (event_id, route, versioned)
+			SELECT input.id, d.route, input.ordering_resource <> '' AND input.ordering_version <> ''
 			FROM unnest($%d::bigint[], $%d::text[]) AS d(n, route)
 			JOIN input ON input.n = d.n
 			JOIN ins ON ins.id = input.id
