@@ -2,9 +2,7 @@ package main
 
 import (
 	"errors"
-	"net/url"
 	"os/user"
-	"strconv"
 	"strings"
 
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -55,43 +53,36 @@ its resource was delivered on a route with ordering drop_stale).`,
 	return cmd
 }
 
-// filter is the event filter flags of events list and replay.
+// filter is the event filter flags of events list and replay: the
+// filter's one typed shape (ops.FilterFields), as the admin API and the
+// console read it, with the command's limit.
 type filter struct {
-	source, eventType, state, route, since, until string
-	limit                                         int
+	ops.FilterFields
+	limit int
 	// key is events list's --key (replay has none: it replays by id).
 	key string
 }
 
 func (f *filter) flags(fs *pflag.FlagSet, limit int, limitUsage string) {
-	fs.StringVar(&f.source, "source", "", "only events of this source")
-	fs.StringVar(&f.eventType, "event-type", "", "only events of this type")
-	fs.StringVar(&f.state, "state", "", "only events with a delivery in this state: pending, retrying, delivered, dead or stale")
-	fs.StringVar(&f.route, "route", "", "only events with a delivery to this route")
-	fs.StringVar(&f.since, "since", "", "only events received at or after this time: RFC 3339, or an age (2h, 3d)")
-	fs.StringVar(&f.until, "until", "", "only events received before this time: RFC 3339, or an age (2h, 3d)")
+	fs.StringVar(&f.Source, "source", "", "only events of this source")
+	fs.StringVar(&f.EventType, "event-type", "", "only events of this type")
+	fs.StringVar(&f.State, "state", "", "only events with a delivery in this state: pending, retrying, delivered, dead or stale")
+	fs.StringVar(&f.Route, "route", "", "only events with a delivery to this route")
+	fs.StringVar(&f.Since, "since", "", "only events received at or after this time: RFC 3339, or an age (2h, 3d)")
+	fs.StringVar(&f.Until, "until", "", "only events received before this time: RFC 3339, or an age (2h, 3d)")
 	fs.IntVar(&f.limit, "limit", limit, limitUsage)
 }
 
 // filter is the store filter the flags give, checked as the admin API
-// checks its query.
+// checks its query; a wrong one is a usage error naming its flag.
 func (f *filter) filter(cmd *cobra.Command) (ops.EventFilter, error) {
-	v := url.Values{}
-	for k, s := range map[string]string{"source": f.source, "event_type": f.eventType, "state": f.state,
-		"route": f.route, "since": f.since, "until": f.until, "key": f.key} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
 	if f.limit < 0 {
 		return ops.EventFilter{}, setup.Usagef(cmd, "--limit: must be positive")
 	}
-	if f.limit > 0 {
-		v.Set("limit", strconv.Itoa(f.limit))
-	}
-	sf, err := ops.FilterFromQuery(v)
+	sf, err := ops.ListFilter(f.FilterFields, f.limit, "", f.key)
 	if err != nil {
-		return sf, setup.Usagef(cmd, "--%s", strings.Replace(err.Error(), "_", "-", 1))
+		msg := strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": ")
+		return sf, setup.Usagef(cmd, "--%s", strings.Replace(msg, "_", "-", 1))
 	}
 	return sf, nil
 }

@@ -246,25 +246,20 @@ type VersionInput struct {
 	Resource string `query:"resource" required:"true" minLength:"1" doc:"The resource as its events carry it (gid://shopify/Order/1)."`
 }
 
-// EventsInput filters the events listing.
+// EventsInput filters the events listing: the filter's one typed shape
+// (ops.FilterFields) and the listing's page.
 type EventsInput struct {
-	Source    string `query:"source" doc:"Only events of this source."`
-	EventType string `query:"event_type" doc:"Only events of this type."`
-	State     string `query:"state" enum:"pending,retrying,delivered,dead,stale" doc:"Only events with a delivery in this state."`
-	Route     string `query:"route" doc:"Only events with a delivery to this route."`
-	Since     string `query:"since" doc:"Received at or after: RFC 3339, or an age (2h, 3d)."`
-	Until     string `query:"until" doc:"Received before: RFC 3339, or an age."`
-	Limit     int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"The most events on a page."`
-	Cursor    string `query:"cursor" doc:"The next_cursor of the page before."`
-	Key       string `query:"key" maxLength:"500" doc:"Only events with this sender's id (their idempotency key, evt_1Q…), of any source (or of source)."`
+	ops.FilterFields
+	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"The most events on a page."`
+	Cursor string `query:"cursor" doc:"The next_cursor of the page before."`
+	Key    string `query:"key" maxLength:"500" doc:"Only events with this sender's id (their idempotency key, evt_1Q…), of any source (or of source)."`
 }
 
 func (a *server) events() {
 	huma.Register(a.api, op(http.MethodGet, "/events", "list-events", ops.ActionRead,
 		"List events newest first, each with its deliveries' states"),
 		func(ctx context.Context, in *EventsInput) (*body[Listing[ops.EventSummary]], error) {
-			f, err := ops.FilterFromFields(ops.FilterFields{Source: in.Source, EventType: in.EventType, State: in.State, Route: in.Route,
-				Since: in.Since, Until: in.Until, Limit: in.Limit, Cursor: in.Cursor, Key: in.Key})
+			f, err := ops.ListFilter(in.FilterFields, in.Limit, in.Cursor, in.Key)
 			if err != nil {
 				return nil, a.fail(ctx, "listing events", err)
 			}
@@ -348,16 +343,9 @@ type ReplayBody struct {
 	Pacing           *ReplayPacing `json:"pacing,omitempty" doc:"How a large replay is paced; the defaults suit most."`
 }
 
-// ReplayFilter is an event filter in a body.
-type ReplayFilter struct {
-	Source    string `json:"source,omitempty"`
-	EventType string `json:"event_type,omitempty"`
-	State     string `json:"state,omitempty" enum:"pending,retrying,delivered,dead,stale"`
-	Route     string `json:"route,omitempty"`
-	Since     string `json:"since,omitempty" doc:"RFC 3339, or an age (2h, 3d)."`
-	Until     string `json:"until,omitempty" doc:"RFC 3339, or an age."`
-	Limit     int    `json:"limit,omitempty" minimum:"0" doc:"The most events to replay; all the filter selects when 0."`
-}
+// ReplayFilter is a replay's selection in a body: ops.ReplayFilter, named
+// so here for the schema the document has always called it by.
+type ReplayFilter = ops.ReplayFilter
 
 // ReplayPacing tunes a replay's batches.
 type ReplayPacing struct {
@@ -366,8 +354,7 @@ type ReplayPacing struct {
 }
 
 func (b ReplayBody) request() (ops.ReplayRequest, error) {
-	f, err := ops.FilterFromFields(ops.FilterFields{Source: b.Filter.Source, EventType: b.Filter.EventType, State: b.Filter.State,
-		Route: b.Filter.Route, Since: b.Filter.Since, Until: b.Filter.Until, Limit: b.Filter.Limit})
+	f, err := b.Filter.Parse()
 	if err != nil {
 		return ops.ReplayRequest{}, err
 	}

@@ -329,13 +329,21 @@ func TestAdminAPI(t *testing.T) {
 	require.Equal(t, 2, attempt)
 }
 
+// rfc3339 is t as a filter's time, "" for none.
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
 // adminReplay sends r to POST /api/replay.
 func adminReplay(t *testing.T, addr, token string, r ops.ReplayRequest) (int, string) {
 	t.Helper()
 	raw, err := json.Marshal(ops.ReplayBody{
 		EventID: r.EventID, After: r.After,
-		Filter: ops.FilterBody{Source: r.Filter.Source, EventType: r.Filter.EventType, State: r.Filter.State, Route: r.Filter.Route,
-			Since: r.Filter.Since, Until: r.Filter.Until, Limit: r.Filter.Limit},
+		Filter: ops.ReplayFilter{FilterFields: ops.FilterFields{Source: r.Filter.Source, EventType: r.Filter.EventType, State: r.Filter.State,
+			Route: r.Filter.Route, Since: rfc3339(r.Filter.Since), Until: rfc3339(r.Filter.Until)}, Limit: r.Filter.Limit},
 		IncludeDelivered: r.IncludeDelivered, DryRun: r.DryRun, ListLimit: r.ListLimit,
 	})
 	require.NoError(t, err)

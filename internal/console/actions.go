@@ -108,17 +108,11 @@ func (c *console) dropAll(w http.ResponseWriter, r *http.Request, _ user) {
 	http.Redirect(w, r, "/routes/"+url.PathEscape(route)+"/dead-letters", http.StatusSeeOther)
 }
 
-// replayForm reads a replay's filter from a query or a form.
-func replayForm(v url.Values) ops.FilterFields {
-	return ops.FilterFields{Source: v.Get("source"), EventType: v.Get("event_type"), State: v.Get("state"), Route: v.Get("route"),
-		Since: v.Get("since"), Until: v.Get("until")}
-}
-
 // replayPage shows the replay form and, asked to preview, what a replay
 // of that selection would do: the dry run the confirm button then runs.
 func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
 	q := r.URL.Query()
-	ff := replayForm(q)
+	ff := ops.FilterFieldsFromQuery(q)
 	routes, err := c.svc.RouteList(r.Context())
 	if err != nil {
 		c.failed(w, r, "listing routes", err)
@@ -137,7 +131,7 @@ func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
 	}
 	data := map[string]any{"Filter": ff, "States": []string{"", string(webhook.StateDead), string(webhook.StateDelivered), string(webhook.StateStale)}, "Routes": names}
 	if q.Has("preview") {
-		f, err := ops.FilterFromFields(ff)
+		f, err := ff.Parse()
 		if err == nil && f == (ops.EventFilter{}) {
 			err = ops.Invalid("give a filter: a replay of everything is refused")
 		}
@@ -160,8 +154,8 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, _ user) {
 		http.Error(w, "unreadable form", http.StatusBadRequest)
 		return
 	}
-	ff := replayForm(r.PostForm)
-	f, err := ops.FilterFromFields(ff)
+	ff := ops.FilterFieldsFromQuery(r.PostForm)
+	f, err := ff.Parse()
 	if err == nil && f == (ops.EventFilter{}) {
 		err = ops.Invalid("give a filter: a replay of everything is refused")
 	}

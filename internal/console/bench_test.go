@@ -180,7 +180,7 @@ func BenchmarkConsolePages(b *testing.B) {
 		return "since=" + from.UTC().Format(time.RFC3339) + "&until=" + from.Add(d).UTC().Format(time.RFC3339)
 	}
 	// A second page of the newest events (a cursor).
-	first, err := svc.EventList(ctx, storeFilter(b, ops.FilterFields{Limit: 50}))
+	first, err := svc.EventList(ctx, storeFilter(b, 50))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -308,9 +308,9 @@ func extraPages(b *testing.B, ctx context.Context, svc *ops.Service, job *uuid.U
 	return []struct{ name, path string }{{"job", "/jobs/" + j.ID.String()}}
 }
 
-func storeFilter(b *testing.B, ff ops.FilterFields) ops.EventFilter {
+func storeFilter(b *testing.B, limit int) ops.EventFilter {
 	b.Helper()
-	f, err := ops.FilterFromFields(ff)
+	f, err := ops.ListFilter(ops.FilterFields{}, limit, "", "")
 	if err != nil {
 		b.Fatal(err)
 	}

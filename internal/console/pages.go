@@ -202,9 +202,8 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {
 			"States": eventStates})
 		return
 	}
-	ff := ops.FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
-		Since: q.Get("since"), Until: q.Get("until"), Cursor: q.Get("cursor"), Limit: 50}
-	f, err := ops.FilterFromFields(ff)
+	ff := ops.FilterFieldsFromQuery(q)
+	f, err := ops.ListFilter(ff, 50, q.Get("cursor"), "")
 	if err != nil {
 		c.failed(w, r, "listing events", err)
 		return

@@ -39,7 +39,7 @@ import (
 func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
-		f, err := FilterFromQuery(r.URL.Query())
+		f, err := filterFromQuery(r.URL.Query())
 		if err != nil {
 			httpserver.WriteError(w, http.StatusBadRequest, err.Error())
 			return
@@ -92,7 +92,11 @@ func Handler(s *Service, token string, logger zerolog.Logger) http.Handler {
 			httpserver.WriteError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 			return
 		}
-		req := body.Request()
+		req, err := body.Request()
+		if err != nil {
+			httpserver.WriteError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ErrInvalidRequest.Error()+": "))
+			return
+		}
 		if req.EventID == uuid.Nil && req.Filter == (store.EventFilter{}) {
 			httpserver.WriteError(w, http.StatusBadRequest, "refusing to replay everything: give a filter")
 			return
@@ -194,38 +198,51 @@ func retry(w http.ResponseWriter, r *http.Request, s *Service, logger zerolog.Lo
 	}
 }
 
-// FilterFromQuery reads an EventFilter from query parameters (the CLI's
-// flags have the same names). Times are RFC 3339 or an age.
-func FilterFromQuery(q url.Values) (store.EventFilter, error) {
-	ff := FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
-		Since: q.Get("since"), Until: q.Get("until"), Key: q.Get("key")}
+// filterFromQuery reads a listing's EventFilter from query parameters
+// (the admin API's GET /api/events; the CLI's flags have the same
+// names). Times are RFC 3339 or an age.
+func filterFromQuery(q url.Values) (store.EventFilter, error) {
+	limit := 0
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			return store.EventFilter{}, errors.New("limit: must be a positive number")
 		}
-		ff.Limit = n
+		limit = n
 	}
-	f, err := FilterFromFields(ff)
+	f, err := ListFilter(FilterFieldsFromQuery(q), limit, "", q.Get("key"))
 	if err != nil {
 		return f, errors.New(strings.TrimPrefix(err.Error(), ErrInvalidRequest.Error()+": "))
 	}
 	return f, nil
 }
 
-// FilterFields is an event filter as typed: times as RFC 3339 or an age,
-// the cursor as a listing gave it.
+// FilterFields is the one typed shape of an event filter: the selection as
+// a person or a script writes it, times as RFC 3339 or an age. The admin
+// API's query and bodies, the versioned API (its listing's query, its
+// replay body), the console's forms and the CLI's flags all read into it,
+// and Parse makes the store's EventFilter of it. A listing adds its page
+// (ListFilter), a replay its limit (ReplayFilter).
 type FilterFields struct {
-	Source, EventType, State, Route, Since, Until string
-	Limit                                         int
-	Cursor                                        string
-	// Key is the sender's own event id (the idempotency key).
-	Key string
+	Source    string `json:"source,omitempty" query:"source" doc:"Only events of this source."`
+	EventType string `json:"event_type,omitempty" query:"event_type" doc:"Only events of this type."`
+	State     string `json:"state,omitempty" query:"state" enum:"pending,retrying,delivered,dead,stale" doc:"Only events with a delivery in this state."`
+	Route     string `json:"route,omitempty" query:"route" doc:"Only events with a delivery to this route."`
+	Since     string `json:"since,omitempty" query:"since" doc:"Received at or after: RFC 3339, or an age (2h, 3d)."`
+	Until     string `json:"until,omitempty" query:"until" doc:"Received before: RFC 3339, or an age."`
 }
 
-// FilterFromFields checks and reads ff (ErrInvalidRequest when wrong).
-func FilterFromFields(ff FilterFields) (store.EventFilter, error) {
-	f := store.EventFilter{Source: ff.Source, EventType: ff.EventType, State: ff.State, Route: ff.Route, Limit: ff.Limit, Key: ff.Key}
+// FilterFieldsFromQuery reads the selection's fields from a query or a
+// form (their names are the JSON names).
+func FilterFieldsFromQuery(q url.Values) FilterFields {
+	return FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
+		Since: q.Get("since"), Until: q.Get("until")}
+}
+
+// Parse checks ff and makes the store's filter of it (ErrInvalidRequest
+// when wrong).
+func (ff FilterFields) Parse() (store.EventFilter, error) {
+	f := store.EventFilter{Source: ff.Source, EventType: ff.EventType, State: ff.State, Route: ff.Route}
 	var err error
 	if f.Since, err = parseTime(ff.Since); err != nil {
 		return f, Invalid("since: " + err.Error())
@@ -233,15 +250,48 @@ func FilterFromFields(ff FilterFields) (store.EventFilter, error) {
 	if f.Until, err = parseTime(ff.Until); err != nil {
 		return f, Invalid("until: " + err.Error())
 	}
-	if f.Limit < 0 {
-		return f, Invalid("limit: must be positive")
-	}
 	if f.State != "" && !validState(f.State) {
 		return f, Invalid("state: must be pending, retrying, delivered, dead or stale")
 	}
-	if f.Before, err = store.ParseReplayCursor(ff.Cursor); err != nil {
+	return f, nil
+}
+
+// ListFilter is a listing's filter: ff's selection, limit events (0: the
+// listing's default) from the page after cursor (as a listing gave it),
+// and only the events whose sender's id (idempotency key) is key, when
+// set.
+func ListFilter(ff FilterFields, limit int, cursor, key string) (store.EventFilter, error) {
+	f, err := ff.Parse()
+	if err != nil {
+		return f, err
+	}
+	if limit < 0 {
+		return f, Invalid("limit: must be positive")
+	}
+	f.Limit, f.Key = limit, key
+	if f.Before, err = store.ParseReplayCursor(cursor); err != nil {
 		return f, Invalid("cursor: not one this listing gave")
 	}
+	return f, nil
+}
+
+// ReplayFilter is a replay's selection in a request body: the filter's
+// fields and the most events to replay.
+type ReplayFilter struct {
+	FilterFields
+	Limit int `json:"limit,omitempty" minimum:"0" doc:"The most events to replay; all the filter selects when 0."`
+}
+
+// Parse checks rf and makes the store's filter of it.
+func (rf ReplayFilter) Parse() (store.EventFilter, error) {
+	f, err := rf.FilterFields.Parse()
+	if err != nil {
+		return f, err
+	}
+	if rf.Limit < 0 {
+		return f, Invalid("limit: must be positive")
+	}
+	f.Limit = rf.Limit
 	return f, nil
 }
 

@@ -57,39 +57,30 @@ type DeadLetterList struct {
 // the API's document (api/openapi.json) calls its schema by.
 type DeadLetter webhook.DeadLetterInfo
 
-// FilterBody is an event filter in a request body (POST /api/replay): the
-// fields of store.EventFilter, times in RFC 3339.
-type FilterBody struct {
-	Source    string    `json:"source,omitempty"`
-	EventType string    `json:"event_type,omitempty"`
-	State     string    `json:"state,omitempty"`
-	Route     string    `json:"route,omitempty"`
-	Since     time.Time `json:"since,omitzero"`
-	Until     time.Time `json:"until,omitzero"`
-	Limit     int       `json:"limit,omitempty"`
-}
-
 // ReplayBody is the body of POST /api/replay: a ReplayRequest without the
 // CLI's pacing knobs.
 type ReplayBody struct {
-	EventID          uuid.UUID  `json:"event_id,omitzero"`
-	Filter           FilterBody `json:"filter"`
-	After            string     `json:"after,omitempty"`
-	IncludeDelivered bool       `json:"include_delivered,omitempty"`
-	IncludeStale     bool       `json:"include_stale,omitempty"`
-	IgnoreFilter     bool       `json:"ignore_filter,omitempty"`
-	DryRun           bool       `json:"dry_run,omitempty"`
-	ListLimit        int        `json:"list_limit,omitempty"`
+	EventID          uuid.UUID    `json:"event_id,omitzero"`
+	Filter           ReplayFilter `json:"filter"`
+	After            string       `json:"after,omitempty"`
+	IncludeDelivered bool         `json:"include_delivered,omitempty"`
+	IncludeStale     bool         `json:"include_stale,omitempty"`
+	IgnoreFilter     bool         `json:"ignore_filter,omitempty"`
+	DryRun           bool         `json:"dry_run,omitempty"`
+	ListLimit        int          `json:"list_limit,omitempty"`
 }
 
-// Request is the ReplayRequest b asks for.
-func (b ReplayBody) Request() ReplayRequest {
-	return ReplayRequest{
-		EventID: b.EventID, After: b.After,
-		Filter: store.EventFilter{Source: b.Filter.Source, EventType: b.Filter.EventType, State: b.Filter.State, Route: b.Filter.Route,
-			Since: b.Filter.Since, Until: b.Filter.Until, Limit: b.Filter.Limit},
-		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, IgnoreFilter: b.IgnoreFilter, DryRun: b.DryRun, ListLimit: b.ListLimit,
+// Request is the ReplayRequest b asks for (ErrInvalidRequest when its
+// filter is wrong).
+func (b ReplayBody) Request() (ReplayRequest, error) {
+	f, err := b.Filter.Parse()
+	if err != nil {
+		return ReplayRequest{}, err
 	}
+	return ReplayRequest{
+		EventID: b.EventID, After: b.After, Filter: f,
+		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, IgnoreFilter: b.IgnoreFilter, DryRun: b.DryRun, ListLimit: b.ListLimit,
+	}, nil
 }
 
 // eventSummary marks e's deliveries to routes not in the config.
