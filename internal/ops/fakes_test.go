@@ -15,6 +15,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/routeset"
 	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/storecontract/opscontract"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
@@ -118,12 +119,15 @@ func (s *fakeStore) calls() (enqueues [][]store.ReplayPair) {
 	return slices.Clone(s.enqueues)
 }
 
-// matches is the SQL filter of internal/store (times aside).
+// matches is the SQL filter of internal/store.
 func matches(ev *fakeEvent, f store.EventFilter) bool {
 	if f.Key != "" { // the fake's events carry no key
 		return false
 	}
 	if (f.Source != "" && ev.source != f.Source) || (f.EventType != "" && ev.eventType != f.EventType) {
+		return false
+	}
+	if (!f.Since.IsZero() && ev.receivedAt.Before(f.Since)) || (!f.Until.IsZero() && !ev.receivedAt.Before(f.Until)) {
 		return false
 	}
 	if f.State == "" && f.Route == "" {
@@ -145,6 +149,14 @@ func after(ev *fakeEvent, c store.ReplayCursor) bool {
 		return n > 0
 	}
 	return strings.Compare(ev.id.String(), c.ID.String()) > 0
+}
+
+// before says whether ev comes before the cursor c (received_at, id).
+func before(ev *fakeEvent, c store.ReplayCursor) bool {
+	if n := ev.receivedAt.Compare(c.ReceivedAt); n != 0 {
+		return n < 0
+	}
+	return strings.Compare(ev.id.String(), c.ID.String()) < 0
 }
 
 func (s *fakeStore) EventShow(_ context.Context, id uuid.UUID) (*store.EventDetail, error) {
@@ -175,10 +187,19 @@ func (s *fakeStore) EventList(_ context.Context, f store.EventFilter) ([]store.E
 		return nil, s.err
 	}
 	s.listLimit = f.Limit
+	if f.Limit <= 0 {
+		f.Limit = 100 // the store's default
+	}
 	out := []store.EventSummary{}
-	for i := len(s.events) - 1; i >= 0 && len(out) < f.Limit; i-- {
-		ev := s.events[i]
-		if !matches(ev, f) {
+	// Newest first, as candidates' order reversed; a page ends before
+	// the cursor.
+	all := s.candidates(f, store.ReplayCursor{})
+	slices.Reverse(all)
+	for _, ev := range all {
+		if len(out) == f.Limit {
+			break
+		}
+		if !f.Before.ReceivedAt.IsZero() && !before(ev, f.Before) {
 			continue
 		}
 		sum := store.EventSummary{ID: ev.id, Source: ev.source, EventType: ev.eventType, ReceivedAt: ev.receivedAt, Purged: ev.purged, Deliveries: []store.DeliverySummary{}}
@@ -434,4 +455,23 @@ func (s *fakeStore) EventsByKey(_ context.Context, key string, limit int) ([]sto
 // RouteGet: the fake relay has no route made at run time.
 func (s *fakeStore) RouteGet(context.Context, string) (store.RouteRow, error) {
 	return store.RouteRow{}, store.ErrNotFound
+}
+
+// The fake keeps the events part of ops.Store's contract, as the Postgres
+// store does (internal/store's TestStoreKeepsTheEventsContract).
+func TestFakeStoreKeepsTheEventsContract(t *testing.T) {
+	t.Parallel()
+	opscontract.Events(t, func(*testing.T) (opscontract.EventsStore, opscontract.Add) {
+		s := &fakeStore{}
+		return s, func(at time.Time, source, eventType string, states map[string]webhook.DeliveryState) uuid.UUID {
+			ev := s.add(source, eventType, nil)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			ev.receivedAt = at
+			for route, st := range states {
+				ev.states[route] = string(st)
+			}
+			return ev.id
+		}
+	})
 }

@@ -35,14 +35,17 @@ type memRow struct {
 func newMemStore() *memStore { return &memStore{now: time.Now} }
 
 // add stores msgs, each a row due at once, and returns their ids.
-func (s *memStore) add(msgs ...webhook.Message) []int64 {
+func (s *memStore) add(msgs ...webhook.Message) []int64 { return s.addHeld(0, msgs...) }
+
+// addHeld stores msgs, each a row due after hold, and returns their ids.
+func (s *memStore) addHeld(hold time.Duration, msgs ...webhook.Message) []int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := make([]int64, len(msgs))
 	for i, m := range msgs {
 		s.nextID++
 		m.OutboxID, m.OutboxAttempts = s.nextID, 0
-		s.rows = append(s.rows, &memRow{msg: m, due: s.now()})
+		s.rows = append(s.rows, &memRow{msg: m, due: s.now().Add(hold)})
 		ids[i] = s.nextID
 	}
 	return ids
@@ -166,14 +169,14 @@ func (b *memBatch) Release(context.Context) error {
 
 // The fake keeps the contract the Postgres outbox keeps.
 func TestMemStoreKeepsTheOutboxContract(t *testing.T) {
-	storecontract.Outbox(t, func(*testing.T) (storecontract.OutboxStore[Batch], func(int) []int64) {
+	storecontract.Outbox(t, func(*testing.T) (storecontract.OutboxStore[Batch], func(int, time.Duration) []int64) {
 		s := newMemStore()
-		return s, func(n int) []int64 {
+		return s, func(n int, hold time.Duration) []int64 {
 			msgs := make([]webhook.Message, n)
 			for i := range msgs {
 				msgs[i] = webhook.Message{EventID: uuid.New(), RoutingKey: "acme.invoice.paid", Attempt: 1, Body: []byte(`{}`)}
 			}
-			return s.add(msgs...)
+			return s.addHeld(hold, msgs...)
 		}
 	})
 }

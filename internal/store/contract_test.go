@@ -1,14 +1,20 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/storecontract"
+	"github.com/hookrelay/hookrelay/internal/storecontract/opscontract"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,9 +30,10 @@ func TestStoreKeepsTheIngestContract(t *testing.T) {
 
 func TestStoreKeepsTheOutboxContract(t *testing.T) {
 	t.Parallel()
-	storecontract.Outbox(t, func(t *testing.T) (storecontract.OutboxStore[*store.OutboxBatch], func(int) []int64) {
+	storecontract.Outbox(t, func(t *testing.T) (storecontract.OutboxStore[*store.OutboxBatch], func(int, time.Duration) []int64) {
 		db, _ := storetest.Open(t)
-		return db, func(n int) []int64 {
+		return db, func(n int, hold time.Duration) []int64 {
+			db.HoldOutbox(hold)
 			items := make([]webhook.Insert, n)
 			for i := range items {
 				items[i] = webhook.Insert{Event: storecontract.Event("acme", fmt.Sprintf("evt_%d", i)), Routes: []string{"billing"}}
@@ -53,6 +60,33 @@ func TestStoreKeepsTheDeliveryContract(t *testing.T) {
 			got, err := db.EventInsertBatch(t.Context(), []webhook.Insert{{Event: storecontract.Event("acme", "evt_pair"), Routes: []string{"billing"}}})
 			require.NoError(t, err)
 			require.NoError(t, got[0].Err)
+			return got[0].ID
+		}
+	})
+}
+
+// The Postgres store keeps the events part of ops.Store's contract, as
+// ops' fake does (internal/ops's TestFakeStoreKeepsTheEventsContract).
+func TestStoreKeepsTheEventsContract(t *testing.T) {
+	t.Parallel()
+	opscontract.Events(t, func(t *testing.T) (opscontract.EventsStore, opscontract.Add) {
+		db, url := storetest.Open(t)
+		owner, err := pgx.Connect(t.Context(), url)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = owner.Close(context.Background()) })
+		n := 0
+		return db, func(at time.Time, source, eventType string, states map[string]webhook.DeliveryState) uuid.UUID {
+			n++
+			ev := storecontract.Event(source, fmt.Sprintf("evt_%d", n))
+			ev.EventType, ev.ReceivedAt = eventType, at
+			routes := slices.Sorted(maps.Keys(states))
+			got, err := db.EventInsertBatch(t.Context(), []webhook.Insert{{Event: ev, Routes: routes}})
+			require.NoError(t, err)
+			require.NoError(t, got[0].Err)
+			for route, st := range states {
+				_, err := owner.Exec(t.Context(), `UPDATE deliveries SET state = $3 WHERE event_id = $1 AND route = $2`, got[0].ID, route, string(st))
+				require.NoError(t, err)
+			}
 			return got[0].ID
 		}
 	})

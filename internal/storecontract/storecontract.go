@@ -8,7 +8,9 @@
 // lease), the contract is generic over the implementation's type: Go has
 // no covariant results. Each case runs in parallel on a store of its own.
 //
-// Ingest is ingest.Store's, Outbox outbox.Store's, Delivery deliver.Store's.
+// Ingest is ingest.Store's, Outbox outbox.Store's and outbox.DirectStore's,
+// Delivery deliver.Store's; subpackage opscontract holds the events part of
+// ops.Store's, whose types are the store's rows.
 package storecontract
 
 import (
@@ -123,18 +125,21 @@ type OutboxBatch interface {
 	Release(ctx context.Context) error
 }
 
-// OutboxStore is outbox.Store and DirectStore's delete, over the
+// OutboxStore is outbox.Store and outbox.DirectStore, over the
 // implementation's own batch type (outbox.Batch for a fake of the outbox
 // package, *store.OutboxBatch for Postgres).
 type OutboxStore[B OutboxBatch] interface {
 	OutboxClaim(ctx context.Context, limit int) (B, error)
 	OutboxDeletePublished(ctx context.Context, ids []int64) error
+	OutboxDueNow(ctx context.Context, ids []int64) error
 }
 
-// Outbox runs outbox.Store's contract against the store open returns, a
-// fresh one for each case. add stores n events, each with its outbox row
-// due at once, and returns the rows' ids in the order stored.
-func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[B], add func(n int) []int64)) {
+// Outbox runs outbox.Store's and outbox.DirectStore's contract against the
+// store open returns, a fresh one for each case. add stores n events, each
+// with its outbox row due after hold (0: at once; a receiver that
+// publishes directly holds its rows back, store.HoldOutbox), and returns
+// the rows' ids in the order stored.
+func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[B], add func(n int, hold time.Duration) []int64)) {
 	claim := func(t *testing.T, s OutboxStore[B], limit int) (B, []int64) {
 		t.Helper()
 		b, err := s.OutboxClaim(t.Context(), limit)
@@ -148,7 +153,7 @@ func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[
 	t.Run("a claim takes the due rows oldest first, up to its limit", func(t *testing.T) {
 		t.Parallel()
 		s, add := open(t)
-		ids := add(3)
+		ids := add(3, 0)
 		b, got := claim(t, s, 2)
 		require.Equal(t, ids[:2], got)
 		for _, m := range b.Messages() {
@@ -169,7 +174,7 @@ func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[
 	t.Run("rows a batch holds are skipped by another claim", func(t *testing.T) {
 		t.Parallel()
 		s, add := open(t)
-		ids := add(2)
+		ids := add(2, 0)
 		first, got := claim(t, s, 1)
 		require.Equal(t, ids[:1], got)
 		second, got := claim(t, s, 10)
@@ -180,7 +185,7 @@ func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[
 	t.Run("confirmed rows are gone after Complete, the others released", func(t *testing.T) {
 		t.Parallel()
 		s, add := open(t)
-		ids := add(2)
+		ids := add(2, 0)
 		b, _ := claim(t, s, 10)
 		require.NoError(t, b.Complete(t.Context(), ids[:1], nil))
 		next, got := claim(t, s, 10)
@@ -190,7 +195,7 @@ func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[
 	t.Run("a refused row waits out its RetryIn and counts the refusal", func(t *testing.T) {
 		t.Parallel()
 		s, add := open(t)
-		ids := add(2)
+		ids := add(2, 0)
 		b, _ := claim(t, s, 10)
 		require.NoError(t, b.Complete(t.Context(), nil, []webhook.OutboxFailure{
 			{OutboxID: ids[0], Reason: "nacked", RetryIn: time.Hour},
@@ -204,7 +209,7 @@ func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[
 	t.Run("Release gives every row back, uncounted", func(t *testing.T) {
 		t.Parallel()
 		s, add := open(t)
-		ids := add(2)
+		ids := add(2, 0)
 		b, _ := claim(t, s, 10)
 		require.NoError(t, b.Release(t.Context()))
 		next, got := claim(t, s, 10)
@@ -217,7 +222,7 @@ func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[
 	t.Run("a direct publish's delete skips rows a claim holds", func(t *testing.T) {
 		t.Parallel()
 		s, add := open(t)
-		ids := add(3)
+		ids := add(3, 0)
 		require.NoError(t, s.OutboxDeletePublished(t.Context(), ids[:1]))
 		held, got := claim(t, s, 1)
 		require.Equal(t, ids[1:2], got, "the deleted row is gone")
@@ -230,13 +235,29 @@ func Outbox[B OutboxBatch](t *testing.T, open func(t *testing.T) (s OutboxStore[
 	t.Run("a cancelled context claims nothing and says so", func(t *testing.T) {
 		t.Parallel()
 		s, add := open(t)
-		ids := add(1)
+		ids := add(1, 0)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		_, err := s.OutboxClaim(ctx, 10)
 		require.ErrorIs(t, err, context.Canceled)
 		b, got := claim(t, s, 10)
 		require.Equal(t, ids, got, "the row is still there, unheld")
+		require.NoError(t, b.Release(t.Context()))
+	})
+	t.Run("a held row waits until made due now; a refused one keeps its backoff", func(t *testing.T) {
+		t.Parallel()
+		s, add := open(t)
+		ids := add(2, time.Hour)
+		b, got := claim(t, s, 10)
+		require.Empty(t, got, "held for the direct publish: not due")
+		require.NoError(t, b.Release(t.Context()))
+		require.NoError(t, s.OutboxDueNow(t.Context(), ids[:1]))
+		b, got = claim(t, s, 10)
+		require.Equal(t, ids[:1], got, "its direct publish failed: due at once")
+		require.NoError(t, b.Complete(t.Context(), nil, []webhook.OutboxFailure{{OutboxID: ids[0], Reason: "nacked", RetryIn: time.Hour}}))
+		require.NoError(t, s.OutboxDueNow(t.Context(), ids))
+		b, got = claim(t, s, 10)
+		require.Equal(t, ids[1:], got, "the refused row waits out its hour; the held one is due")
 		require.NoError(t, b.Release(t.Context()))
 	})
 }
