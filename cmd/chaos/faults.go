@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -30,6 +31,10 @@ type fault struct {
 	hold    time.Duration
 	inject  func(ctx context.Context) (string, error) // returns a detail for the report
 	restore func(ctx context.Context) error
+	// check, when set, runs once the relay caught up after the restore
+	// and says what went wrong during the fault ("" for nothing); since
+	// is when the fault began.
+	check func(ctx context.Context, since time.Time) (string, error)
 }
 
 // faultResult is one line of the report.
@@ -65,6 +70,8 @@ type faultResult struct {
 	tiersSettleOK bool
 	// tiersWhy says why they did not settle (a count, or no reading).
 	tiersWhy string
+	// checked is what the fault's own check found wrong ("": nothing).
+	checked string
 }
 
 // tiersSettleWithin bounds how long after a node fault's restore the retry
@@ -187,13 +194,108 @@ func (s *suite) faults() []fault {
 			// made was on the replica before it returned (synchronous
 			// replication), and the processes must find the new primary
 			// through their multi-host URL, without a restart.
-			name: "Postgres failover", interrupts: true, hold: 5 * time.Second,
-			inject: func(context.Context) (string, error) {
-				return fmt.Sprintf("primary :%d pg_ctl stop -m immediate, synchronous replica :%d promoted after the hold", s.pg.port, s.replica.port), s.pg.kill()
+			//
+			// The primary dies just after lease takeovers (issue 40): a
+			// dispatcher is killed with its POSTs held by the destination,
+			// the other takes over its leases once they expire, and the
+			// primary is killed as soon as the first takeover is in
+			// Postgres, the takers' POSTs still held. A takeover the
+			// promoted replica never received would bring the dead holder's
+			// lease back: the taker's record after its 2xx would be refused
+			// (lost_lease) and the pair POSTed again. check: no attempt
+			// since the fault began was recorded as lost_lease.
+			name: "Postgres failover right after lease takeovers", interrupts: true, hold: 5 * time.Second,
+			inject: func(ctx context.Context) (string, error) {
+				took, err := s.takeoversBeforeFailover(ctx)
+				if err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("%s; primary :%d pg_ctl stop -m immediate, synchronous replica :%d promoted after the hold", took, s.pg.port, s.replica.port), s.pg.kill()
 			},
-			restore: func(context.Context) error { return s.replica.promote() },
+			restore: func(ctx context.Context) error {
+				if err := s.replica.promote(); err != nil {
+					return err
+				}
+				s.dest.hold(0)
+				if err := s.dispatch[0].start(); err != nil {
+					return err
+				}
+				return s.dispatch[0].waitHealthy(ctx, 60*time.Second)
+			},
+			check: s.noLostLeaseSince,
 		},
 	}
+}
+
+// takeoverHold is how long the destination holds each POST while leases
+// are taken over before the failover: the takers' POSTs are still in
+// flight when the primary dies, so their records go to the promoted
+// replica.
+const takeoverHold = 4 * time.Second
+
+// takeoversBeforeFailover kills the first dispatcher while its POSTs are
+// held, and returns once another dispatcher took over one of its expired
+// leases (a lease_expired attempt in Postgres), the destination still
+// holding POSTs.
+func (s *suite) takeoversBeforeFailover(ctx context.Context) (string, error) {
+	count := func() (int64, error) {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var n int64
+		err := s.db.QueryRow(qctx, `SELECT count(*) FROM delivery_attempts WHERE outcome = 'lease_expired'`).Scan(&n)
+		return n, err
+	}
+	before, err := count()
+	if err != nil {
+		return "", fmt.Errorf("counting lease takeovers: %w", err)
+	}
+	s.dest.hold(takeoverHold)
+	if err := s.pause(ctx, 700*time.Millisecond); err != nil { // consumers claim and POST
+		return "", err
+	}
+	if err := s.dispatch[0].kill(); err != nil {
+		return "", err
+	}
+	killed := time.Now()
+	// The leases run out after the route's timeout and lease_margin
+	// (10s); then the waiting copies take them over.
+	deadline := killed.Add(time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := count()
+		if err != nil {
+			return "", fmt.Errorf("counting lease takeovers: %w", err)
+		}
+		if n > before {
+			return fmt.Sprintf("%s killed with POSTs held %s, first takeover %s later", s.dispatch[0].name, takeoverHold,
+				time.Since(killed).Round(100*time.Millisecond)), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no lease of the killed %s was taken over within %s", s.dispatch[0].name, time.Minute)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// noLostLeaseSince says whether an attempt since since was recorded as
+// lost_lease: a record refused after its POST, which the relay then POSTs
+// again.
+func (s *suite) noLostLeaseSince(ctx context.Context, since time.Time) (string, error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var n int64
+	if err := s.db.QueryRow(qctx, `SELECT count(*) FROM delivery_attempts WHERE outcome = 'lost_lease' AND started_at >= $1`, since).Scan(&n); err != nil {
+		return "", fmt.Errorf("counting lost leases: %w", err)
+	}
+	if n > 0 {
+		return fmt.Sprintf("%d record(s) refused as lost_lease after their POST: each pair is POSTed again", n), nil
+	}
+	return "", nil
 }
 
 // runFaults starts the load, injects every fault in turn, stops the load,
@@ -320,6 +422,12 @@ func (s *suite) inject(ctx context.Context, n, total int, f fault) (faultResult,
 		res.tiersSettled = time.Since(restored)
 		s.logf("fault %d/%d: %s: retry tiers settled %s after the restore (%v%s)", n, total, f.name,
 			res.tiersSettled.Round(100*time.Millisecond), res.tiersSettleOK, strings.TrimSuffix(": "+res.tiersWhy, ": "))
+	}
+	if f.check != nil {
+		if res.checked, err = f.check(ctx, res.injected); err != nil {
+			return res, err
+		}
+		s.logf("fault %d/%d: %s: its check: %s", n, total, f.name, cmp.Or(res.checked, "nothing wrong"))
 	}
 	_, non2xxAfter := s.load.counts()
 	res.non2xx = non2xxAfter - non2xxBefore
@@ -678,6 +786,9 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 		}
 		if r.strands && !r.tiersSettleOK {
 			fail("fault %q: the retry tiers were not seen settled %s after the restore: %s", r.name, tiersSettleWithin, r.tiersWhy)
+		}
+		if r.checked != "" {
+			fail("fault %q: %s", r.name, r.checked)
 		}
 		if !r.strands && r.reconciled > 0 {
 			fail("fault %q strands nothing, yet the reconciler re-sent %d pair(s): late copies taken for lost ones", r.name, r.reconciled)
