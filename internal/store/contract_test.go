@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/storecontract"
 	"github.com/hookrelay/hookrelay/internal/storecontract/opscontract"
 	"github.com/hookrelay/hookrelay/internal/webhook"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -70,10 +68,7 @@ func TestStoreKeepsTheDeliveryContract(t *testing.T) {
 func TestStoreKeepsTheEventsContract(t *testing.T) {
 	t.Parallel()
 	opscontract.Events(t, func(t *testing.T) (opscontract.EventsStore, opscontract.Add) {
-		db, url := storetest.Open(t)
-		owner, err := pgx.Connect(t.Context(), url)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = owner.Close(context.Background()) })
+		db, owner := openWithOwner(t)
 		n := 0
 		return db, func(at time.Time, source, eventType string, states map[string]webhook.DeliveryState) uuid.UUID {
 			n++

@@ -96,11 +96,8 @@ func TestDeliveryStaleComparesVersions(t *testing.T) {
 // delivery a PL/pgSQL call and a read of the event).
 func TestDeliveredKeepsTheVersionOfEveryVersionedPair(t *testing.T) {
 	t.Parallel()
-	db, url := storetest.Open(t)
+	db, conn := openWithOwner(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 
 	insert := func(key, resource, version string, routes ...string) uuid.UUID {
 		t.Helper()
@@ -156,7 +153,7 @@ func TestDeliveredKeepsTheVersionOfEveryVersionedPair(t *testing.T) {
 
 	// Not known (a pair from before migration 0030): the trigger runs.
 	c := insert("c", "sub_C", "7", "billing")
-	_, err = conn.Exec(ctx, `UPDATE deliveries SET versioned = NULL WHERE event_id = $1`, c)
+	_, err := conn.Exec(ctx, `UPDATE deliveries SET versioned = NULL WHERE event_id = $1`, c)
 	require.NoError(t, err)
 	deliver(c, "billing")
 	require.Equal(t, "7", kept("sub_C", "billing"))

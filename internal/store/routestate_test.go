@@ -11,7 +11,6 @@ import (
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/store/storetest"
 	"github.com/hookrelay/hookrelay/internal/webhook"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -180,12 +179,9 @@ func TestRouteRateTake(t *testing.T) {
 // whether they changed anything; a route without a row gets one.
 func TestRoutePauseNotifies(t *testing.T) {
 	t.Parallel()
-	db, url := storetest.Open(t)
+	db, conn := openWithOwner(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	_, err = conn.Exec(ctx, "LISTEN "+store.RouteStateChannel)
+	_, err := conn.Exec(ctx, "LISTEN "+store.RouteStateChannel)
 	require.NoError(t, err)
 
 	changed, err := db.RoutePause(ctx, "billing", true, "me@here")

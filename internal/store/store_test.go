@@ -19,6 +19,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// openWithOwner is a fresh store and a connection of the tables' owner
+// beside it, for what a test reads or sets behind the store's back.
+func openWithOwner(t *testing.T) (*store.DB, *pgx.Conn) {
+	t.Helper()
+	db, url := storetest.Open(t)
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return db, conn
+}
+
 func newEvent(source, key string) *webhook.Event {
 	return &webhook.Event{
 		ID: uuid.Must(uuid.NewV7()), Source: source, IdempotencyKey: key, EventType: "invoice.paid",
