@@ -142,21 +142,16 @@ func matches(ev *fakeEvent, f store.EventFilter) bool {
 }
 
 func after(ev *fakeEvent, c store.ReplayCursor) bool {
-	if c.ReceivedAt.IsZero() {
-		return true
-	}
-	if n := ev.receivedAt.Compare(c.ReceivedAt); n != 0 {
-		return n > 0
-	}
-	return strings.Compare(ev.id.String(), c.ID.String()) > 0
+	return c.ReceivedAt.IsZero() || byCursor(ev, c) > 0
 }
 
-// before says whether ev comes before the cursor c (received_at, id).
-func before(ev *fakeEvent, c store.ReplayCursor) bool {
-	if n := ev.receivedAt.Compare(c.ReceivedAt); n != 0 {
-		return n < 0
-	}
-	return strings.Compare(ev.id.String(), c.ID.String()) < 0
+// before says whether ev comes before the cursor c.
+func before(ev *fakeEvent, c store.ReplayCursor) bool { return byCursor(ev, c) < 0 }
+
+// byCursor orders ev against the cursor c as Postgres orders
+// (received_at, id).
+func byCursor(ev *fakeEvent, c store.ReplayCursor) int {
+	return cmp.Or(ev.receivedAt.Compare(c.ReceivedAt), strings.Compare(ev.id.String(), c.ID.String()))
 }
 
 func (s *fakeStore) EventShow(_ context.Context, id uuid.UUID) (*store.EventDetail, error) {
@@ -232,7 +227,7 @@ func (s *fakeStore) candidates(f store.EventFilter, c store.ReplayCursor) []*fak
 		}
 	}
 	slices.SortFunc(out, func(a, b *fakeEvent) int {
-		return cmp.Or(a.receivedAt.Compare(b.receivedAt), strings.Compare(a.id.String(), b.id.String()))
+		return byCursor(a, store.ReplayCursor{ReceivedAt: b.receivedAt, ID: b.id})
 	})
 	return out
 }

@@ -77,6 +77,7 @@ func TestAdminAPIAnswers(t *testing.T) {
 		{"a replay body with an unknown field", "POST", "/api/replay", `{"filter":{},"max_batch":5}`, 400, `invalid JSON body: json: unknown field \"max_batch\"`},
 		{"a replay of everything", "POST", "/api/replay", `{"filter":{}}`, 400, "refusing to replay everything: give a filter"},
 		{"a limit over the cap", "POST", "/api/replay", fmt.Sprintf(`{"filter":{"state":"dead","limit":%d}}`, ops.MaxAPIReplayEvents+1), 400, "filter.limit: the admin API replays at most"},
+		{"a time that is neither", "POST", "/api/replay", `{"filter":{"state":"dead","since":"yesterday"}}`, 400, "since: want RFC 3339"},
 		{"a bad cursor", "POST", "/api/replay", `{"filter":{"state":"dead"},"after":"x"}`, 400, "after: invalid cursor"},
 		{"a filtered dry run", "POST", "/api/replay", `{"filter":{"state":"dead"},"dry_run":true}`, 200, `"dry_run":true`},
 		{"a filtered replay", "POST", "/api/replay", many, 200, `"delivered":1`},
