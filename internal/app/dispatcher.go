@@ -504,8 +504,8 @@ func rabbitmqReady(err error) error {
 // reconcileStore adapts *store.DB to deliver.ReconcileStore.
 type reconcileStore struct{ db *store.DB }
 
-func (s reconcileStore) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]deliver.Reconciled, error) {
-	list, err := s.db.DeliveryReconcile(ctx, route, margin, limit)
+func (s reconcileStore) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int, commit func() error) ([]deliver.Reconciled, error) {
+	list, err := s.db.DeliveryReconcile(ctx, route, margin, limit, commit)
 	if err != nil {
 		return nil, err
 	}

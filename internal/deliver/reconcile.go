@@ -24,9 +24,10 @@ type Reconciled struct {
 
 // ReconcileStore finds pairs of a route overdue by more than a margin and
 // sends each again through the outbox, in one transaction (see
-// store.DeliveryReconcile).
+// store.DeliveryReconcile). commit is asked before that transaction
+// commits, with the pairs found: its error rolls the re-sends back.
 type ReconcileStore interface {
-	DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]Reconciled, error)
+	DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int, commit func() error) ([]Reconciled, error)
 }
 
 // QueueReading is what the broker says of a route's queue now.
@@ -365,8 +366,12 @@ func (r *Reconciler) clearStranded(ctx context.Context) {
 	}
 }
 
-// pingTimeout bounds a round's ping of Postgres.
+// pingTimeout bounds a round's ping of Postgres, and the time its re-send
+// statement may take and still commit.
 const pingTimeout = 2 * time.Second
+
+// errReconcileLate rolls a round's re-sends back: see reconcileRoute.
+var errReconcileLate = errors.New("reconcile: rolled back")
 
 // ping asks Postgres whether it answers (PingFunc) and reports whether it
 // did; a failure is remembered as a failure to reach Postgres.
@@ -463,9 +468,32 @@ func (r *Reconciler) reconcileRoute(ctx context.Context, route string, tiers tie
 		// reading for StrandAfter: it may be stranding them.
 		reason, overdue = ReconciledStranded, r.cfg.StrandAfter
 	}
+	// What was just checked holds for the statement only if Postgres runs
+	// it now. One that stalls on its socket (Postgres unreachable with the
+	// connection open) runs when the outage ends, when deliveries of every
+	// dispatcher hold copies they could not claim: overdue, not in the
+	// queue, not leased. So the re-sends commit only if the statement
+	// came back within what a ping may take, and this process's deliveries
+	// still did not fail to reach Postgres for a margin; a slow statement
+	// counts as a failure to reach it (the margin starts again).
+	asked := r.cfg.NowFunc()
+	commit := func() error {
+		if took := r.cfg.NowFunc().Sub(asked); took > pingTimeout {
+			r.failed()
+			return fmt.Errorf("%w: the statement took %s", errReconcileLate, took.Round(time.Millisecond))
+		}
+		if r.postgresFailedWithin(r.cfg.Margin) {
+			return fmt.Errorf("%w: a delivery failed to reach Postgres meanwhile", errReconcileLate)
+		}
+		return nil
+	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	done, err := r.cfg.Store.DeliveryReconcile(sctx, route, overdue, r.cfg.Batch)
+	done, err := r.cfg.Store.DeliveryReconcile(sctx, route, overdue, r.cfg.Batch, commit)
 	cancel()
+	if errors.Is(err, errReconcileLate) {
+		r.logger.Info().Str("route", route).Err(err).Msg("overdue pairs not re-sent: Postgres was slow or out meanwhile, and copies may be held waiting for it; asking again a margin after it answers")
+		return 0, nil
+	}
 	if err != nil {
 		r.failed()
 		return 0, err

@@ -16,13 +16,17 @@ import (
 )
 
 // fakeReconcileStore answers DeliveryReconcile with up to limit of its
-// overdue pairs (by how overdue they are), and records each call.
+// overdue pairs (by how overdue they are), and records each call. As the
+// store's transaction, it keeps the pairs when commit refuses; running, when
+// set, runs between the statement and the commit (a statement that takes
+// long).
 type fakeReconcileStore struct {
 	overdue []time.Duration
 	calls   []time.Duration // the overdue threshold of each call
+	running func()
 }
 
-func (s *fakeReconcileStore) DeliveryReconcile(_ context.Context, route string, margin time.Duration, limit int) ([]deliver.Reconciled, error) {
+func (s *fakeReconcileStore) DeliveryReconcile(_ context.Context, route string, margin time.Duration, limit int, commit func() error) ([]deliver.Reconciled, error) {
 	s.calls = append(s.calls, margin)
 	var out []deliver.Reconciled
 	var left []time.Duration
@@ -32,6 +36,14 @@ func (s *fakeReconcileStore) DeliveryReconcile(_ context.Context, route string, 
 			continue
 		}
 		left = append(left, o)
+	}
+	if s.running != nil {
+		s.running()
+	}
+	if commit != nil && len(out) > 0 {
+		if err := commit(); err != nil {
+			return nil, err
+		}
 	}
 	s.overdue = left
 	return out, nil
@@ -269,6 +281,43 @@ func TestReconcilerMarginRunsFromPostgresAnsweringAgain(t *testing.T) {
 	require.Equal(t, 1, round(), "a margin after Postgres answered again")
 }
 
+// Fault suite, 2026-12-05 ("Postgres unreachable, sockets open"): a round
+// pinged Postgres just before the outage, found the queue drained and sent
+// its statement, which stalled on its socket; it ran when the outage
+// ended, when deliveries of both dispatchers held copies they had not
+// been able to claim, and re-sent 4 of them as lost. A statement that
+// comes back slower than a ping may take rolls its re-sends back and
+// counts as a failure to reach Postgres: nothing is re-sent until a margin
+// after the next ping's answer. One as fast as usual commits.
+func TestReconcilerRollsBackAStatementThatRanLate(t *testing.T) {
+	t.Parallel()
+	const margin = 15 * time.Second
+	now := time.Date(2026, 12, 5, 10, 44, 0, 0, time.UTC)
+	var pingErr error
+	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
+	store.running = func() { now = now.Add(14 * time.Second) } // stalled through the outage
+	r := pingedReconciler(t, store, &pingErr, func() time.Time { return now })
+	round := func() int {
+		n, err := r.ReconcileRoute(context.Background(), "billing")
+		require.NoError(t, err)
+		return n
+	}
+	require.Zero(t, round(), "the statement ran 14 s after it was sent")
+	require.Len(t, store.calls, 1)
+	require.Len(t, store.overdue, 1, "its re-send rolled back")
+
+	store.running = nil
+	now = now.Add(2 * time.Second)
+	require.Zero(t, round(), "Postgres answers the next ping: the margin starts")
+	now = now.Add(margin - time.Second)
+	require.Zero(t, round(), "less than a margin after that")
+	require.Len(t, store.calls, 1, "the store is not even asked")
+	now = now.Add(time.Second)
+	store.running = func() { now = now.Add(100 * time.Millisecond) }
+	require.Equal(t, 1, round(), "a margin later, a statement as fast as usual commits")
+	require.Empty(t, store.overdue)
+}
+
 // pingedReconciler reconciles billing (15s margin, a queue with a
 // consumer and nothing ready, quiet tiers) asking Postgres with a ping that
 // fails with *pingErr; now is its clock (time.Now when nil).
@@ -294,12 +343,12 @@ type failingReconcileStore struct {
 	fail error
 }
 
-func (s *failingReconcileStore) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]deliver.Reconciled, error) {
+func (s *failingReconcileStore) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int, commit func() error) ([]deliver.Reconciled, error) {
 	if s.fail != nil {
 		s.calls = append(s.calls, margin)
 		return nil, s.fail
 	}
-	return s.fakeReconcileStore.DeliveryReconcile(ctx, route, margin, limit)
+	return s.fakeReconcileStore.DeliveryReconcile(ctx, route, margin, limit, commit)
 }
 
 // Review of issue 18, item 6: a tier is stranding only when every reading

@@ -239,7 +239,7 @@ func TestReconcileAndRetrySkipLiveLease(t *testing.T) {
 	}
 	e1, e2 := overdue("evt_1"), overdue("evt_2")
 
-	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 	require.NoError(t, err)
 	require.Empty(t, rec, "the reconciler skips pairs in flight")
 	ret, err := db.DeliveryRetryNow(ctx, store.RetrySelection{Route: "billing"}, 0, 10)
@@ -256,12 +256,12 @@ func TestReconcileAndRetrySkipLiveLease(t *testing.T) {
 	// still (its holder waits for Postgres to record); the reconciler
 	// leaves it a margin.
 	expireLease(t, db, e2)
-	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 	require.NoError(t, err)
 	require.Empty(t, rec, "a lease expired a second ago")
 	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET lease_until = now() - interval '61 seconds' WHERE event_id = $1`, e2)
 	require.NoError(t, err)
-	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 	require.NoError(t, err)
 	require.Len(t, rec, 1)
 	require.Equal(t, e2, rec[0].EventID)

@@ -35,13 +35,27 @@ type Reconciled struct {
 // The caller runs it only when nothing in the broker can hold a copy of
 // such a pair (deliver.Reconciler): with a backlog, an overdue pair may
 // simply be waiting in it.
-func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int) ([]Reconciled, error) {
+//
+// commit, when set, is asked after the statement ran and before the
+// transaction commits: its error rolls every re-send back and is returned.
+// The caller's reasons to re-send were true when it looked; a statement
+// that reached Postgres late (stalled on its socket through an outage)
+// runs when they may no longer be.
+func (db *DB) DeliveryReconcile(ctx context.Context, route string, margin time.Duration, limit int, commit func() error) ([]Reconciled, error) {
 	var out []Reconciled
 	err := db.InTx(ctx, func(tx pgx.Tx) (err error) {
-		out, err = reconcileIn(ctx, tx, route, margin, limit)
-		return err
+		if out, err = reconcileIn(ctx, tx, route, margin, limit); err != nil {
+			return err
+		}
+		if commit != nil && len(out) > 0 {
+			return commit()
+		}
+		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // reconcileIn is DeliveryReconcile in tx.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -166,20 +167,65 @@ func TestReconcileSkipsHeldRoutes(t *testing.T) {
 		"slow_until = now() - interval '30 seconds'",
 	} {
 		set(held)
-		rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+		rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 		require.NoError(t, err)
 		require.Empty(t, rec, held)
 	}
 	set("")
 	require.NoError(t, db.RouteHold(ctx, "billing", 3*time.Second))
-	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 	require.NoError(t, err)
 	require.Empty(t, rec, "RouteHold marks the route held")
 
 	set("held_until = now() - interval '2 minutes'")
-	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 	require.NoError(t, err)
 	require.Len(t, rec, 1, "a hold over for longer than the margin")
+}
+
+// The reconciler's last word: a re-send commits only if commit, asked
+// after the statement ran, agrees (deliver.Reconciler refuses when the
+// statement came back late). Refused, nothing of it is left: the pair keeps
+// its generation and due time, no copy is in the outbox, no repair is
+// counted; and the refusal is the call's error.
+func TestReconcileRollsBackWhenCommitRefuses(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	id := insertBilling(t, db, "evt_reconcile_refused")
+	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	pair := func() (gen int64, reconciled int, outbox int) {
+		t.Helper()
+		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT d.gen, d.reconciled, (SELECT count(*) FROM outbox o WHERE o.event_id = d.event_id)
+			FROM deliveries d WHERE d.event_id = $1`, id).Scan(&gen, &reconciled, &outbox))
+		return gen, reconciled, outbox
+	}
+	refused := errors.New("too late")
+	asked := 0
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10, func() error { asked++; return refused })
+	require.ErrorIs(t, err, refused)
+	require.Nil(t, rec)
+	require.Equal(t, 1, asked)
+	gen, reconciled, outbox := pair()
+	require.Zero(t, gen)
+	require.Zero(t, reconciled)
+	require.Zero(t, outbox)
+
+	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10, func() error { asked++; return nil })
+	require.NoError(t, err)
+	require.Len(t, rec, 1)
+	require.Equal(t, 2, asked)
+	gen, reconciled, outbox = pair()
+	require.EqualValues(t, 1, gen)
+	require.Equal(t, 1, reconciled)
+	require.Equal(t, 1, outbox)
+
+	_, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10, func() error { asked++; return refused })
+	require.NoError(t, err, "nothing found: commit is not asked")
+	require.Equal(t, 2, asked)
 }
 
 // Fault suite on a slow day (2026-12-01): a retry copy that waited in the
@@ -223,7 +269,7 @@ func TestRetryPublishMovesTheDueTime(t *testing.T) {
 	var due time.Time
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT due_at FROM deliveries WHERE event_id = $1`, id).Scan(&due))
 	require.WithinDuration(t, published.Add(90*time.Second), due, 5*time.Second, "due when its tier lets the copy go")
-	rec, err := db.DeliveryReconcile(ctx, "billing", time.Second, 10)
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Second, 10, nil)
 	require.NoError(t, err)
 	require.Empty(t, rec, "a copy waiting in its tier is not lost")
 
@@ -265,7 +311,7 @@ func TestLatePublishMovesTheDueTime(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Pool().Exec(ctx, `UPDATE outbox SET created_at = now() - interval '1 hour' WHERE event_id = $1`, late)
 	require.NoError(t, err)
-	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	rec, err := db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 	require.NoError(t, err)
 	require.Empty(t, rec, "a pair whose copy is still in the outbox is not lost")
 
@@ -274,7 +320,7 @@ func TestLatePublishMovesTheDueTime(t *testing.T) {
 	var due time.Time
 	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT due_at FROM deliveries WHERE event_id = $1`, late).Scan(&due))
 	require.WithinDuration(t, published, due, 5*time.Second, "due from its publish")
-	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10)
+	rec, err = db.DeliveryReconcile(ctx, "billing", time.Minute, 10, nil)
 	require.NoError(t, err)
 	require.Empty(t, rec, "a copy that has just arrived is not lost")
 
