@@ -264,11 +264,7 @@ func TestReconcilerMarginRunsFromPostgresAnsweringAgain(t *testing.T) {
 	var pingErr error
 	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
 	r := pingedReconciler(t, store, &pingErr, func() time.Time { return now })
-	round := func() int {
-		n, err := r.ReconcileRoute(context.Background(), "billing")
-		require.NoError(t, err)
-		return n
-	}
+	round := rounds(t, r)
 	pingErr = errors.New("timeout")
 	require.Zero(t, round()) // the last failure
 	now = now.Add(4 * time.Second)
@@ -297,11 +293,7 @@ func TestReconcilerRollsBackAStatementThatRanLate(t *testing.T) {
 	store := &fakeReconcileStore{overdue: []time.Duration{time.Hour}}
 	store.running = func() { now = now.Add(14 * time.Second) } // stalled through the outage
 	r := pingedReconciler(t, store, &pingErr, func() time.Time { return now })
-	round := func() int {
-		n, err := r.ReconcileRoute(context.Background(), "billing")
-		require.NoError(t, err)
-		return n
-	}
+	round := rounds(t, r)
 	require.Zero(t, round(), "the statement ran 14 s after it was sent")
 	require.Len(t, store.calls, 1)
 	require.Len(t, store.overdue, 1, "its re-send rolled back")
@@ -316,6 +308,17 @@ func TestReconcilerRollsBackAStatementThatRanLate(t *testing.T) {
 	store.running = func() { now = now.Add(100 * time.Millisecond) }
 	require.Equal(t, 1, round(), "a margin later, a statement as fast as usual commits")
 	require.Empty(t, store.overdue)
+}
+
+// rounds returns a function that runs one round of r for billing and
+// says how many pairs it re-sent.
+func rounds(t *testing.T, r *deliver.Reconciler) func() int {
+	return func() int {
+		t.Helper()
+		n, err := r.ReconcileRoute(context.Background(), "billing")
+		require.NoError(t, err)
+		return n
+	}
 }
 
 // pingedReconciler reconciles billing (15s margin, a queue with a

@@ -135,6 +135,19 @@ func TestRecordPutsTheRetryCopyInTheOutbox(t *testing.T) {
 	})
 }
 
+// insertLost stores an event with a pending billing pair whose copy is
+// lost: nothing in the outbox, due an hour ago.
+func insertLost(t *testing.T, db *store.DB, key string) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	id := insertBilling(t, db, key)
+	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	return id
+}
+
 // Issue 18, item 2: the reconciler leaves alone a route whose deliveries
 // are held (in a dispatcher's hand, their pairs unclaimed): paused, its
 // circuit not closed, or marked held for its rate limit or a Retry-After
@@ -143,11 +156,7 @@ func TestReconcileSkipsHeldRoutes(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
 	ctx := context.Background()
-	id := insertBilling(t, db, "evt_held")
-	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
-	require.NoError(t, err)
-	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, id)
-	require.NoError(t, err)
+	insertLost(t, db, "evt_held")
 	require.NoError(t, db.RouteStateEnsure(ctx, []string{"billing"}))
 	set := func(sql string) {
 		t.Helper()
@@ -192,11 +201,7 @@ func TestReconcileRollsBackWhenCommitRefuses(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.Open(t)
 	ctx := context.Background()
-	id := insertBilling(t, db, "evt_reconcile_refused")
-	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, id)
-	require.NoError(t, err)
-	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET due_at = now() - interval '1 hour' WHERE event_id = $1`, id)
-	require.NoError(t, err)
+	id := insertLost(t, db, "evt_reconcile_refused")
 	pair := func() (gen int64, reconciled int, outbox int) {
 		t.Helper()
 		require.NoError(t, db.Pool().QueryRow(ctx, `SELECT d.gen, d.reconciled, (SELECT count(*) FROM outbox o WHERE o.event_id = d.event_id)
