@@ -26,6 +26,7 @@ type routeFlags struct {
 	rate                                   float64
 	sendTraceparent                        bool
 	filter, transform, transformHeaders    string
+	onDead                                 string
 }
 
 func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
@@ -43,7 +44,8 @@ func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
 	fs.StringVar(&f.cooldown, "circuit-cooldown", "", "how long the circuit stays open before a probe (default 30s)")
 	fs.Float64Var(&f.rate, "rate-limit", 0, "deliveries per second for the route; 0 for none")
 	fs.IntVar(&f.burst, "burst", 0, "deliveries that may go at once after a quiet spell (default 1)")
-	fs.StringVar(&f.ordering, "ordering", "", "none or drop_stale (default none)")
+	fs.StringVar(&f.ordering, "ordering", "", "none, drop_stale or fifo: one event of a resource at a time, in order (default none)")
+	fs.StringVar(&f.onDead, "on-dead", "", "with ordering fifo: block (a dead event holds its resource until requeued) or skip (default block)")
 	fs.BoolVar(&f.sendTraceparent, "send-traceparent", true, "send the trace context (traceparent) to the destination when tracing; --send-traceparent=false keeps it out")
 	addRuleFlags(fs, &f.filter, &f.transform, &f.transformHeaders)
 }
@@ -66,6 +68,7 @@ func (f *routeFlags) input(cmd *cobra.Command) (ops.RouteInput, error) {
 		"concurrency": func() { in.Concurrency = &f.concurrency }, "max-attempts": func() { in.MaxAttempts = &f.maxAttempts },
 		"circuit-failures": func() { in.CircuitFailures = &f.failures }, "circuit-cooldown": func() { in.CircuitCooldown = &f.cooldown },
 		"rate-limit": func() { in.RateLimit = &f.rate }, "burst": func() { in.Burst = &f.burst }, "ordering": func() { in.Ordering = &f.ordering },
+		"on-dead":          func() { in.OnDead = &f.onDead },
 		"send-traceparent": func() { in.SendTraceparent = &f.sendTraceparent },
 		"filter":           func() { in.Filter = &f.filter }, "transform": func() { in.Transform = &f.transform },
 		"transform-headers": func() { in.TransformHeaders = &f.transformHeaders },

@@ -177,6 +177,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		Tiers:     deliverTiers(cfg),
 		Store:     deliverStore{db},
 		Ordering:  deliverStore{db},
+		Lanes:     deliverStore{db},
 		Rules:     db,
 		Publisher: amqp.NewDispatchPublisher(publisher, names),
 		Client:    opts.Client,
@@ -346,7 +347,7 @@ func (d *dispatcher) summarize(ctx context.Context) error {
 			d.logger.Info().Str("route", name).
 				Int64("delivered", delta["delivered"]).Int64("retrying", delta["retry_scheduled"]).Int64("dead", delta["dead"]).
 				Int64("superseded", delta["superseded"]).Int64("duplicates", delta["skipped_duplicate"]).Int64("stale", delta["stale"]).
-				Dur("interval", interval).Msg("route summary")
+				Int64("waiting", delta["waiting"]).Dur("interval", interval).Msg("route summary")
 		}
 	}
 }
@@ -538,6 +539,16 @@ type deliverStore struct{ db *store.DB }
 // DeliveryClaim is store.DB.DeliveryClaim, its lease as a deliver.Lease.
 func (s deliverStore) DeliveryClaim(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (deliver.Lease, error) {
 	l, err := s.db.DeliveryClaim(ctx, owner, eventID, route, attempt, gen, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// DeliveryClaimInOrder is store.DB.DeliveryClaimInOrder, its lease as a
+// deliver.Lease.
+func (s deliverStore) DeliveryClaimInOrder(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration, skipDead bool) (deliver.Lease, error) {
+	l, err := s.db.DeliveryClaimInOrder(ctx, owner, eventID, route, attempt, gen, ttl, skipDead)
 	if err != nil {
 		return nil, err
 	}

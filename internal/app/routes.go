@@ -170,7 +170,8 @@ func deliverRoutes(set *routeset.Set) []deliver.Route {
 		out = append(out, deliver.Route{
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
 			MaxAttempts: r.MaxAttempts, SigningKeys: r.Keys, PreviousKey: r.Previous, PreviousUntil: r.PreviousUntil,
-			DropStale: r.Ordering == config.OrderingDropStale, NoTraceparent: !r.SendsTraceparent(), DeadLetterAll: r.Retiring && r.Disposal == store.DisposeDeadLetter,
+			DropStale: r.Ordering == config.OrderingDropStale, InOrder: r.Ordering == config.OrderingFIFO, SkipDead: r.OnDead == config.OnDeadSkip,
+			NoTraceparent: !r.SendsTraceparent(), DeadLetterAll: r.Retiring && r.Disposal == store.DisposeDeadLetter,
 			Guarded:  r.Guarded(),
 			Filtered: r.Filtered(), Transform: r.TransformProgram, Version: r.Version,
 		})

@@ -437,7 +437,8 @@ type Source struct {
 	// turns it off. Use DedupesBody to read it.
 	DedupeBody *bool `mapstructure:"dedupe_body"`
 	// Ordering names the resource an event is about and its version, for
-	// routes that drop stale events (routes[].ordering: drop_stale).
+	// routes that drop stale events (routes[].ordering: drop_stale, which
+	// needs both) or deliver in order (fifo, the resource alone).
 	// Default none, or the preset's.
 	Ordering Ordering `mapstructure:"ordering"`
 	// TrustTraceparent continues the sender's traceparent (its trace
@@ -450,8 +451,10 @@ type Source struct {
 // Ordering declares where a source's events carry the resource they are
 // about (a subscription id) and its version: a sequence number or the
 // provider's creation time of the event, never the delivery time (a retry
-// would look newer). Set both or neither. An event that lacks either field
-// carries no ordering and is never stale.
+// would look newer). The version is optional: without it, events are
+// ordered on fifo routes and never stale. An event that lacks the
+// resource carries no ordering; one that lacks the version is never
+// stale.
 type Ordering struct {
 	Resource OrderingField `mapstructure:"resource"`
 	Version  OrderingField `mapstructure:"version"`
@@ -579,11 +582,20 @@ type Route struct {
 	// Burst is how many deliveries may go at once after a quiet spell,
 	// above the steady rate_limit. Default 1 (none above the rate).
 	Burst int `mapstructure:"burst" validate:"gte=1,lte=100000"`
-	// Ordering is none (the default) or drop_stale: an event whose version
-	// is older than one already delivered on this route for the same
-	// resource (see sources[].ordering) is recorded stale and not sent.
-	// Events of sources without ordering are never stale.
-	Ordering string `mapstructure:"ordering" validate:"omitempty,oneof=none drop_stale"`
+	// Ordering is none (the default), drop_stale or fifo, each by the
+	// resource of sources[].ordering (events of sources without it are
+	// never stale and never wait). drop_stale: an event whose version is
+	// older than one already delivered on this route for the same
+	// resource is recorded stale and not sent. fifo: the events of one
+	// resource are delivered one at a time, in the order they were
+	// accepted; one that fails holds its resource, and only its resource,
+	// through its retries (docs/ordering.md).
+	Ordering string `mapstructure:"ordering" validate:"omitempty,oneof=none drop_stale fifo"`
+	// OnDead is what a fifo route does when an event of a resource goes
+	// to the dead letters: block (the default) holds the resource's later
+	// events until an operator requeues the dead letter; skip lets the
+	// next one go. Only with ordering fifo.
+	OnDead string `mapstructure:"on_dead" validate:"omitempty,oneof=block skip"`
 	// SendTraceparent sends the delivery's trace context (traceparent,
 	// tracestate) to the destination when tracing, so its own spans join
 	// the event's trace. Default true; false keeps it out of the requests.
@@ -638,6 +650,13 @@ type Rules struct {
 const (
 	OrderingNone      = "none"
 	OrderingDropStale = "drop_stale"
+	OrderingFIFO      = "fifo"
+)
+
+// Route on_dead values (ordering fifo).
+const (
+	OnDeadBlock = "block"
+	OnDeadSkip  = "skip"
 )
 
 // routeDefaults are applied to a route item that does not set the key.

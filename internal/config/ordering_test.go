@@ -27,6 +27,16 @@ func TestLoadOrdering(t *testing.T) {
 	cfg, err = Load(writeConfig(t, validYAML), env)
 	require.NoError(t, err)
 	require.Empty(t, cfg.Routes[0].Ordering, "none by default")
+
+	// Issue 41: a resource alone (no version) orders a fifo route.
+	yaml = strings.Replace(validYAML, "    event_type: {json_path: event}\n",
+		"    event_type: {json_path: event}\n    ordering: {resource: {json_path: data.id}}\n", 1) +
+		"    ordering: fifo\n    on_dead: skip\n"
+	cfg, err = Load(writeConfig(t, yaml), env)
+	require.NoError(t, err)
+	require.Equal(t, Ordering{Resource: OrderingField{JSONPath: "data.id"}}, cfg.Sources[0].Ordering)
+	require.Equal(t, OrderingFIFO, cfg.Routes[0].Ordering)
+	require.Equal(t, OnDeadSkip, cfg.Routes[0].OnDead)
 }
 
 func TestLoadOrderingInvalid(t *testing.T) {
@@ -38,8 +48,9 @@ func TestLoadOrderingInvalid(t *testing.T) {
 	tests := []struct {
 		name, yaml, wantMsg string
 	}{
-		{"route ordering unknown", validYAML + "    ordering: drop_old\n", `routes[billing].ordering: "drop_old" is not one of: none, drop_stale`},
-		{"version missing", withSourceOrdering("{resource: {json_path: data.id}}"), "sources[acme].ordering.version: is required when ordering is set"},
+		{"route ordering unknown", validYAML + "    ordering: drop_old\n", `routes[billing].ordering: "drop_old" is not one of: none, drop_stale, fifo`},
+		{"on_dead without fifo", validYAML + "    on_dead: skip\n", `routes[billing].on_dead: only a route with ordering fifo has it`},
+		{"on_dead unknown", validYAML + "    ordering: fifo\n    on_dead: drop\n", `routes[billing].on_dead: "drop" is not one of: block, skip`},
 		{"resource missing", withSourceOrdering("{version: {json_path: created}}"), "sources[acme].ordering.resource: is required when ordering is set"},
 		{"both header and path", withSourceOrdering("{resource: {json_path: data.id, header: X-Id}, version: {json_path: created}}"), "sources[acme].ordering.resource: set header or json_path, not both"},
 		{"bad header name", withSourceOrdering("{resource: {header: \"X Id\"}, version: {json_path: created}}"), `sources[acme].ordering.resource.header: "X Id" is not a valid HTTP header name`},

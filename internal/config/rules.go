@@ -20,6 +20,9 @@ func CheckRouteRules(prefix string, r Route, l rule.Limits) []string {
 	if prefix != "" {
 		prefix += "."
 	}
+	if r.OnDead != "" && r.Ordering != OrderingFIFO {
+		problems = append(problems, fmt.Sprintf("%son_dead: only a route with ordering fifo has it (ordering is %q)", prefix, r.Ordering))
+	}
 	if r.Filter != "" {
 		if _, err := rule.CompileFilter(r.Filter, l); err != nil {
 			problems = append(problems, fmt.Sprintf("%sfilter: %v", prefix, err))

@@ -341,10 +341,10 @@ func validHeaderValue(v string) bool {
 	return true
 }
 
-// checkOrdering reports a source ordering that is half declared (both the
-// resource and the version, each from exactly one of header or json_path,
-// or nothing at all) or read from a header the scheme does not sign,
-// unless allowed.
+// checkOrdering reports a source ordering that is half declared (a
+// version without a resource; each field from exactly one of header or
+// json_path) or read from a header the scheme does not sign, unless
+// allowed.
 func checkOrdering(key, scheme string, o Ordering) []string {
 	if o.IsZero() {
 		return nil
@@ -355,8 +355,11 @@ func checkOrdering(key, scheme string, o Ordering) []string {
 		f    OrderingField
 	}{{"resource", o.Resource}, {"version", o.Version}} {
 		switch {
+		case f.f == OrderingField{} && f.name == "resource":
+			problems = append(problems, fmt.Sprintf("%s.resource: is required when ordering is set (a version orders the events of a resource)", key))
 		case f.f == OrderingField{}:
-			problems = append(problems, fmt.Sprintf("%s.%s: is required when ordering is set (set both resource and version, or neither)", key, f.name))
+			// A resource alone: routes with ordering fifo order by it;
+			// nothing is ever stale.
 		case f.f.Header != "" && f.f.JSONPath != "":
 			problems = append(problems, fmt.Sprintf("%s.%s: set header or json_path, not both", key, f.name))
 		case f.f.Header != "" && !o.AllowUnsigned:

@@ -76,6 +76,17 @@ type Store interface {
 	DeliveryClaim(ctx context.Context, owner uuid.UUID, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration) (Lease, error)
 }
 
+// LaneStore is what routes that deliver in order need from Postgres.
+type LaneStore interface {
+	// DeliveryClaimInOrder is DeliveryClaim for a route with ordering
+	// fifo: a pair whose resource has an earlier pair still owed, or one
+	// in flight, is parked and the claim fails with webhook.ErrWaiting
+	// (the copy is done with: the record that frees its resource sends
+	// the pair a new one). skipDead: the route's dead pairs free their
+	// resource (on_dead skip) instead of holding it.
+	DeliveryClaimInOrder(ctx context.Context, owner uuid.UUID, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration, skipDead bool) (Lease, error)
+}
+
 // RuleStore is what routes with rules need from Postgres.
 type RuleStore interface {
 	// DeliveryExists reports whether the (event, route) pair exists.
@@ -119,6 +130,12 @@ type Route struct {
 	// version of its resource was delivered on the route (ordering:
 	// drop_stale).
 	DropStale bool
+	// InOrder delivers the events of one resource one at a time, in the
+	// order they were accepted (ordering: fifo): a pair waits while an
+	// earlier one of its resource is owed or in flight. SkipDead lets a
+	// dead pair free its resource (on_dead: skip); otherwise it holds it
+	// until an operator requeues it.
+	InOrder, SkipDead bool
 	// NoTraceparent keeps the trace context out of the route's requests
 	// (send_traceparent: false); otherwise, when tracing, each carries
 	// traceparent, so the destination's own spans join the event's trace.
@@ -187,6 +204,9 @@ type Config struct {
 	// Ordering serves the stale check of routes with DropStale; nil turns
 	// the check off.
 	Ordering OrderingStore
+	// Lanes serves the claims of routes that deliver in order. Required
+	// when any route does.
+	Lanes LaneStore
 	// Rules serves routes with a filter or a transformation: whether a
 	// pair exists, and an event's headers for a transformation that reads
 	// them. Required when any route has either.
@@ -281,6 +301,9 @@ func (h *Handler) SetRoutes(routes []Route) error {
 		if r.MaxAttempts < 1 || r.Timeout <= 0 || len(r.SigningKeys) == 0 {
 			return fmt.Errorf("deliver: route %q needs MaxAttempts, Timeout and a signing key", r.Name)
 		}
+		if r.InOrder && h.cfg.Lanes == nil {
+			return fmt.Errorf("deliver: route %q delivers in order, and the handler has no Lanes store", r.Name)
+		}
 		if (r.Filtered || r.Transform != nil) && h.cfg.Rules == nil {
 			return fmt.Errorf("deliver: route %q has rules, and the handler has no Rules store", r.Name)
 		}
@@ -373,6 +396,13 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		lease, err = d.claim(ctx)
 		return err
 	})
+	if errors.Is(err, webhook.ErrWaiting) {
+		// An earlier event of its resource is owed or in flight: the
+		// pair is parked, and gets a new copy when its turn comes.
+		d.cfg.Metrics.outcome(route, "waiting")
+		d.log.Debug().Msg("an earlier event of its resource goes first; parked")
+		return nil
+	}
 	if errors.Is(err, webhook.ErrEventPurged) && !msg.MovedBack {
 		// Purge keeps every event with a pair still to deliver (pending,
 		// retrying, dead unless --include-dead), so the pairs of a purged

@@ -75,9 +75,13 @@ func (d *delivery) claim(ctx context.Context) (Lease, error) {
 	for {
 		var lease Lease
 		err := d.retryStore(ctx, "claiming delivery", func() (err error) {
-			lease, err = d.cfg.Store.DeliveryClaim(ctx, owner, d.msg.EventID, d.route.Name, d.msg.Attempt, d.msg.Gen, d.leaseTTL())
+			if d.route.InOrder {
+				lease, err = d.cfg.Lanes.DeliveryClaimInOrder(ctx, owner, d.msg.EventID, d.route.Name, d.msg.Attempt, d.msg.Gen, d.leaseTTL(), d.route.SkipDead)
+			} else {
+				lease, err = d.cfg.Store.DeliveryClaim(ctx, owner, d.msg.EventID, d.route.Name, d.msg.Attempt, d.msg.Gen, d.leaseTTL())
+			}
 			var busy *webhook.LeaseBusyError
-			if errors.As(err, &busy) {
+			if errors.As(err, &busy) || errors.Is(err, webhook.ErrWaiting) {
 				return permanent{err}
 			}
 			return err

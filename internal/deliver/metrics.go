@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer, routes []string) *Metrics {
 	m := &Metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookrelay_deliveries_total",
-			Help: "Handled route messages by outcome: delivered, retry_scheduled, dead, skipped_duplicate, superseded (a stale copy, dropped without a POST), stale (an older version of a resource than one delivered, recorded stale without a POST).",
+			Help: "Handled route messages by outcome: delivered, retry_scheduled, dead, skipped_duplicate, superseded (a stale copy, dropped without a POST), stale (an older version of a resource than one delivered, recorded stale without a POST), waiting (a route with ordering fifo: an earlier event of the resource goes first; the pair is parked and gets a new copy when its turn comes).",
 		}, []string{"route", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "hookrelay_delivery_duration_seconds",
@@ -93,7 +93,7 @@ func (m *Metrics) lease(route, event string) {
 }
 
 // outcomes are the values of hookrelay_deliveries_total's outcome label.
-var outcomes = []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate", "superseded", "stale"}
+var outcomes = []string{"delivered", "retry_scheduled", "dead", "skipped_duplicate", "superseded", "stale", "waiting"}
 
 // Outcomes returns how many of route's messages came to each outcome
 // since the process started (hookrelay_deliveries_total), for the

@@ -66,8 +66,10 @@ func New(cfg Config) (*Extractor, error) {
 			return nil, fmt.Errorf("an ordering field is a header or a JSON path, not both")
 		}
 	}
-	if (cfg.OrderingResource == Field{}) != (cfg.OrderingVersion == Field{}) {
-		return nil, fmt.Errorf("set both ordering resource and version, or neither")
+	if (cfg.OrderingResource == Field{}) && (cfg.OrderingVersion != Field{}) {
+		// A resource alone serves routes with ordering fifo; a version
+		// alone is of nothing.
+		return nil, fmt.Errorf("an ordering version needs an ordering resource")
 	}
 	return &Extractor{
 		cfg:      cfg,

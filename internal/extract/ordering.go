@@ -43,26 +43,32 @@ const (
 // ordering reads the event's resource and version. A value that is absent,
 // empty, not a scalar, or could never be stored (NUL, invalid UTF-8, over
 // the limits) leaves the event without ordering rather than refusing it:
-// ordering only protects against stale events, it must never cost one.
+// ordering only orders or protects against stale events, it must never
+// cost one. A source that declares a resource and no version gives its
+// events a resource alone (for routes with ordering fifo); a version that
+// cannot be read leaves the resource alone too, never stale.
 func (x *Extractor) ordering(h http.Header, body []byte, received time.Time) (Ordering, string) {
-	if x.cfg.OrderingResource == (Field{}) || x.cfg.OrderingVersion == (Field{}) {
+	if x.cfg.OrderingResource == (Field{}) {
 		return Ordering{}, ""
 	}
-	// Extract has checked the body already when it needed JSON; with both
+	// Extract has checked the body already when it needed JSON; with the
 	// fields in headers the body is not read (nor scanned) at all.
 	bodyIsJSON := x.needJSON ||
-		((x.cfg.OrderingResource.Header == "" || x.cfg.OrderingVersion.Header == "") && gjson.ValidBytes(body))
+		((x.cfg.OrderingResource.Header == "" || (x.cfg.OrderingVersion != Field{} && x.cfg.OrderingVersion.Header == "")) && gjson.ValidBytes(body))
 	res, ok := readField(x.cfg.OrderingResource, h, body, bodyIsJSON)
 	if !ok || len(res) > maxResourceLen {
 		return Ordering{}, ""
 	}
+	if x.cfg.OrderingVersion == (Field{}) {
+		return Ordering{Resource: res}, ""
+	}
 	ver, ok := readField(x.cfg.OrderingVersion, h, body, bodyIsJSON)
 	if !ok || len(ver) > maxVersionLen {
-		return Ordering{}, ""
+		return Ordering{Resource: res}, ""
 	}
 	if t, isTime := versionTime(ver); isTime && x.cfg.VersionFutureLimit > 0 && !received.IsZero() &&
 		t.After(received.Add(x.cfg.VersionFutureLimit)) {
-		return Ordering{}, "future_version"
+		return Ordering{Resource: res}, "future_version"
 	}
 	num, _ := NormalizeVersion(ver)
 	return Ordering{Resource: res, Version: ver, VersionNum: num}, ""

@@ -64,11 +64,12 @@ func TestExtractOrdering(t *testing.T) {
 			Ordering{Resource: "sub_A", Version: "v7"}},
 		{"numeric resource kept exact", withOrdering(Field{Path: "rid"}, Field{Path: "seq"}), nil, `{"id":"e","type":"t","rid":12345678901234567890,"seq":1}`,
 			Ordering{Resource: "12345678901234567890", Version: "1", VersionNum: "1"}},
-		{"version missing: none", bodyPaths, nil, `{"id":"e","type":"t","data":{"object":{"id":"sub_A"}}}`, Ordering{}},
+		{"version missing: the resource alone", bodyPaths, nil, `{"id":"e","type":"t","data":{"object":{"id":"sub_A"}}}`, Ordering{Resource: "sub_A"}},
+		{"no version declared: the resource alone", withOrdering(Field{Path: "data.object.id"}, Field{}), nil, `{"id":"e","type":"t","created":1,"data":{"object":{"id":"sub_A"}}}`, Ordering{Resource: "sub_A"}},
 		{"resource missing: none", bodyPaths, nil, `{"id":"e","type":"t","created":1}`, Ordering{}},
 		{"resource null: none", bodyPaths, nil, `{"id":"e","type":"t","created":1,"data":{"object":{"id":null}}}`, Ordering{}},
 		{"resource an object: none", bodyPaths, nil, `{"id":"e","type":"t","created":1,"data":{"object":{"id":{}}}}`, Ordering{}},
-		{"empty header: none", withOrdering(Field{Path: "id"}, Field{Header: "X-Seq"}), http.Header{"X-Seq": {"  "}}, `{"id":"e","type":"t"}`, Ordering{}},
+		{"empty version header: the resource alone", withOrdering(Field{Path: "id"}, Field{Header: "X-Seq"}), http.Header{"X-Seq": {"  "}}, `{"id":"e","type":"t"}`, Ordering{Resource: "e"}},
 		{"resource with a NUL: none", bodyPaths, nil, `{"id":"e","type":"t","created":1,"data":{"object":{"id":"a\u0000b"}}}`, Ordering{}},
 		{"resource too long: none", bodyPaths, nil, `{"id":"e","type":"t","created":1,"data":{"object":{"id":"` + strings.Repeat("x", 1001) + `"}}}`, Ordering{}},
 		{"not declared", base, nil, `{"id":"e","type":"t","created":1,"data":{"object":{"id":"sub_A"}}}`, Ordering{}},
@@ -92,8 +93,8 @@ func TestExtractOrdering(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Ordering{}, res.Ordering)
 
-	_, err = New(withOrdering(Field{Path: "id"}, Field{}))
-	require.ErrorContains(t, err, "both ordering resource and version")
+	_, err = New(withOrdering(Field{}, Field{Path: "v"}))
+	require.ErrorContains(t, err, "needs an ordering resource")
 	_, err = New(withOrdering(Field{Path: "id", Header: "X"}, Field{Path: "v"}))
 	require.ErrorContains(t, err, "header or a JSON path")
 }
@@ -101,7 +102,8 @@ func TestExtractOrdering(t *testing.T) {
 // Issue 18, item 7: a version that is a time further past the request's
 // arrival than the source's tolerance does not order the event (taken as
 // the resource's newest, it would silence every later event of it): the
-// event is kept without ordering, and Result says why. A number is not a
+// event is kept without a version (its resource alone, for fifo routes),
+// and Result says why. A number is not a
 // time; a time within the limit orders as before.
 func TestFutureVersionDoesNotOrder(t *testing.T) {
 	t.Parallel()
@@ -125,7 +127,8 @@ func TestFutureVersionDoesNotOrder(t *testing.T) {
 			res, err := x.Extract(Input{Body: []byte(`{"id":"e","type":"t","rid":"r","v":` + tt.version + `}`), ReceivedAt: now})
 			require.NoError(t, err)
 			require.Equal(t, tt.ignored, res.OrderingIgnored)
-			require.Equal(t, tt.ordered, res.Ordering != Ordering{})
+			require.Equal(t, tt.ordered, res.Ordering.Version != "")
+			require.Equal(t, "r", res.Ordering.Resource)
 		})
 	}
 }

@@ -74,7 +74,8 @@ type RouteInput struct {
 	CircuitCooldown *string           `json:"circuit_cooldown,omitempty" doc:"How long the circuit stays open before a probe (1s-10m). Default 30s."`
 	RateLimit       *float64          `json:"rate_limit,omitempty" doc:"Deliveries per second for the route; 0 for none. Default 0."`
 	Burst           *int              `json:"burst,omitempty" doc:"Deliveries that may go at once after a quiet spell. Default 1."`
-	Ordering        *string           `json:"ordering,omitempty" doc:"none or drop_stale. Default none."`
+	Ordering        *string           `json:"ordering,omitempty" doc:"none, drop_stale or fifo (by each source's ordering resource: one event of a resource at a time, in the order accepted). Default none."`
+	OnDead          *string           `json:"on_dead,omitempty" doc:"With ordering fifo: block (a dead event holds its resource until its dead letter is requeued) or skip (the next event goes). Default block; empty removes it."`
 	SendTraceparent *bool             `json:"send_traceparent,omitempty" doc:"Send the trace context (traceparent) to the destination when tracing. Default true."`
 	// Rules (docs/rules.md): "" removes one.
 	Filter           *string `json:"filter,omitempty" doc:"A CEL expression over the event (body, headers, source, event_type, received_at): the route takes an event only when it yields true. Empty removes it."`
@@ -127,6 +128,9 @@ func (in RouteInput) apply(r *config.Route) error {
 	}
 	if in.Ordering != nil {
 		r.Ordering = *in.Ordering
+	}
+	if in.OnDead != nil {
+		r.OnDead = *in.OnDead
 	}
 	if in.SendTraceparent != nil {
 		v := *in.SendTraceparent

@@ -24,6 +24,9 @@ type Spec struct {
 	RateLimit       float64           `json:"rate_limit,omitempty"`
 	Burst           int               `json:"burst"`
 	Ordering        string            `json:"ordering,omitempty"`
+	// OnDead is what a fifo route does with a dead event's resource:
+	// block ("" too) or skip.
+	OnDead string `json:"on_dead,omitempty"`
 	// SendTraceparent false keeps the trace context out of the requests;
 	// nil is true.
 	SendTraceparent *bool `json:"send_traceparent,omitempty"`
@@ -128,7 +131,7 @@ func SpecOf(r config.Route) Spec {
 		URL: r.URL, Bindings: slices.Clone(r.Bindings), Timeout: config.FormatDuration(r.Timeout), Concurrency: r.Concurrency,
 		Headers: maps.Clone(r.Headers), NoRetryStatuses: slices.Clone(r.NoRetryStatuses), MaxAttempts: r.MaxAttempts,
 		CircuitFailures: r.Circuit.Failures, CircuitCooldown: config.FormatDuration(r.Circuit.Cooldown),
-		RateLimit: r.RateLimit, Burst: r.Burst, Ordering: r.Ordering, SendTraceparent: r.SendTraceparent,
+		RateLimit: r.RateLimit, Burst: r.Burst, Ordering: r.Ordering, OnDead: r.OnDead, SendTraceparent: r.SendTraceparent,
 		Filter: r.Filter, Transform: r.Transform, TransformHeaders: r.TransformHeaders,
 	}
 }
@@ -146,7 +149,7 @@ func (s Spec) Route(name, team string) (config.Route, error) {
 	return config.Route{
 		Name: name, Team: team, URL: s.URL, Bindings: slices.Clone(s.Bindings), Timeout: timeout, Concurrency: s.Concurrency,
 		Headers: maps.Clone(s.Headers), NoRetryStatuses: slices.Clone(s.NoRetryStatuses), MaxAttempts: s.MaxAttempts,
-		Circuit: config.Circuit{Failures: s.CircuitFailures, Cooldown: cooldown}, RateLimit: s.RateLimit, Burst: s.Burst, Ordering: s.Ordering,
+		Circuit: config.Circuit{Failures: s.CircuitFailures, Cooldown: cooldown}, RateLimit: s.RateLimit, Burst: s.Burst, Ordering: s.Ordering, OnDead: s.OnDead,
 		SendTraceparent: s.SendTraceparent, Filter: s.Filter, Transform: s.Transform, TransformHeaders: s.TransformHeaders,
 	}, nil
 }

@@ -45,6 +45,11 @@ type DeliveryLease struct {
 	// after one whose answer was lost, which may have been a takeover not
 	// flushed yet (flushTakeover).
 	again bool
+	// route and lane are the pair's when it was claimed in order
+	// (DeliveryClaimInOrder) on a lane: Record then frees the lane.
+	// skipDead: a dead outcome leaves the lane (on_dead skip).
+	route, lane string
+	skipDead    bool
 }
 
 // leaseExpiredError is the error recorded for an attempt whose lease
@@ -206,10 +211,10 @@ func deliveryCreate(ctx context.Context, db *DB, q querier, eventID uuid.UUID, r
 	var found, known bool
 	if err := q.QueryRow(ctx, withDays(`
 		WITH e AS (
-			SELECT id, ordering_resource IS NOT NULL AND ordering_version IS NOT NULL AS versioned
+			SELECT id, ordering_resource IS NOT NULL AND ordering_version IS NOT NULL AS versioned, `+laneSQL+` AS lane
 			FROM events WHERE id = $1 AND @day(id) FOR KEY SHARE
 		), ins AS (
-			INSERT INTO deliveries (event_id, route, versioned) SELECT id, $2, versioned FROM e
+			INSERT INTO deliveries (event_id, route, versioned, lane) SELECT id, $2, versioned, lane FROM e
 			ON CONFLICT (event_id, route) DO NOTHING
 		)
 		SELECT EXISTS (SELECT 1 FROM e), EXISTS (SELECT 1 FROM event_keys k WHERE k.event_id = $1)`, eventID),
@@ -312,10 +317,10 @@ func (db *DB) DeliveryBackfill(ctx context.Context, route string, since, until t
 	var n int
 	if err := db.pool.QueryRow(ctx, `
 		WITH e AS (
-			SELECT id, ordering_resource IS NOT NULL AND ordering_version IS NOT NULL AS versioned
+			SELECT id, ordering_resource IS NOT NULL AND ordering_version IS NOT NULL AS versioned, `+laneSQL+` AS lane
 			FROM events WHERE id = ANY($1) FOR KEY SHARE
 		), ins AS (
-			INSERT INTO deliveries (event_id, route, versioned) SELECT id, $2, versioned FROM e
+			INSERT INTO deliveries (event_id, route, versioned, lane) SELECT id, $2, versioned, lane FROM e
 			ON CONFLICT (event_id, route) DO NOTHING
 			RETURNING 1
 		)
@@ -382,6 +387,8 @@ func (l *DeliveryLease) Record(ctx context.Context, a *webhook.Attempt) (gen int
 	defer cancel()
 	l.tries++
 	switch {
+	case l.lane != "":
+		gen, current, err = l.recordInOrder(ctx, a)
 	case l.tries > 1:
 		gen, current, err = l.recordAgain(ctx, a)
 	case l.db.records != nil:

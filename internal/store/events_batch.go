@@ -177,9 +177,11 @@ var eventInsertSQL = func() string {
 			-- Pending from the moment of acceptance: "which events have not
 			-- arrived" has an answer even before a dispatcher saw them.
 			-- versioned: whether the delivered trigger has a version to
-			-- keep (migration 0030).
-			INSERT INTO deliveries (event_id, route, versioned)
-			SELECT input.id, d.route, input.ordering_resource <> '' AND input.ordering_version <> ''
+			-- keep (migration 0030). lane: the event's resource, for
+			-- routes that deliver in order (migration 0031).
+			INSERT INTO deliveries (event_id, route, versioned, lane)
+			SELECT input.id, d.route, input.ordering_resource <> '' AND input.ordering_version <> '',
+			       CASE WHEN input.ordering_resource <> '' THEN input.source || ' ' || input.ordering_resource END
 			FROM unnest($%d::bigint[], $%d::text[]) AS d(n, route)
 			JOIN input ON input.n = d.n
 			JOIN ins ON ins.id = input.id

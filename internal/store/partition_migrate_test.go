@@ -61,6 +61,7 @@ func TestMigrationPartitionsADatabaseWithData(t *testing.T) {
 		}
 		return m
 	}
+	laterIndexes := map[string][]string{"deliveries": {"deliveries_lane_idx"}}
 	before := map[string]map[uint32]bool{"events": indexes("events"), "deliveries": indexes("deliveries"), "delivery_attempts": indexes("delivery_attempts")}
 
 	v, err := store.Migrate(ctx, dbURL)
@@ -77,6 +78,15 @@ func TestMigrationPartitionsADatabaseWithData(t *testing.T) {
 			WHERE i.inhparent = $1::regclass AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'`, table).Scan(&def))
 		require.Equal(t, table+"_legacy", def)
 		after := indexes(def)
+		// Indexes a later migration made on the whole table (0031's
+		// lanes) are built on this partition too: not the partitioning's.
+		for _, later := range laterIndexes[table] {
+			var oid int64
+			require.NoError(t, old.QueryRow(ctx, `
+				SELECT i.indexrelid::int8 FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indexrelid
+				WHERE i.indrelid = $1::regclass AND h.inhparent = $2::regclass`, def, later).Scan(&oid))
+			delete(after, uint32(oid))
+		}
 		for oid := range after {
 			require.True(t, oids[oid], "%s: index %d was built by the migration", def, oid)
 		}

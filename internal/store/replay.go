@@ -164,10 +164,14 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 		// committed before the locks were taken.
 		rows, err = tx.Query(ctx, `
 			WITH reset AS (
-				INSERT INTO deliveries (event_id, route)
-				SELECT p.event_id, p.route FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
+				INSERT INTO deliveries (event_id, route, lane)
+				SELECT p.event_id, p.route, `+laneSQL+` FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
+				JOIN events e ON e.id = p.event_id
 				WHERE p.event_id = ANY($4::uuid[])
 				ON CONFLICT (event_id, route) DO UPDATE SET
+					-- Back in its lane, at its place (an ordered route's pair
+					-- that was skipped left it).
+					lane = EXCLUDED.lane,
 					state = 'pending', delivered_at = NULL, created_at = now(), updated_at = now(),
 					-- A new copy: any older one still in a queue is stale.
 					gen = deliveries.gen + 1, due_at = now(),

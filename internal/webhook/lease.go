@@ -21,6 +21,12 @@ var (
 	// over by another claim before its holder wrote: nothing of the pair
 	// was changed.
 	ErrLeaseLost = errors.New("delivery lease lost")
+	// ErrWaiting is returned by the claim of a pair on a route that
+	// delivers in order (ordering: fifo) when an earlier pair of its
+	// resource is still owed, or one is in flight: the pair waits, parked,
+	// and the record that frees its resource sends it a new copy. The copy
+	// that met it is done with (acked, nothing POSTed).
+	ErrWaiting = errors.New("waiting for an earlier event of its resource")
 )
 
 // LeaseBusyError is returned by a delivery claim when the pair is in

@@ -1,0 +1,148 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/store"
+	"github.com/hookrelay/hookrelay/internal/store/storetest"
+	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+// laneRow is what Postgres holds of a pair on a lane.
+type laneRow struct {
+	state  string
+	gen    int64
+	parked bool
+	lane   *string
+	// copies are the generations of the pair's copies in the outbox.
+	copies []int64
+}
+
+func readLane(t *testing.T, db *store.DB, id uuid.UUID) laneRow {
+	t.Helper()
+	var r laneRow
+	err := db.Pool().QueryRow(context.Background(), `
+		SELECT d.state, d.gen, d.due_at = 'infinity', d.lane,
+		       COALESCE((SELECT array_agg(o.gen ORDER BY o.id) FROM outbox o WHERE o.event_id = d.event_id AND o.route = d.route), '{}')
+		FROM deliveries d WHERE d.event_id = $1 AND d.route = 'billing'`, id,
+	).Scan(&r.state, &r.gen, &r.parked, &r.lane, &r.copies)
+	require.NoError(t, err)
+	return r
+}
+
+// insertResource stores an event of source acme about resource, routed to
+// billing.
+func insertResource(t *testing.T, db *store.DB, key, resource string) uuid.UUID {
+	t.Helper()
+	ev := newEvent("acme", key)
+	ev.OrderingResource = resource
+	id, _, err := db.EventInsert(context.Background(), ev, []string{"billing"})
+	require.NoError(t, err)
+	return id
+}
+
+// Issue 41: on a lane only the head is claimed, and only while nothing
+// else of the lane is in flight; any other pair's copy parks it; a retry
+// holds the lane; the record that frees it sends the next head a copy of
+// a new generation; a dead head blocks, unless the route skips dead ones;
+// other resources are not held.
+func TestLaneDeliversItsHeadOnly(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	const ttl = time.Minute
+	claim := func(id uuid.UUID, gen int64, skipDead bool) (*store.DeliveryLease, error) {
+		return db.DeliveryClaimInOrder(ctx, uuid.New(), id, "billing", 1, gen, ttl, skipDead)
+	}
+	record := func(l *store.DeliveryLease, id uuid.UUID, gen int64, outcome webhook.DeliveryState) {
+		t.Helper()
+		a := &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Gen: gen, Outcome: outcome, Status: 500}
+		switch outcome {
+		case webhook.StateDelivered:
+			a.Status = 200
+		case webhook.StateRetrying:
+			a.RetryIn = time.Second
+		}
+		_, _, err := l.Record(ctx, a)
+		require.NoError(t, err)
+	}
+
+	a1 := insertResource(t, db, "a1", "sub_A")
+	a2 := insertResource(t, db, "a2", "sub_A")
+	b1 := insertResource(t, db, "b1", "sub_B")
+	plain := insertResource(t, db, "plain", "")
+	require.Equal(t, "acme sub_A", *readLane(t, db, a1).lane)
+	require.Nil(t, readLane(t, db, plain).lane, "an event without a resource has no lane")
+
+	// A2's copy came first: A1 is owed before it.
+	_, err := claim(a2, 0, false)
+	require.ErrorIs(t, err, webhook.ErrWaiting)
+	require.True(t, readLane(t, db, a2).parked)
+	// Another resource, and an event without one, go.
+	lb, err := claim(b1, 0, false)
+	require.NoError(t, err)
+	lp, err := claim(plain, 0, false)
+	require.NoError(t, err)
+	record(lb, b1, 0, webhook.StateDelivered)
+	record(lp, plain, 0, webhook.StateDelivered)
+
+	// A1 goes; its retry holds the lane.
+	l1, err := claim(a1, 0, false)
+	require.NoError(t, err)
+	record(l1, a1, 0, webhook.StateRetrying)
+	r1 := readLane(t, db, a1)
+	require.Equal(t, "retrying", r1.state)
+	require.Equal(t, []int64{1}, r1.copies, "the retry copy")
+	// A copy of A2 again (a duplicate): still parked, no copy sent.
+	_, err = claim(a2, 0, false)
+	require.ErrorIs(t, err, webhook.ErrWaiting)
+	require.Empty(t, readLane(t, db, a2).copies)
+
+	// A1's retry is delivered: A2 gets a copy of a new generation.
+	l1, err = claim(a1, 1, false)
+	require.NoError(t, err)
+	record(l1, a1, 1, webhook.StateDelivered)
+	r2 := readLane(t, db, a2)
+	require.False(t, r2.parked)
+	require.Equal(t, int64(1), r2.gen)
+	require.Equal(t, []int64{1}, r2.copies, "the woken pair's copy")
+	// The parking copy, late, is stale now.
+	stale, err := claim(a2, 0, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), stale.Gen(), "read, not claimed: another generation")
+
+	// A2 dies on a route that blocks: A3 waits behind it.
+	a3 := insertResource(t, db, "a3", "sub_A")
+	l2, err := claim(a2, 1, false)
+	require.NoError(t, err)
+	// While A2 is in flight, A3 waits.
+	_, err = claim(a3, 0, false)
+	require.ErrorIs(t, err, webhook.ErrWaiting)
+	record(l2, a2, 1, webhook.StateDead)
+	require.True(t, readLane(t, db, a3).parked, "a dead head holds its lane")
+	require.Empty(t, readLane(t, db, a3).copies)
+
+	// On a route that skips dead ones, the dead head frees its lane.
+	c1 := insertResource(t, db, "c1", "sub_C")
+	c2 := insertResource(t, db, "c2", "sub_C")
+	_, err = claim(c2, 0, true)
+	require.ErrorIs(t, err, webhook.ErrWaiting)
+	lc, err := claim(c1, 0, true)
+	require.NoError(t, err)
+	record(lc, c1, 0, webhook.StateDead)
+	require.Nil(t, readLane(t, db, c1).lane, "the dead pair left its lane")
+	require.Equal(t, []int64{1}, readLane(t, db, c2).copies, "the next one goes")
+
+	// The reconciler leaves a parked pair alone, however long it waits.
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET created_at = now() - interval '1 hour' WHERE event_id = $1`, a3)
+	require.NoError(t, err)
+	n, err := db.DeliveryReconcile(ctx, "billing", time.Millisecond, 100, func() error { return nil })
+	require.NoError(t, err)
+	for _, p := range n {
+		require.NotEqual(t, a3, p.EventID, "a parked pair is not re-sent")
+	}
+}

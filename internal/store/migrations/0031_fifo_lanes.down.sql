@@ -1,0 +1,4 @@
+SET lock_timeout = '10s';
+
+DROP INDEX deliveries_lane_idx;
+ALTER TABLE deliveries DROP COLUMN lane;
