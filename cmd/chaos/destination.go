@@ -22,6 +22,12 @@ type pair struct {
 // attempt.
 const flakyRoute = "paid"
 
+// orderedRoute is the route with ordering fifo: the destination checks
+// that each resource's events arrive in sequence, and refuses the first
+// attempt of every fifth one, so that a retry holds its resource now and
+// then while faults happen.
+const orderedRoute = "ordered"
+
 // destination counts what it receives: every POST per pair, and when the
 // first one arrived. It can go down (its port refuses connections) and
 // come back on the same port.
@@ -44,6 +50,33 @@ type destination struct {
 	// they arrived (see isDuplicate).
 	duplicates map[pair]int
 	dups       []time.Time
+	// done is the last sequence number of each resource delivered (2xx)
+	// on the ordered route; inversions are when a POST of it arrived out
+	// of sequence: neither the resource's next event nor the last one
+	// again.
+	done       map[string]int
+	inversions []inversion
+}
+
+// inversion is a POST of the ordered route that came out of sequence.
+type inversion struct {
+	at       time.Time
+	resource string
+	seq      int
+	after    int // the resource's last delivered sequence number then
+}
+
+// inversionsBetween returns the inversions seen in [from, to).
+func (d *destination) inversionsBetween(from, to time.Time) []inversion {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []inversion
+	for _, inv := range d.inversions {
+		if !inv.at.Before(from) && inv.at.Before(to) {
+			out = append(out, inv)
+		}
+	}
+	return out
 }
 
 // A duplicate POST is one the pair's delivery did not need, whatever the
@@ -80,7 +113,7 @@ func (d *destination) hold(delay time.Duration) {
 
 func newDestination() (*destination, error) {
 	d := &destination{posts: map[pair]int{}, first: map[pair]time.Time{}, refused: map[pair]int{},
-		attempts: map[pair]map[int]bool{}, duplicates: map[pair]int{}}
+		attempts: map[pair]map[int]bool{}, duplicates: map[pair]int{}, done: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -103,7 +136,9 @@ func (d *destination) serve(ln net.Listener) {
 func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	var ev struct {
-		ID string `json:"id"`
+		ID       string `json:"id"`
+		Resource string `json:"resource"`
+		Seq      int    `json:"seq"`
 	}
 	if err == nil {
 		err = json.Unmarshal(body, &ev)
@@ -111,6 +146,13 @@ func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 	route := strings.TrimPrefix(r.URL.Path, "/")
 	d.mu.Lock()
 	delay := d.delay
+	if route == orderedRoute && err == nil {
+		// Checked as the request arrives, before any hold: a POST sent
+		// before a crash and answered late is still in its place.
+		if last := d.done[ev.Resource]; ev.Seq != last+1 && ev.Seq != last {
+			d.inversions = append(d.inversions, inversion{at: time.Now(), resource: ev.Resource, seq: ev.Seq, after: last})
+		}
+	}
 	d.mu.Unlock()
 	if delay > 0 {
 		time.Sleep(delay) // the destination's own slowness, which the fault is about
@@ -133,6 +175,15 @@ func (d *destination) handle(w http.ResponseWriter, r *http.Request) {
 		d.attempts[p] = map[int]bool{}
 	}
 	d.attempts[p][attempt] = true
+	if route == orderedRoute {
+		if ev.Seq%5 == 0 && d.refused[p] == 0 {
+			d.refused[p]++
+			d.mu.Unlock()
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		d.done[ev.Resource] = max(d.done[ev.Resource], ev.Seq)
+	}
 	if route == flakyRoute && d.refused[p] == 0 {
 		// The flaky route refuses each pair's first attempt: its messages
 		// keep passing through the retry tiers while nodes die.

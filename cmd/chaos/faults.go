@@ -62,6 +62,9 @@ type faultResult struct {
 	// POSTs answered from then until the next fault (or the end).
 	injected   time.Time
 	duplicates int
+	// inversions are the ordered route's POSTs out of sequence in the
+	// same window.
+	inversions []inversion
 	// tiersSettled is how long after the restore the retry tiers held no
 	// more messages waiting to be dead-lettered than the load itself
 	// keeps passing through (faults that strand only), and whether they
@@ -315,13 +318,16 @@ func (s *suite) runFaults(ctx context.Context) error {
 	s.rate = rate
 	s.load = newLoad(receivers, secret, rate)
 	s.loadDone = make(chan struct{})
+	ordered := max(rate/4, 5)
+	s.load.runOrdered(loadCtx, ordered)
 	go func() {
 		defer close(s.loadDone)
 		// A send that got no 2xx is retried for up to 3 minutes after the
 		// load stops, as a real sender retries.
 		s.load.run(loadCtx, 3*time.Minute)
 	}()
-	s.logf("load: %d events/s (%s) open loop over %d receivers, %.0f%% resends of earlier events", rate, why, len(receivers), s.load.dupShare*100)
+	s.logf("load: %d events/s (%s) open loop over %d receivers, %.0f%% resends of earlier events; and %d events/s about %d resources, each resource's in sequence (route %s, ordering fifo)",
+		rate, why, len(receivers), s.load.dupShare*100, ordered, orderedResources, orderedRoute)
 
 	var results []faultResult
 	var interrupting int
@@ -767,13 +773,14 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	fmt.Fprintln(s.out)
 	fmt.Fprintln(s.out, "faults, one after another under load:")
 	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tat\tfault\tdetail\tsenders saw non-2xx\trecovery\treconciled pairs\tby reason\tduplicate POSTs\tbacklog after the restore (s:pairs)")
+	fmt.Fprintln(tw, "  #\tat\tfault\tdetail\tsenders saw non-2xx\trecovery\treconciled pairs\tby reason\tduplicate POSTs\tinversions\tbacklog after the restore (s:pairs)")
 	for i := range results {
 		until := time.Now()
 		if i+1 < len(results) {
 			until = results[i+1].injected
 		}
 		results[i].duplicates = s.dest.duplicatesBetween(results[i].injected, until)
+		results[i].inversions = s.dest.inversionsBetween(results[i].injected, until)
 		if first := s.load.firstAcceptedAfter(results[i].restored); !first.IsZero() {
 			results[i].answering, results[i].answered = first.Sub(results[i].restored), true
 		}
@@ -793,8 +800,12 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 		if !r.strands && r.reconciled > 0 {
 			fail("fault %q strands nothing, yet the reconciler re-sent %d pair(s): late copies taken for lost ones", r.name, r.reconciled)
 		}
-		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%s\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled,
-			formatResent(r.resent), r.duplicates, formatBacklog(r.backlog))
+		if len(r.inversions) > 0 {
+			inv := r.inversions[0]
+			fail("fault %q: %d POST(s) of route %s out of sequence, e.g. %s #%d after #%d was delivered", r.name, len(r.inversions), orderedRoute, inv.resource, inv.seq, inv.after)
+		}
+		fmt.Fprintf(tw, "  %d\t+%.0fs\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\t%s\n", i+1, r.at.Seconds(), r.name, r.detail, r.non2xx, rec, r.reconciled,
+			formatResent(r.resent), r.duplicates, len(r.inversions), formatBacklog(r.backlog))
 	}
 	_ = tw.Flush()
 
@@ -830,6 +841,8 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 	fmt.Fprintf(tw, "  stored\t%d events\n", stored)
 	fmt.Fprintf(tw, "  pairs delivered\t%d of %d\n", pairsDelivered, pairsExpected)
 	fmt.Fprintf(tw, "  LOST (must be 0)\t%d\n", lost)
+	allInversions := s.dest.inversionsBetween(time.Time{}, time.Now())
+	fmt.Fprintf(tw, "  INVERSIONS on route %s (must be 0)\t%d\n", orderedRoute, len(allInversions))
 	fmt.Fprintf(tw, "  destination requests\t%d (%d malformed)\n", requests, malformed)
 	fmt.Fprintf(tw, "  outbox empty\t%v (%d rows)\n", outbox == 0, outbox)
 	fmt.Fprintf(tw, "  queues drained\t%s\n", drainLine)
@@ -857,6 +870,10 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 		}
 		fail("%d pair(s) lost, e.g. %v", lost, sample)
 	}
+	if len(allInversions) > 0 {
+		inv := allInversions[0]
+		fail("%d POST(s) of route %s out of sequence in all, e.g. %s #%d after #%d was delivered", len(allInversions), orderedRoute, inv.resource, inv.seq, inv.after)
+	}
 	if stored != int64(len(acc)) {
 		fail("%d events stored, %d answered 2xx: each accepted event must be stored exactly once", stored, len(acc))
 	}
@@ -877,7 +894,7 @@ func (s *suite) report(ctx context.Context, results []faultResult, interrupting 
 		}
 		return &failedError{reasons: fails}
 	}
-	fmt.Fprintln(s.out, "\nchaos: PASS: nothing lost, duplicates within their bounds")
+	fmt.Fprintln(s.out, "\nchaos: PASS: nothing lost, nothing out of order, duplicates within their bounds")
 	return nil
 }
 

@@ -81,6 +81,57 @@ func (l *load) run(ctx context.Context, retryFor time.Duration) {
 	}
 }
 
+// orderedType is the event type of the ordered senders' events: only the
+// routes "all" and "ordered" (fifo) bind it.
+const orderedType = "ordered.update"
+
+// orderedResources is how many resources the ordered senders send about.
+const orderedResources = 50
+
+// runOrdered starts one sender per resource (orderedResources in all, at
+// rate events/s together), each sending its resource's events in
+// sequence: the next only after the previous was answered 2xx, so the
+// order of acceptance is the sequence, which the fifo route must keep. A
+// sender stops when ctx is done, or when an event of its resource was
+// never accepted. It must be called before run, whose end waits for them.
+func (l *load) runOrdered(ctx context.Context, rate int) {
+	every := time.Second * orderedResources / time.Duration(max(rate, 1))
+	for r := range orderedResources {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for seq := 1; ; seq++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				ev := l.newOrdered(r, seq)
+				l.deliver(ev)
+				l.mu.Lock()
+				accepted := !ev.accepted.IsZero()
+				l.mu.Unlock()
+				if !accepted {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// newOrdered makes resource r's event number seq.
+func (l *load) newOrdered(r, seq int) *sentEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id := fmt.Sprintf("ord_%02d_%06d", r, seq)
+	ev := &sentEvent{id: id, typ: orderedType, started: time.Now(),
+		body: fmt.Appendf(nil, `{"id":%q,"type":%q,"resource":"res_%02d","seq":%d,"pad":"%s"}`, id, orderedType, r, seq, padding)}
+	l.events = append(l.events, ev)
+	return ev
+}
+
 // pick returns a new event, or now and then one sent before (a duplicate).
 func (l *load) pick() *sentEvent {
 	l.mu.Lock()

@@ -38,6 +38,8 @@ type route struct {
 	name        string
 	bindings    []string
 	concurrency int
+	// fifo: ordering fifo, by the source's resource.
+	fifo bool
 }
 
 // The routes' bindings overlap: order.paid goes to three routes,
@@ -49,6 +51,9 @@ var routes = []route{
 	{name: "orders", bindings: []string{"chaos.order.*"}, concurrency: 8},
 	{name: "all", bindings: []string{"chaos.#"}, concurrency: 8},
 	{name: "paid", bindings: []string{"chaos.order.paid", "chaos.refund.*"}, concurrency: 8},
+	// The ordered senders' events (50 resources, each in sequence): the
+	// destination checks every arrival's place (orderedRoute).
+	{name: orderedRoute, bindings: []string{"chaos." + orderedType}, concurrency: 8, fifo: true},
 }
 
 const (
@@ -218,7 +223,7 @@ func (s *suite) config(dbURL string) string {
 	b.WriteString("log: {level: info, format: json}\n")
 	b.WriteString("sources:\n  - name: chaos\n")
 	fmt.Fprintf(&b, "    verify: {scheme: hmac, secrets: [%q], header: X-Chaos-Signature, prefix: \"sha256=\"}\n", secret)
-	b.WriteString("    idempotency: {json_path: id}\n    event_type: {json_path: type}\n")
+	b.WriteString("    idempotency: {json_path: id}\n    event_type: {json_path: type}\n    ordering: {resource: {json_path: resource}}\n")
 	b.WriteString("routes:\n")
 	// The circuit breaker is off: the suite proves that faults lose
 	// nothing, with the flaky route's refusals passing through the retry
@@ -227,6 +232,9 @@ func (s *suite) config(dbURL string) string {
 	for _, r := range routes {
 		fmt.Fprintf(&b, "  - name: %s\n    url: %q\n    bindings: [%s]\n    concurrency: %d\n    timeout: 5s\n    max_attempts: 60\n    circuit: {failures: 0}\n    signing_secret: %q\n",
 			r.name, s.dest.url(r.name), quoteList(r.bindings), r.concurrency, signing)
+		if r.fifo {
+			b.WriteString("    ordering: fifo\n")
+		}
 	}
 	return b.String()
 }
