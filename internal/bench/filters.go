@@ -61,6 +61,9 @@ func (r *runner) routesConfig() []any {
 		if r.rulesOn {
 			route["filter"], route["transform"], route["transform_headers"] = benchFilter, benchTransform, benchTransformHeaders
 		}
+		if r.fifoOn {
+			route["ordering"] = "fifo"
+		}
 		out = append(out, route)
 	}
 	return out

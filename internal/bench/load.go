@@ -19,11 +19,14 @@ import (
 // The benchmark's one source and one event type: the route binds
 // "<benchSource>.#".
 const (
-	benchSource     = "bench"
-	benchEventType  = "invoice.paid"
-	benchSigHeader  = "X-Bench-Signature"
-	benchSigPrefix  = "sha256="
-	benchRoute      = "bench"
+	benchSource    = "bench"
+	benchEventType = "invoice.paid"
+	benchSigHeader = "X-Bench-Signature"
+	benchSigPrefix = "sha256="
+	benchRoute     = "bench"
+	// fifoResources is how many resources (data.object.lane) the events
+	// are about: what the delivery-fifo phase orders by.
+	fifoResources   = 50
 	bareRoute       = "bare"
 	bareE2ERoute    = "bare-e2e"
 	requestTimeout  = 30 * time.Second
@@ -53,9 +56,9 @@ func newSender(url string, secret []byte, runID string, bodySize, conns int) *se
 // body is a Stripe-like invoice event; pad brings it to the body size.
 func (s *sender) body(n int64, pad string) []byte {
 	return fmt.Appendf(nil, `{"id":"evt_%s_%d","object":"event","type":%q,"created":%d,"livemode":false,`+
-		`"data":{"object":{"id":"in_%d","object":"invoice","amount_due":4200,"currency":"brl","customer":"cus_%d",`+
+		`"data":{"object":{"id":"in_%d","object":"invoice","amount_due":4200,"currency":"brl","customer":"cus_%d","lane":"lane_%d",`+
 		`"status":"paid","lines":[{"description":"Plan","amount":4200}],"description":"%s"}}}`,
-		s.runID, n, benchEventType, time.Now().Unix(), n, n%1000, pad)
+		s.runID, n, benchEventType, time.Now().Unix(), n, n%1000, n%fifoResources, pad)
 }
 
 // sent is one accepted event.

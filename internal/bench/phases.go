@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -285,7 +286,35 @@ func cutReady(line string) (string, bool) {
 // stopped, waits until the outbox is empty and the route queue holds it,
 // then starts the dispatcher and times the drain.
 func (r *runner) deliveryPhase(ctx context.Context) error {
-	p := &Phase{Key: "delivery", Title: fmt.Sprintf("delivery, drain of %d", r.o.backlog), System: "hookrelay"}
+	return r.drainPhase(ctx, &Phase{Key: "delivery", Title: fmt.Sprintf("delivery, drain of %d", r.o.backlog), System: "hookrelay"})
+}
+
+// deliveryFIFOPhase is the delivery phase on the route with ordering fifo:
+// the same backlog, its events about fifoResources resources, delivered
+// one at a time per resource.
+func (r *runner) deliveryFIFOPhase(ctx context.Context) error {
+	p := &Phase{Key: phaseDeliveryFIFO, Title: fmt.Sprintf("delivery in order (fifo, %d resources), drain of %d", fifoResources, r.o.backlog), System: "hookrelay"}
+	if err := r.dispatcherDown(); err != nil {
+		return err
+	}
+	r.fifoOn = true
+	if err := r.writeConfig(); err != nil {
+		return err
+	}
+	err := r.drainPhase(ctx, p)
+	if derr := r.dispatcherDown(); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	r.fifoOn = false
+	if werr := r.writeConfig(); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	return err
+}
+
+// drainPhase fills a backlog with the dispatcher stopped, then starts it
+// and measures how fast the route drains.
+func (r *runner) drainPhase(ctx context.Context, p *Phase) error {
 	if err := r.dispatcherDown(); err != nil {
 		return err
 	}

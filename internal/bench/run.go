@@ -73,6 +73,8 @@ type runner struct {
 	tracingOn bool
 	// rulesOn: the routes have rules (--filters' even rounds).
 	rulesOn bool
+	// fifoOn: the route has ordering fifo (the delivery-fifo phase).
+	fifoOn bool
 }
 
 // Group names of the per-process table.
@@ -119,6 +121,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		{phaseIngest, r.ingestPhases},
 		{phaseBareIngest, r.bareIngestPhase},
 		{phaseDelivery, r.deliveryPhase},
+		{phaseDeliveryFIFO, r.deliveryFIFOPhase},
 		{phaseBareForwarder, r.bareForwarderPhase},
 		{phaseE2E, r.e2ePhase},
 		{phaseBareE2E, r.bareE2EPhase},
@@ -450,6 +453,11 @@ func (r *runner) writeConfig() error {
 			"event_type":  map[string]any{"json_path": "type"},
 		}},
 		"routes": r.routesConfig(),
+	}
+	if r.o.phases[phaseDeliveryFIFO] {
+		// Every phase of such a run has the resources, so that delivery
+		// and delivery-fifo differ in the route's ordering alone.
+		cfg["sources"].([]any)[0].(map[string]any)["ordering"] = map[string]any{"resource": map[string]any{"json_path": "data.object.lane"}}
 	}
 	r.profileConfig(cfg)
 	out, err := yaml.Marshal(cfg)

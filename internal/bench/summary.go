@@ -19,6 +19,7 @@ var ratioDefs = []struct{ name, of, to string }{
 	{"ingest, dispatcher stopped / bare ingest", "ingest-stopped", "bare-ingest"},
 	{"ingest, dispatcher running / bare ingest", "ingest-running", "bare-ingest"},
 	{"delivery / bare forwarder", "delivery", "bare-forwarder"},
+	{"delivery in order (fifo) / unordered", phaseDeliveryFIFO, "delivery"},
 }
 
 // summarize computes, per round, the ratios of hookrelay to the
