@@ -7,8 +7,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/setup"
 	"github.com/spf13/cobra"
 )
 
@@ -80,6 +82,9 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 			r.Route, *r.FilteredLastHour, *r.FilterErrorsLastHour)
 	}
 	for _, r := range list.Routes {
+		printLanes(w, r)
+	}
+	for _, r := range list.Routes {
 		if r.Unserved && r.Deleted && r.Dead > 0 {
 			fmt.Fprintf(w, "%s was deleted; its dead letters stay: hookrelay dead list --route %s, dead drop --route %s --all\n", r.Route, r.Route, r.Route)
 		}
@@ -89,6 +94,25 @@ func printRoutes(w io.Writer, list *ops.RouteList) error {
 	}
 	_, err := fmt.Fprintf(w, "%d route(s) configured, %d more with deliveries in the database only\n", configured, others)
 	return err
+}
+
+// printLanes says what a fifo route holds back: how many events wait
+// behind an earlier one of their resource, and each resource held, with
+// its head event (the one that goes first).
+func printLanes(w io.Writer, r ops.RouteSummary) {
+	if r.Ordering != config.OrderingFIFO || (r.Waiting == 0 && len(r.Held) == 0) {
+		return
+	}
+	fmt.Fprintf(w, "%s delivers in order per resource: %d event(s) of %d resource(s) wait behind an earlier one, the oldest %s\n",
+		r.Route, r.Waiting, r.WaitingResources, ops.AgeText(r.LongestWaitSeconds))
+	for _, h := range r.Held {
+		fmt.Fprintf(w, "  %s %s: head event %s %s after %d attempt(s), %d waiting since %s\n",
+			h.Source, h.Resource, h.EventID, h.State, h.Attempts, h.Waiting, h.Since.UTC().Format(time.RFC3339))
+		if h.State == "dead" {
+			fmt.Fprintf(w, "    dead, it holds the resource: hookrelay dead requeue --route %s (delivers it again), or hookrelay routes skip %s --event %s (the next goes)\n",
+				r.Route, r.Route, h.EventID)
+		}
+	}
 }
 
 // stateText is a route's state for the table: "circuit-open, probe in
@@ -154,5 +178,41 @@ dispatcher started later follows it. 'hookrelay routes resume NAME' ends it.`
 	if pause {
 		cmd.Flags().StringVar(&reason, "reason", "", "why the route is paused: shown with it (routes, the console, the API) until it is resumed, and in the audit log")
 	}
+	return cmd
+}
+
+// routesSkipCmd is `hookrelay routes skip ROUTE --event ID`.
+func (c *cli) routesSkipCmd() *cobra.Command {
+	var event string
+	cmd := &cobra.Command{
+		Use:   "skip ROUTE --event ID",
+		Short: "Let a fifo route's resource go on past its dead event",
+		Long: `On a route with ordering fifo and on_dead block, a dead event holds its
+resource: the resource's later events wait behind it ('hookrelay routes'
+lists them with their head). Requeueing its dead letter (hookrelay dead
+requeue) delivers it again, first. skip takes it out of the resource's
+order instead: the next event of the resource goes at once. Its dead letter
+stays in the route's dead-letter queue, to drop, or to requeue (it is then
+delivered whenever it comes, out of order). Audited.`,
+		Example: "  hookrelay routes skip billing --event 01936f4e-8c1a-7b3e-9d2f-4a5b6c7d8e9f",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(event)
+			if err != nil {
+				return setup.Usagef(cmd, "--event: want the event's id (a UUID): %v", err)
+			}
+			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+				h, err := svc.LaneSkip(cmd.Context(), args[0], id)
+				if err != nil {
+					return usage(cmd, err)
+				}
+				fmt.Fprintf(c.out, "skipped: event %s no longer holds %s %s on route %s; its next event goes (its dead letter stays)\n",
+					h.EventID, h.Source, h.Resource, args[0])
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&event, "event", "", "the dead event's id (required)")
+	_ = cmd.MarkFlagRequired("event")
 	return cmd
 }

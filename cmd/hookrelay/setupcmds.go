@@ -180,9 +180,9 @@ is neither (no dispatcher delivers it).`,
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "team", "declared", "version", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", ...}], "broker_error"}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "team", "declared", "version", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", "ordering", "waiting", "held", ...}], "broker_error"}`)
 	cmd.AddCommand(c.routesPauseCmd(true), c.routesPauseCmd(false), c.routesCreateCmd(), c.routesUpdateCmd(), c.routesDeleteCmd(),
-		c.routesRotateCmd(), c.routesResealCmd(), c.routesTestCmd())
+		c.routesRotateCmd(), c.routesResealCmd(), c.routesTestCmd(), c.routesSkipCmd())
 	return cmd
 }
 

@@ -526,7 +526,8 @@ func routeStats(db *store.DB) deliver.RouteStatsFunc {
 		}
 		out := make([]deliver.RouteStat, len(list))
 		for i, s := range list {
-			out[i] = deliver.RouteStat{Route: s.Route, Undelivered: s.Undelivered, OldestUndelivered: s.OldestUndelivered, Dead: s.Dead}
+			out[i] = deliver.RouteStat{Route: s.Route, Undelivered: s.Undelivered, OldestUndelivered: s.OldestUndelivered, Dead: s.Dead,
+				Waiting: s.Waiting, WaitingResources: s.WaitingResources, LongestWait: s.LongestWait}
 		}
 		return out, nil
 	}

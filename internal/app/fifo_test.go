@@ -18,6 +18,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/app"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/stretchr/testify/assert"
@@ -204,6 +205,8 @@ func TestFIFODeadHeadBlocksOrIsSkipped(t *testing.T) {
 
 	first := uuid.MustParse(post("A", 1))
 	second := uuid.MustParse(post("A", 2))
+	bFirst := uuid.MustParse(post("B", 1))
+	bSecond := uuid.MustParse(post("B", 2))
 	waitState := func(id uuid.UUID, route string, want webhook.DeliveryState) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -215,28 +218,80 @@ func TestFIFODeadHeadBlocksOrIsSkipped(t *testing.T) {
 	waitState(first, "skipping", webhook.StateDead)
 	waitState(second, "skipping", webhook.StateDelivered)
 	waitState(first, "blocking", webhook.StateDead)
-	// The skipping route went on; the blocking one holds A's second
-	// event, parked, however long: its dead letter is in the queue.
-	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("blocking"), 1, testenv.Scaled(10*time.Second))
-	var parked bool
-	require.NoError(t, h.db.Pool().QueryRow(ctx, `SELECT due_at = 'infinity' FROM deliveries WHERE event_id = $1 AND route = 'blocking'`, second).Scan(&parked))
-	require.True(t, parked, "A's second event waits behind the dead head")
+	waitState(bFirst, "blocking", webhook.StateDead)
+	// The skipping route went on; the blocking one holds A's and B's
+	// second events, parked, however long: their heads' dead letters are
+	// in the queue.
+	amqptest.WaitCount(t, h.ch, h.names.DeadQueue("blocking"), 2, testenv.Scaled(10*time.Second))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range []uuid.UUID{second, bSecond} {
+			var parked bool
+			require.NoError(c, h.db.Pool().QueryRow(ctx, `SELECT due_at = 'infinity' FROM deliveries WHERE event_id = $1 AND route = 'blocking'`, id).Scan(&parked))
+			require.True(c, parked, "%s waits behind its dead head", id)
+		}
+	}, testenv.Scaled(10*time.Second), 20*time.Millisecond)
 	for _, a := range arrivals(dest, "blocking") {
-		require.Equal(t, 1, a.seq, "nothing of A after the dead head reached the blocking route")
+		require.Equal(t, 1, a.seq, "nothing after a dead head reached the blocking route")
 	}
 
-	// The destination is fixed; the operator requeues the dead letter:
-	// the head is delivered, then the next.
+	// What an operator sees: both resources held, each behind its dead
+	// head, in the routes listing and the metrics.
+	svc := testOps(t, h, amqptest.Dialer(t))
+	list, err := svc.RouteList(ctx)
+	require.NoError(t, err)
+	var blockingSummary *ops.RouteSummary
+	for i := range list.Routes {
+		if list.Routes[i].Route == "blocking" {
+			blockingSummary = &list.Routes[i]
+		}
+	}
+	require.NotNil(t, blockingSummary)
+	require.Equal(t, config.OrderingFIFO, blockingSummary.Ordering)
+	require.EqualValues(t, 2, blockingSummary.Waiting)
+	require.EqualValues(t, 2, blockingSummary.WaitingResources)
+	require.NotNil(t, blockingSummary.LongestWaitSeconds)
+	heads := map[string]ops.LaneHead{}
+	for _, held := range blockingSummary.Held {
+		heads[held.Resource] = held
+	}
+	require.Equal(t, first, heads["A"].EventID)
+	require.Equal(t, "dead", heads["A"].State)
+	require.EqualValues(t, 1, heads["A"].Waiting)
+	require.Equal(t, bFirst, heads["B"].EventID)
+	require.EqualValues(t, 2, scrape(t, h.dispatcherBase)[`hookrelay_route_waiting{route="blocking"}`])
+	require.EqualValues(t, 2, scrape(t, h.dispatcherBase)[`hookrelay_route_waiting_resources{route="blocking"}`])
+
+	// The operator skips B's dead head: B's next event goes; B's dead
+	// letter stays.
+	skipped, err := svc.LaneSkip(ctx, "blocking", bFirst)
+	require.NoError(t, err)
+	require.Equal(t, "B", skipped.Resource)
+	waitState(bSecond, "blocking", webhook.StateDelivered)
+	waitState(bFirst, "blocking", webhook.StateDead)
+	_, err = svc.LaneSkip(ctx, "blocking", bSecond)
+	require.ErrorIs(t, err, store.ErrNotFound, "only a dead event on a lane is skipped")
+
+	// The destination is fixed; the operator requeues A's dead letter
+	// (and B's, which then goes as it comes): A's head is delivered, then
+	// the next.
 	mu.Lock()
 	healed = true
 	mu.Unlock()
-	svc := testOps(t, h, amqptest.Dialer(t))
-	moved, err := svc.DeadRequeue(ctx, "blocking", 10, nil)
+	moved, err := svc.DeadRequeueEvents(ctx, "blocking", []uuid.UUID{first}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, moved)
 	waitState(first, "blocking", webhook.StateDelivered)
 	waitState(second, "blocking", webhook.StateDelivered)
-	checkInOrder(t, arrivals(dest, "blocking"), []string{"A"}, 2)
+	var aOnly []arrival
+	for _, a := range arrivals(dest, "blocking") {
+		if a.resource == "A" {
+			aOnly = append(aOnly, a)
+		}
+	}
+	checkInOrder(t, aOnly, []string{"A"}, 2)
+	audit, _, err := h.db.AuditList(ctx, store.AuditFilter{Action: string(ops.ActionLaneSkip), Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, audit, 1, "the skip is audited")
 }
 
 // Issue 41: a dispatcher killed while it POSTs the head of a resource:

@@ -115,6 +115,11 @@ type RouteStat struct {
 	Undelivered       int64
 	OldestUndelivered time.Duration
 	Dead              int64
+	// Waiting pairs are parked behind an earlier event of their resource
+	// (ordering fifo), of WaitingResources resources, the oldest
+	// LongestWait old.
+	Waiting, WaitingResources int64
+	LongestWait               time.Duration
 }
 
 // RouteStatsFunc reads RouteStat for every route with pairs not delivered.
@@ -134,6 +139,9 @@ type RouteCollector struct {
 	oldest      *prometheus.Desc
 	dead        *prometheus.Desc
 	unserved    *prometheus.Desc
+	waiting     *prometheus.Desc
+	waitingRes  *prometheus.Desc
+	longestWait *prometheus.Desc
 }
 
 // NewRouteCollector returns a collector over stats for the routes that
@@ -148,6 +156,12 @@ func NewRouteCollector(stats RouteStatsFunc, routes func() []string) *RouteColle
 			"Age of the oldest undelivered event-route pair (0 when none).", []string{"route"}, nil),
 		dead: prometheus.NewDesc("hookrelay_route_dead",
 			"Event-route pairs in the dead-letter state, waiting for an operator.", []string{"route"}, nil),
+		waiting: prometheus.NewDesc("hookrelay_route_waiting",
+			"Event-route pairs of a route with ordering fifo waiting behind an earlier event of their resource (undelivered too).", []string{"route"}, nil),
+		waitingRes: prometheus.NewDesc("hookrelay_route_waiting_resources",
+			"Resources of a route with ordering fifo whose later events wait behind their head (failing, dead with on_dead block, or in flight).", []string{"route"}, nil),
+		longestWait: prometheus.NewDesc("hookrelay_route_longest_wait_seconds",
+			"Age of the oldest event-route pair waiting behind an earlier event of its resource (0 when none).", []string{"route"}, nil),
 		unserved: prometheus.NewDesc("hookrelay_route_unserved_undelivered",
 			"Event-route pairs pending or retrying on a route this dispatcher's config does not have: nothing delivers them. "+
 				"One series per such route, none when there are none.", []string{"route"}, nil),
@@ -160,6 +174,9 @@ func (c *RouteCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.dead
 	ch <- c.unserved
+	ch <- c.waiting
+	ch <- c.waitingRes
+	ch <- c.longestWait
 }
 
 // Collect implements prometheus.Collector. A failed query fails the scrape
@@ -169,7 +186,7 @@ func (c *RouteCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	stats, err := c.stats(ctx)
 	if err != nil {
-		for _, d := range []*prometheus.Desc{c.undelivered, c.oldest, c.dead, c.unserved} {
+		for _, d := range []*prometheus.Desc{c.undelivered, c.oldest, c.dead, c.unserved, c.waiting, c.waitingRes, c.longestWait} {
 			ch <- prometheus.NewInvalidMetric(d, err)
 		}
 		return
@@ -189,6 +206,9 @@ func (c *RouteCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.undelivered, prometheus.GaugeValue, float64(s.Undelivered), r)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestUndelivered.Seconds(), r)
 		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(s.Dead), r)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(s.Waiting), r)
+		ch <- prometheus.MustNewConstMetric(c.waitingRes, prometheus.GaugeValue, float64(s.WaitingResources), r)
+		ch <- prometheus.MustNewConstMetric(c.longestWait, prometheus.GaugeValue, s.LongestWait.Seconds(), r)
 	}
 }
 

@@ -24,6 +24,7 @@ const (
 	ActionReplay            Action = "replay"
 	ActionDeadRequeue       Action = "dead.requeue"
 	ActionDeadDrop          Action = "dead.drop"
+	ActionLaneSkip          Action = "lane.skip"
 	ActionPurge             Action = "purge"
 	ActionVersionReset      Action = "version.reset"
 	ActionTokenCreate       Action = "token.create"
@@ -38,7 +39,8 @@ const (
 
 // actions is the one table of the actions: the role each needs and
 // whether it changes something (and so writes the audit log). An
-// operator retries, replays, requeues, drops and pauses; an admin also
+// operator retries, replays, requeues, drops, skips a dead event that
+// holds its resource and pauses; an admin also
 // purges, resets versions, makes and changes routes and manages tokens.
 // Teams and resealing are the platform's, from the CLI.
 var actions = []actionRule{
@@ -51,6 +53,7 @@ var actions = []actionRule{
 	{ActionReplay, RoleOperator, true},
 	{ActionDeadRequeue, RoleOperator, true},
 	{ActionDeadDrop, RoleOperator, true},
+	{ActionLaneSkip, RoleOperator, true},
 	{ActionPurge, RoleAdmin, true},
 	{ActionVersionReset, RoleAdmin, true},
 	{ActionTokenCreate, RoleAdmin, true},

@@ -3,6 +3,7 @@ package ops_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -70,6 +71,12 @@ func (s *fakeStore) AuditInsert(_ context.Context, e *store.AuditEntry) error {
 }
 
 func (s *fakeStore) RouteStatsList(context.Context) ([]store.RouteStats, error) { return nil, s.err }
+func (s *fakeStore) LaneHeads(context.Context, string, int) ([]store.LaneHead, error) {
+	return nil, s.err
+}
+func (s *fakeStore) LaneSkipAudited(context.Context, string, uuid.UUID, *store.AuditEntry) (*store.LaneHead, error) {
+	return nil, errors.New("not in the fake")
+}
 
 func (s *fakeStore) RouteStateList(context.Context) ([]webhook.RouteState, error) { return nil, s.err }
 func (s *fakeStore) ActivitySince(context.Context, time.Duration) ([]store.ActivityCount, time.Time, error) {

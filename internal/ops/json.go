@@ -159,6 +159,18 @@ type RouteSummary struct {
 	Pending  int64 `json:"pending"`
 	Retrying int64 `json:"retrying"`
 	Dead     int64 `json:"dead"`
+	// Ordering is the route's ordering (drop_stale, fifo), empty for
+	// none.
+	Ordering string `json:"ordering,omitempty"`
+	// Waiting counts a fifo route's deliveries parked behind an earlier
+	// event of their resource (pending too), of WaitingResources
+	// resources, the oldest LongestWaitSeconds old; Held lists up to 10
+	// resources held back (events waiting, or a dead head), the longest
+	// waiting first.
+	Waiting            int64      `json:"waiting,omitempty"`
+	WaitingResources   int64      `json:"waiting_resources,omitempty"`
+	LongestWaitSeconds *float64   `json:"longest_wait_seconds,omitempty"`
+	Held               []LaneHead `json:"held,omitempty"`
 	// State is what the dispatchers do with the route, the first of:
 	// unopened (a route made at run time whose signing secret or header
 	// values this process's keys do not open; StateDetail says why: it is
@@ -206,4 +218,22 @@ type RouteSummary struct {
 	Filtered             bool   `json:"filtered,omitempty"`
 	FilteredLastHour     *int64 `json:"filtered_last_hour,omitempty"`
 	FilterErrorsLastHour *int64 `json:"filter_errors_last_hour,omitempty"`
+}
+
+// LaneHead is a resource of a fifo route whose events are held back: its
+// head goes first, Waiting events wait behind it.
+type LaneHead struct {
+	Source   string    `json:"source"`
+	Resource string    `json:"resource"`
+	EventID  uuid.UUID `json:"event_id"`
+	// State is the head's: dead (it holds the resource until requeued or
+	// skipped), retrying, or pending (in flight, or its copy on its way).
+	State    string    `json:"state"`
+	Attempts int       `json:"attempts"`
+	Waiting  int64     `json:"waiting"`
+	Since    time.Time `json:"since"`
+}
+
+func laneHeadOf(h store.LaneHead) LaneHead {
+	return LaneHead{Source: h.Source, Resource: h.Resource, EventID: h.Event, State: string(h.State), Attempts: h.Attempts, Waiting: h.Waiting, Since: h.Since}
 }

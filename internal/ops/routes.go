@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -23,6 +25,11 @@ type RouteStore interface {
 	// RouteStatsList counts each route's deliveries pending, retrying
 	// and dead, with the age of its oldest undelivered one.
 	RouteStatsList(ctx context.Context) ([]store.RouteStats, error)
+	// LaneHeads lists up to limit resources of a fifo route held back.
+	LaneHeads(ctx context.Context, route string, limit int) ([]store.LaneHead, error)
+	// LaneSkipAudited takes a dead event out of its resource's lane, so
+	// the next one goes.
+	LaneSkipAudited(ctx context.Context, route string, event uuid.UUID, e *store.AuditEntry) (*store.LaneHead, error)
 	RouteStateList(ctx context.Context) ([]webhook.RouteState, error)
 	RoutePauseAudited(ctx context.Context, route string, paused bool, by, reason string, e *store.AuditEntry) (bool, error)
 	// ActivitySince returns the per-minute counts of the last since, with
@@ -106,6 +113,12 @@ func (s *Service) RouteList(ctx context.Context) (*RouteList, error) {
 			}
 		}
 		routeState(&rs, st, r.RateLimit > 0)
+		rs.Ordering = r.Ordering
+		if r.Ordering == config.OrderingFIFO {
+			if err := s.fillLanes(ctx, &rs, n); err != nil {
+				return nil, err
+			}
+		}
 		if r.Filtered() {
 			rs.Filtered = true
 			rejected, failed, err := s.filteredLastHour(ctx, &filtered)
@@ -283,4 +296,45 @@ func routesAPI(mux *http.ServeMux, s *Service, logger zerolog.Logger) {
 			}
 		})
 	}
+}
+
+// fillLanes sets the waiting counts of a fifo route and the resources it
+// holds back.
+func (s *Service) fillLanes(ctx context.Context, rs *RouteSummary, n store.RouteStats) error {
+	rs.Waiting, rs.WaitingResources = n.Waiting, n.WaitingResources
+	if n.Waiting > 0 {
+		w := n.LongestWait.Seconds()
+		rs.LongestWaitSeconds = &w
+	}
+	if n.Waiting == 0 && n.Dead == 0 {
+		return nil
+	}
+	heads, err := s.Store.LaneHeads(ctx, rs.Route, 10)
+	if err != nil {
+		return err
+	}
+	for _, h := range heads {
+		rs.Held = append(rs.Held, laneHeadOf(h))
+	}
+	return nil
+}
+
+// LaneSkip takes the dead event out of its resource's lane on a fifo
+// route (on_dead block), so that the resource's next event goes; its dead
+// letter stays, for a requeue (delivered then out of order) or a drop.
+// Audited. store.ErrNotFound when the event is not dead on a lane there.
+func (s *Service) LaneSkip(ctx context.Context, route string, event uuid.UUID) (*LaneHead, error) {
+	if err := s.requireRoute(ctx, route); err != nil {
+		return nil, err
+	}
+	e, err := entry(ctx, ActionLaneSkip, route, map[string]any{"event_id": event.String()})
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.Store.LaneSkipAudited(ctx, route, event, e)
+	if err != nil {
+		return nil, err
+	}
+	out := laneHeadOf(*h)
+	return &out, nil
 }

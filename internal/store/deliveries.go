@@ -626,6 +626,11 @@ type RouteStats struct {
 	OldestUndelivered time.Duration
 	// Dead counts pairs in the dead-letter state.
 	Dead int64
+	// Waiting counts the pairs parked behind an earlier event of their
+	// resource (a route with ordering fifo), of WaitingResources
+	// resources; LongestWait is the age of the oldest of them.
+	Waiting, WaitingResources int64
+	LongestWait               time.Duration
 }
 
 // RouteStatsList reports undelivered and dead pairs per route (the
@@ -639,7 +644,10 @@ func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
 		       count(*) FILTER (WHERE state = 'pending'),
 		       count(*) FILTER (WHERE state = 'retrying'),
 		       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state IN ('pending', 'retrying'))), 0)::float8,
-		       count(*) FILTER (WHERE state = 'dead')
+		       count(*) FILTER (WHERE state = 'dead'),
+		       count(*) FILTER (WHERE due_at = `+parkedAt+`),
+		       count(DISTINCT lane) FILTER (WHERE due_at = `+parkedAt+`),
+		       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE due_at = `+parkedAt+`)), 0)::float8
 		FROM deliveries
 		WHERE state IN ('pending', 'retrying', 'dead')
 		GROUP BY route`)
@@ -648,10 +656,11 @@ func (db *DB) RouteStatsList(ctx context.Context) ([]RouteStats, error) {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RouteStats, error) {
 		var s RouteStats
-		var age float64
-		err := row.Scan(&s.Route, &s.Pending, &s.Retrying, &age, &s.Dead)
+		var age, wait float64
+		err := row.Scan(&s.Route, &s.Pending, &s.Retrying, &age, &s.Dead, &s.Waiting, &s.WaitingResources, &wait)
 		s.Undelivered = s.Pending + s.Retrying
 		s.OldestUndelivered = time.Duration(age * float64(time.Second))
+		s.LongestWait = time.Duration(wait * float64(time.Second))
 		return s, err
 	})
 }

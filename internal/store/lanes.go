@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,15 +17,17 @@ import (
 // A pair's lane is its event's source and resource, set when the pair is
 // made (laneSQL). The lane's head is its lowest-id pair still owed:
 // pending, retrying, or dead (a dead head blocks its lane until an
-// operator requeues it, unless the route's on_dead is skip, whose dead
-// pairs leave their lane). Only the head is delivered, and only while no
-// other pair of the lane is in flight; a copy of any other pair parks it
-// (due_at infinity: the reconciler leaves it alone) and is acked, and the
-// record that frees the lane sends the new head a copy (laneWakeSQL), in
-// its own transaction. Both take the lane's transaction lock first
-// (laneLockSQL), so a claim that parks and the record that frees the lane
-// see each other: the claim runs after the record committed and finds the
-// lane free, or before, and the record's wake finds it parked.
+// operator requeues or skips it, unless the route's on_dead is skip,
+// whose dead pairs leave their lane). Only the head is delivered, and
+// only while no other pair of the lane is in flight. A copy of any other
+// pair parks it (due_at infinity: the reconciler leaves it alone), in the
+// one statement that found it was not its turn, and is acked. The record
+// that frees the lane (its head delivered, or dead and skipped) sends the
+// new head a copy of a new generation through the outbox, in the
+// record's transaction, whether the head is parked or not: a head whose
+// copy was on its way meanwhile is parked by nobody, since the park is
+// fenced by the generation the copy carries, and the new generation makes
+// that copy stale. So no wake-up is lost, without a lock between the two.
 //
 // Pair ids come from one sequence, taken when the pair is made; an
 // event's pair is made in the statement that stores the event, before the
@@ -36,7 +39,8 @@ import (
 // names are identifiers: no space.
 const laneSQL = `CASE WHEN ordering_resource <> '' THEN source || ' ' || ordering_resource END`
 
-// laneLockSQL takes the transaction lock of route $1's lane $2.
+// laneLockSQL takes the transaction lock of route $1's lane $2: an
+// operator's skip and the claims of the lane's head take turns.
 const laneLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 41))`
 
 // laneOwed is the condition on a pair of a lane still owed.
@@ -46,159 +50,141 @@ const laneOwed = `state IN ('pending', 'retrying', 'dead')`
 const parkedAt = "'infinity'"
 
 // laneWakeSQL sends the head of route $1's lane $2 a copy when it is
-// parked and no pair of the lane is in flight: it is due now, at a new
-// generation (any older copy is stale), its copy in the outbox carrying
-// its series' next attempt number. It does nothing otherwise, so it may
-// run after any change of the lane.
+// parked (due now, at a new generation: the copy that parked it is
+// stale), its copy in the outbox carrying its series' next attempt
+// number. A head that is not parked (its copy on its way) is only
+// touched: a claim that found it was not its turn, and is about to park
+// it, sees the row changed and looks again (laneTurnSQL), so it is never
+// parked after the wake-up that would have sent it a copy. A dead head
+// blocks, and one in flight goes on. It runs when the lane was freed (its
+// head delivered, or dead and skipped), in that transaction.
+//
+// The SET expressions run on the row as it is when its lock is taken (a
+// concurrent park that committed meanwhile included), so parked is
+// decided on the newest row; RETURNING tells a wake-up from a touch by
+// due_at, which only a wake-up sets to this transaction's now().
 const laneWakeSQL = `
 	WITH head AS (
-		SELECT id, event_id, due_at FROM deliveries
+		SELECT id, event_id, state FROM deliveries
 		WHERE route = $1 AND lane = $2 AND ` + laneOwed + `
 		ORDER BY id LIMIT 1
 	), u AS (
-		UPDATE deliveries d SET gen = d.gen + 1, due_at = now(), updated_at = now()
+		-- The head's state is checked on head, not on d: a state in
+		-- d's conditions lets the planner take an index of undelivered
+		-- pairs (with no statistics yet, a fresh day) and read them all.
+		UPDATE deliveries d SET
+			gen        = CASE WHEN d.due_at = ` + parkedAt + ` THEN d.gen + 1 ELSE d.gen END,
+			due_at     = CASE WHEN d.due_at = ` + parkedAt + ` THEN now() ELSE d.due_at END,
+			updated_at = clock_timestamp()
 		FROM head
-		WHERE d.event_id = head.event_id AND d.route = $1 AND d.id = head.id AND head.due_at = ` + parkedAt + `
-		  AND NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.route = $1 AND o.lane = $2 AND o.` + laneOwed + `
-		                  AND o.id <> head.id AND o.lease_until > now())
-		RETURNING d.id, d.event_id, d.route, d.gen, d.series
+		WHERE d.event_id = head.event_id AND d.route = $1 AND d.id = head.id AND head.state IN ('pending', 'retrying')
+		  AND (d.lease_owner IS NULL OR d.lease_until <= now())
+		RETURNING d.id, d.event_id, d.route, d.gen, d.series, d.due_at = now() AS woken
 	)
 	INSERT INTO outbox (event_id, routing_key, route, gen, attempt)
 	SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen,
 	       (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a
 	        WHERE a.event_id = u.event_id AND a.delivery_id = u.id AND a.series = u.series)
-	FROM u JOIN events e ON e.id = u.event_id`
+	FROM u JOIN events e ON e.id = u.event_id
+	WHERE u.woken`
+
+// laneTurnSQL reads whether the pair of event $1 on route $2 may go now
+// (it has no lane, or it is its lane's head and no other pair of the lane
+// is in flight) and, when not, parks it: only while the copy ($3) is of
+// its generation, it is owed and not in flight elsewhere. It answers the
+// pair's id, whether it was its turn, and whether it is parked now.
+var laneTurnSQL = `
+	WITH pair AS (
+		SELECT d.id, d.lane, d.state, d.gen, d.due_at, d.lease_owner, d.lease_until, d.updated_at,
+		       -- Not owed (delivered, stale, or out of its lane): no head
+		       -- to wait for; claimOn answers it.
+		       d.lane IS NULL OR NOT d.` + laneOwed + ` OR (
+		           (SELECT h.id FROM deliveries h WHERE h.route = $2 AND h.lane = d.lane AND h.` + laneOwed + ` ORDER BY h.id LIMIT 1) = d.id
+		           -- In flight: a live lease, whatever the state (no state
+		           -- here, so that only the index of leased pairs serves).
+		           AND NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.route = $2 AND o.lane = d.lane AND o.lease_owner IS NOT NULL
+		                           AND o.id <> d.id AND o.lease_until > now())) AS turn
+		FROM deliveries d WHERE d.event_id = $1 AND @day(d.event_id) AND d.route = $2
+	), me AS (
+		SELECT pair.*, NOT turn AND gen = $3 AND state IN ('pending', 'retrying') AS waits,
+		       due_at <> ` + parkedAt + ` AND (lease_owner IS NULL OR lease_until <= now()) AS parkable
+		FROM pair
+	), park AS (
+		-- Only while the row is as read (checked again after a concurrent
+		-- change: a wake-up touches it). No state on d: it lets the
+		-- planner take an index of undelivered pairs and read them all.
+		UPDATE deliveries d SET due_at = ` + parkedAt + `, updated_at = clock_timestamp()
+		FROM me
+		WHERE d.event_id = $1 AND @day(d.event_id) AND d.route = $2 AND me.waits AND me.parkable
+		  AND d.gen = $3 AND d.updated_at = me.updated_at
+		RETURNING d.id
+	)
+	SELECT me.id, me.lane, me.turn, me.waits, EXISTS (SELECT 1 FROM park) OR (me.waits AND me.due_at = ` + parkedAt + `)
+	FROM me`
 
 // DeliveryClaimInOrder is DeliveryClaim for a route that delivers in order
 // (ordering fifo). A pair whose event has a resource is claimed only when
 // it is its lane's head and no other pair of the lane is in flight;
 // otherwise it is parked, and the claim fails with webhook.ErrWaiting:
-// the copy is done with, and the record that frees the lane sends the pair
-// a new one. A pair whose event has no resource, or that left its lane, is
-// claimed as by DeliveryClaim. skipDead says the route's dead pairs leave
-// their lane (on_dead skip): Record then frees the lane on a dead outcome
-// too.
+// the copy is done with, and the record that frees the lane sends the
+// pair a new one. A pair whose event has no resource, or that left its
+// lane, is claimed as by DeliveryClaim, and so is a copy that is stale, of
+// a final pair, or of a pair in flight elsewhere (its answer is
+// DeliveryClaim's). skipDead says the route's dead pairs leave their
+// lane (on_dead skip): Record then frees the lane on a dead outcome too.
 //
 // A dead pair is claimed whatever its place: its copy is a dead letter an
 // operator moved back, which restarts it.
 func (db *DB) DeliveryClaimInOrder(ctx context.Context, owner, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration, skipDead bool) (*DeliveryLease, error) {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
-	var (
-		l      *DeliveryLease
-		parked bool
-	)
-	err := pgx.BeginFunc(ctx, db.lax, func(tx pgx.Tx) error {
-		var err error
-		l, parked, err = db.claimInOrder(ctx, tx, owner, eventID, route, attempt, gen, ttl)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if parked {
-		return nil, webhook.ErrWaiting
-	}
-	l.skipDead = skipDead
-	if err := l.flushTakeover(ctx); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// claimInOrder is DeliveryClaimInOrder in tx; parked says the pair was
-// parked.
-func (db *DB) claimInOrder(ctx context.Context, tx pgx.Tx, owner, eventID uuid.UUID, route string, attempt int, copyGen int64, ttl time.Duration) (*DeliveryLease, bool, error) {
-	var (
-		id   int64
-		lane *string
-	)
-	for range 2 {
-		// The lane's lock is taken in the statement that reads it (an
-		// event's resource never changes; a pair only leaves its lane, as
-		// a dead one that is then claimed anyway).
-		err := tx.QueryRow(ctx, withDays(`
-			SELECT d.id, d.lane, (SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(d.route || E'\n' || d.lane, 41))) x)
-			FROM deliveries d WHERE d.event_id = $1 AND @day(d.event_id) AND d.route = $2`, eventID),
-			pgUUID(eventID), route).Scan(&id, &lane, new(int64))
+	for range 5 {
+		var (
+			id                  int64
+			lane                *string
+			turn, waits, parked bool
+		)
+		err := db.lax.QueryRow(ctx, withDays(laneTurnSQL, eventID), pgUUID(eventID), route, gen).Scan(&id, &lane, &turn, &waits, &parked)
 		if errors.Is(err, pgx.ErrNoRows) {
-			if err := deliveryCreate(ctx, db, tx, eventID, route); err != nil {
-				return nil, false, err
+			// No row for the pair yet: create it, then look again.
+			if err := deliveryCreate(ctx, db, db.lax, eventID, route); err != nil {
+				return nil, err
 			}
 			continue
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("taking delivery lease: reading the pair's lane: %w", err)
+			return nil, fmt.Errorf("taking delivery lease: reading the pair's turn: %w", err)
 		}
-		break
-	}
-	if id == 0 {
-		return nil, false, errors.New("claiming delivery: the pair was not made")
-	}
-	if lane == nil {
-		l, err := db.claimOn(ctx, tx, owner, eventID, route, attempt, &copyGen, ttl)
-		return l, false, err
-	}
-	// A new statement: it sees what committed before the lock was taken.
-	var (
-		state               string
-		gen                 int64
-		busy, parked, first bool
-		othersInFlight      bool
-	)
-	err := tx.QueryRow(ctx, withDays(`
-		SELECT d.state, d.gen, COALESCE(d.lease_until > now() AND d.lease_owner <> $4, false), d.due_at = `+parkedAt+`,
-		       (SELECT h.id FROM deliveries h WHERE h.route = $2 AND h.lane = $3 AND h.`+laneOwed+` ORDER BY h.id LIMIT 1) = d.id,
-		       EXISTS (SELECT 1 FROM deliveries o WHERE o.route = $2 AND o.lane = $3 AND o.`+laneOwed+`
-		               AND o.id <> d.id AND o.lease_until > now())
-		FROM deliveries d WHERE d.event_id = $1 AND @day(d.event_id) AND d.route = $2`, eventID),
-		pgUUID(eventID), route, *lane, pgUUID(owner)).Scan(&state, &gen, &busy, &parked, &first, &othersInFlight)
-	if err != nil {
-		return nil, false, fmt.Errorf("taking delivery lease: reading the pair's lane: %w", err)
-	}
-	owed := state == string(webhook.StatePending) || state == string(webhook.StateRetrying)
-	if owed && gen == copyGen && !busy && (!first || othersInFlight) {
-		// Not its turn: park it.
-		if _, err := tx.Exec(ctx, withDays(`
-			UPDATE deliveries SET due_at = `+parkedAt+`, updated_at = now()
-			WHERE event_id = $1 AND @day(event_id) AND route = $2 AND due_at <> `+parkedAt, eventID),
-			pgUUID(eventID), route); err != nil {
-			return nil, false, fmt.Errorf("parking the pair behind its lane's head: %w", err)
+		if parked {
+			return nil, webhook.ErrWaiting
 		}
-		return nil, true, nil
-	}
-	if owed && parked && gen == copyGen {
-		// Its turn, and parked still (the copy that parked it came again
-		// after the lane freed): due again, so that a claim lost with its
-		// holder leaves the pair to the reconciler.
-		if _, err := tx.Exec(ctx, withDays(`
-			UPDATE deliveries SET due_at = now(), updated_at = now()
-			WHERE event_id = $1 AND @day(event_id) AND route = $2`, eventID),
-			pgUUID(eventID), route); err != nil {
-			return nil, false, fmt.Errorf("unparking the pair: %w", err)
+		if waits && !turn {
+			// Not its turn, yet not parked: the row changed since it was
+			// read (a wake-up touched it, its lane freed): look again.
+			continue
 		}
+		l, err := db.claimOn(ctx, db.lax, owner, eventID, route, attempt, &gen, ttl)
+		if err != nil {
+			return nil, err
+		}
+		if err := l.flushTakeover(ctx); err != nil {
+			return nil, err
+		}
+		if lane != nil {
+			l.route, l.lane, l.skipDead = route, *lane, skipDead
+		}
+		return l, nil
 	}
-	// Its turn; or a copy that is stale, of a final pair, of a pair in
-	// flight, or a dead letter moved back: claimOn answers those as for
-	// any route.
-	l, err := db.claimOn(ctx, tx, owner, eventID, route, attempt, &copyGen, ttl)
-	if err != nil {
-		return nil, false, err
-	}
-	l.route, l.lane = route, *lane
-	return l, false, nil
+	return nil, errors.New("claiming delivery: the pair's turn changed under every look")
 }
 
-// recordInOrder is Record of a lease on a lane: in one transaction that
-// holds the lane's lock, the attempt's record, the pair's leaving its
-// lane when it went dead on a route whose dead pairs do not block, and
-// the wake of the lane's next head.
+// recordInOrder is Record of a lease claimed in order: in one
+// transaction, the attempt's record, the pair's leaving its lane when it
+// went dead on a route whose dead pairs do not block, and, when the
+// outcome freed the lane, the copy of its next head.
 func (l *DeliveryLease) recordInOrder(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
 	var recErr error
 	err = pgx.BeginFunc(ctx, l.db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, laneLockSQL, l.route, l.lane); err != nil {
-			return fmt.Errorf("recording attempt: taking the lane's lock: %w", err)
-		}
 		if l.tries > 1 {
 			// As recordAgain: after the first try, if it is still running.
 			if _, err := tx.Exec(ctx, withDays(`SELECT 1 FROM deliveries WHERE event_id = $2 AND @day(event_id) AND id = $1 FOR UPDATE`, l.eventID),
@@ -213,15 +199,20 @@ func (l *DeliveryLease) recordInOrder(ctx context.Context, a *webhook.Attempt) (
 		if recErr != nil {
 			return recErr
 		}
+		freed := a.Outcome == webhook.StateDelivered || a.Outcome == webhook.StateStale
 		if a.Outcome == webhook.StateDead && l.skipDead {
 			if _, err := tx.Exec(ctx, withDays(`
 				UPDATE deliveries SET lane = NULL WHERE event_id = $2 AND @day(event_id) AND id = $1 AND state = 'dead'`, l.eventID),
 				l.id, pgUUID(l.eventID)); err != nil {
 				return fmt.Errorf("recording attempt: skipping the dead pair: %w", err)
 			}
+			freed = true
+		}
+		if !freed {
+			return nil // a retry holds the lane, and so does a dead head
 		}
 		if _, err := tx.Exec(ctx, laneWakeSQL, l.route, l.lane); err != nil {
-			return fmt.Errorf("recording attempt: sending the lane's next event: %w", err)
+			return fmt.Errorf("recording attempt: sending the resource's next event: %w", err)
 		}
 		return nil
 	})
@@ -229,4 +220,101 @@ func (l *DeliveryLease) recordInOrder(ctx context.Context, a *webhook.Attempt) (
 		return 0, false, err
 	}
 	return gen, current, recErr
+}
+
+// LaneHead is a resource of a fifo route whose events wait: its head (the
+// lowest-id pair still owed, which goes first) and how many wait behind it.
+type LaneHead struct {
+	// Source and Resource name the lane.
+	Source, Resource string
+	// Event is the head's event, in State after Attempts attempts.
+	Event    uuid.UUID
+	State    webhook.DeliveryState
+	Attempts int
+	// Waiting pairs are parked behind it, the oldest made Since.
+	Waiting int64
+	Since   time.Time
+}
+
+// LaneHeads lists up to limit resources of route that hold events back:
+// those with events parked behind their head, and those whose head is
+// dead (on_dead block), the longest waiting first.
+func (db *DB) LaneHeads(ctx context.Context, route string, limit int) ([]LaneHead, error) {
+	ctx, cancel := db.boundOps(ctx)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `
+		WITH held AS (
+			SELECT lane, count(*) FILTER (WHERE due_at = `+parkedAt+`) AS waiting,
+			       min(created_at) FILTER (WHERE due_at = `+parkedAt+`) AS since,
+			       min(created_at) FILTER (WHERE state = 'dead') AS dead_since
+			FROM deliveries
+			WHERE route = $1 AND lane IS NOT NULL AND (due_at = `+parkedAt+` OR state = 'dead') AND `+laneOwed+`
+			GROUP BY lane
+			ORDER BY COALESCE(min(created_at) FILTER (WHERE due_at = `+parkedAt+`), min(created_at))
+			LIMIT $2
+		)
+		SELECT held.lane, h.event_id, h.state, h.attempts, held.waiting, COALESCE(held.since, held.dead_since)
+		FROM held CROSS JOIN LATERAL (
+			SELECT d.event_id, d.state, d.attempts FROM deliveries d
+			WHERE d.route = $1 AND d.lane = held.lane AND d.`+laneOwed+`
+			ORDER BY d.id LIMIT 1
+		) h
+		WHERE held.waiting > 0 OR h.state = 'dead'`, route, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading the waiting resources of route %s: %w", route, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LaneHead, error) {
+		var (
+			h     LaneHead
+			lane  string
+			state string
+		)
+		err := row.Scan(&lane, &h.Event, &state, &h.Attempts, &h.Waiting, &h.Since)
+		h.Source, h.Resource, _ = strings.Cut(lane, " ")
+		h.State = webhook.DeliveryState(state)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the waiting resources of route %s: %w", route, err)
+	}
+	return out, nil
+}
+
+// LaneSkipAudited takes the dead pair of event on route out of its lane,
+// so the resource's next event goes (its dead letter stays, for requeue
+// or drop), writing e to the audit log in the same transaction. It fails
+// with ErrNotFound when the pair is not dead on a lane.
+func (db *DB) LaneSkipAudited(ctx context.Context, route string, event uuid.UUID, e *AuditEntry) (*LaneHead, error) {
+	var h *LaneHead
+	err := db.audited(ctx, e, func(tx pgx.Tx) (map[string]any, error) {
+		var lane *string
+		err := tx.QueryRow(ctx, withDays(`SELECT lane FROM deliveries WHERE event_id = $1 AND @day(event_id) AND route = $2`, event),
+			pgUUID(event), route).Scan(&lane)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && lane == nil) {
+			return nil, fmt.Errorf("event %s on route %s: no pair on a resource's lane: %w", event, route, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("skipping a dead event: %w", err)
+		}
+		if _, err := tx.Exec(ctx, laneLockSQL, route, *lane); err != nil {
+			return nil, fmt.Errorf("skipping a dead event: taking the lane's lock: %w", err)
+		}
+		tag, err := tx.Exec(ctx, withDays(`
+			UPDATE deliveries SET lane = NULL, updated_at = now()
+			WHERE event_id = $1 AND @day(event_id) AND route = $2 AND state = 'dead' AND lane IS NOT NULL`, event),
+			pgUUID(event), route)
+		if err != nil {
+			return nil, fmt.Errorf("skipping a dead event: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil, fmt.Errorf("event %s on route %s is not dead: only a dead event is skipped: %w", event, route, ErrNotFound)
+		}
+		if _, err := tx.Exec(ctx, laneWakeSQL, route, *lane); err != nil {
+			return nil, fmt.Errorf("skipping a dead event: sending the resource's next event: %w", err)
+		}
+		h = &LaneHead{Event: event, State: webhook.StateDead}
+		h.Source, h.Resource, _ = strings.Cut(*lane, " ")
+		return map[string]any{"source": h.Source, "resource": h.Resource}, nil
+	})
+	return h, err
 }

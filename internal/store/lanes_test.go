@@ -114,6 +114,11 @@ func TestLaneDeliversItsHeadOnly(t *testing.T) {
 	stale, err := claim(a2, 0, false)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), stale.Gen(), "read, not claimed: another generation")
+	// And a copy of a delivered pair is read, not claimed: nothing to
+	// wait for.
+	done, err := claim(a1, 1, false)
+	require.NoError(t, err)
+	require.Equal(t, webhook.StateDelivered, done.State())
 
 	// A2 dies on a route that blocks: A3 waits behind it.
 	a3 := insertResource(t, db, "a3", "sub_A")

@@ -61,7 +61,7 @@ func TestMigrationPartitionsADatabaseWithData(t *testing.T) {
 		}
 		return m
 	}
-	laterIndexes := map[string][]string{"deliveries": {"deliveries_lane_idx"}}
+	laterIndexes := map[string][]string{"deliveries": {"deliveries_lane_idx", "deliveries_lane_leased_idx"}}
 	before := map[string]map[uint32]bool{"events": indexes("events"), "deliveries": indexes("deliveries"), "delivery_attempts": indexes("delivery_attempts")}
 
 	v, err := store.Migrate(ctx, dbURL)

@@ -13,3 +13,9 @@ ALTER TABLE deliveries ADD COLUMN lane text;
 -- dead and blocking). Only pairs of events with a resource are indexed.
 CREATE INDEX deliveries_lane_idx ON deliveries (route, lane, id)
     WHERE lane IS NOT NULL AND state IN ('pending', 'retrying', 'dead');
+
+-- A lane's pairs in flight (a live lease): what a claim checks besides
+-- the head, without reading every owed pair of the lane. A claim adds the
+-- entry, and the record that releases the lease takes the pair out.
+CREATE INDEX deliveries_lane_leased_idx ON deliveries (route, lane)
+    WHERE lane IS NOT NULL AND lease_owner IS NOT NULL;
