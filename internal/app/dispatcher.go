@@ -197,6 +197,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
+	unparkUnordered(ctx, db, follower.Current(), logger)
 	reg.MustRegister(deliver.NewRouteCollector(routeStats(db), func() []string { return follower.Current().Names() }), newUnopenedCollector(follower))
 	// The route engine needs the consumers, whose connects need it: it is
 	// set before they run.

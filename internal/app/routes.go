@@ -170,13 +170,43 @@ func deliverRoutes(set *routeset.Set) []deliver.Route {
 		out = append(out, deliver.Route{
 			Name: r.Name, URL: r.URL, Timeout: r.Timeout, Headers: r.Headers, NoRetry: noRetry,
 			MaxAttempts: r.MaxAttempts, SigningKeys: r.Keys, PreviousKey: r.Previous, PreviousUntil: r.PreviousUntil,
-			DropStale: r.Ordering == config.OrderingDropStale, InOrder: r.Ordering == config.OrderingFIFO, SkipDead: r.OnDead == config.OnDeadSkip,
+			DropStale: r.Ordering == config.OrderingDropStale, InOrder: inOrder(r),
+			// A deleted route finishing its backlog: a dead head must not
+			// hold the rest, or it never retires.
+			SkipDead:      r.OnDead == config.OnDeadSkip || r.Retiring,
 			NoTraceparent: !r.SendsTraceparent(), DeadLetterAll: r.Retiring && r.Disposal == store.DisposeDeadLetter,
 			Guarded:  r.Guarded(),
 			Filtered: r.Filtered(), Transform: r.TransformProgram, Version: r.Version,
 		})
 	}
 	return out
+}
+
+// inOrder says whether the dispatchers deliver r in order per resource:
+// ordering fifo, unless it is deleted with its backlog going to its dead
+// letters (each event goes there as it comes).
+func inOrder(r *routeset.Route) bool {
+	return r.Ordering == config.OrderingFIFO && !(r.Retiring && r.Disposal == store.DisposeDeadLetter)
+}
+
+// unparkUnordered makes the parked pairs of set's routes that are not
+// delivered in order due again (store.LanesUnpark): a route whose ordering
+// was fifo left them, and no record of it wakes them now.
+func unparkUnordered(ctx context.Context, db *store.DB, set *routeset.Set, logger zerolog.Logger) {
+	var names []string
+	for _, r := range set.All() {
+		if r.Broken == nil && !inOrder(r) {
+			names = append(names, r.Name)
+		}
+	}
+	n, err := db.LanesUnpark(ctx, names)
+	if err != nil {
+		logger.Error().Err(err).Msg("making the waiting deliveries of routes no longer in order due; the next change of the routes, or the next start, tries again")
+		return
+	}
+	if n > 0 {
+		logger.Info().Int64("deliveries", n).Msg("routes no longer in order: their waiting deliveries are due again, for the reconciler")
+	}
 }
 
 // controlRoutes are set's routes as the controls take them.
@@ -212,6 +242,7 @@ func (e *routeEngine) apply(ctx context.Context, old, set *routeset.Set) {
 		return
 	}
 	e.consumers.SetGroups(consumerGroups(e.cfg, set, e.names, e.handler, e.controls))
+	unparkUnordered(ctx, e.db, set, e.logger)
 	for _, r := range set.All() {
 		if o := old.Get(r.Name); o == nil || o.Version != r.Version || o.Retiring != r.Retiring {
 			ev := e.logger.Info().Str("route", r.Name).Int64("version", r.Version).Strs("bindings", bindingsOf(r))

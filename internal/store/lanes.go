@@ -318,3 +318,22 @@ func (db *DB) LaneSkipAudited(ctx context.Context, route string, event uuid.UUID
 	})
 	return h, err
 }
+
+// LanesUnpark makes the parked pairs of routes due again: routes that no
+// longer deliver in order (ordering changed, or a deleted route whose
+// backlog goes to its dead letters), on which no record will wake them.
+// The reconciler then sends them (a margin after). It returns how many.
+func (db *DB) LanesUnpark(ctx context.Context, routes []string) (int64, error) {
+	if len(routes) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	tag, err := db.pool.Exec(ctx, `
+		UPDATE deliveries SET due_at = now(), updated_at = now()
+		WHERE route = ANY($1) AND state IN ('pending', 'retrying') AND due_at = `+parkedAt, routes)
+	if err != nil {
+		return 0, fmt.Errorf("making the parked pairs of routes no longer in order due: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -143,11 +144,27 @@ func TestLaneDeliversItsHeadOnly(t *testing.T) {
 	require.Equal(t, []int64{1}, readLane(t, db, c2).copies, "the next one goes")
 
 	// The reconciler leaves a parked pair alone, however long it waits.
+	// (Its event's topic copy published: the outbox row gone, as the
+	// publisher leaves it.)
 	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET created_at = now() - interval '1 hour' WHERE event_id = $1`, a3)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `DELETE FROM outbox WHERE event_id = $1`, a3)
 	require.NoError(t, err)
 	n, err := db.DeliveryReconcile(ctx, "billing", time.Millisecond, 100, func() error { return nil })
 	require.NoError(t, err)
 	for _, p := range n {
 		require.NotEqual(t, a3, p.EventID, "a parked pair is not re-sent")
 	}
+
+	// The route stops being fifo: its parked pairs are due again, for the
+	// reconciler, since no record will wake them.
+	unparked, err := db.LanesUnpark(ctx, []string{"billing"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, unparked)
+	require.False(t, readLane(t, db, a3).parked)
+	// (Due from the unpark's now(): a round a millisecond later sends it.)
+	require.Eventually(t, func() bool {
+		n, err := db.DeliveryReconcile(ctx, "billing", time.Millisecond, 100, func() error { return nil })
+		return err == nil && slices.ContainsFunc(n, func(p store.Reconciled) bool { return p.EventID == a3 })
+	}, 5*time.Second, 10*time.Millisecond, "the reconciler sends it")
 }
