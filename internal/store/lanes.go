@@ -39,8 +39,8 @@ import (
 // names are identifiers: no space.
 const laneSQL = `CASE WHEN ordering_resource <> '' THEN source || ' ' || ordering_resource END`
 
-// laneLockSQL takes the transaction lock of route $1's lane $2: an
-// operator's skip and the claims of the lane's head take turns.
+// laneLockSQL takes the transaction lock of route $1's lane $2: two
+// operators' skips of one lane take turns.
 const laneLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\n' || $2, 41))`
 
 // laneOwed is the condition on a pair of a lane still owed.
@@ -91,8 +91,9 @@ const laneWakeSQL = `
 // laneTurnSQL reads whether the pair of event $1 on route $2 may go now
 // (it has no lane, or it is its lane's head and no other pair of the lane
 // is in flight) and, when not, parks it: only while the copy ($3) is of
-// its generation, it is owed and not in flight elsewhere. It answers the
-// pair's id, whether it was its turn, and whether it is parked now.
+// its generation, it is owed and not in flight elsewhere, and its row is
+// as read. It answers the pair's id and lane, whether it was its turn,
+// whether it should have been parked, and whether it is parked now.
 var laneTurnSQL = `
 	WITH pair AS (
 		SELECT d.id, d.lane, d.state, d.gen, d.due_at, d.lease_owner, d.lease_until, d.updated_at,
@@ -119,7 +120,7 @@ var laneTurnSQL = `
 		  AND d.gen = $3 AND d.updated_at = me.updated_at
 		RETURNING d.id
 	)
-	SELECT me.id, me.lane, me.turn, me.waits, EXISTS (SELECT 1 FROM park) OR (me.waits AND me.due_at = ` + parkedAt + `)
+	SELECT me.id, me.lane, me.turn, me.waits AND me.parkable, EXISTS (SELECT 1 FROM park) OR (me.waits AND me.due_at = ` + parkedAt + `)
 	FROM me`
 
 // DeliveryClaimInOrder is DeliveryClaim for a route that delivers in order
@@ -159,8 +160,10 @@ func (db *DB) DeliveryClaimInOrder(ctx context.Context, owner, eventID uuid.UUID
 			return nil, webhook.ErrWaiting
 		}
 		if waits && !turn {
-			// Not its turn, yet not parked: the row changed since it was
-			// read (a wake-up touched it, its lane freed): look again.
+			// Not its turn, parkable, yet not parked: the row changed since
+			// it was read (a wake-up touched it, its lane freed): look
+			// again. (One in flight elsewhere is not parkable: claimOn
+			// answers it busy.)
 			continue
 		}
 		l, err := db.claimOn(ctx, db.lax, owner, eventID, route, attempt, &gen, ttl)
