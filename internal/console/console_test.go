@@ -77,3 +77,29 @@ func TestEventPageRenders(t *testing.T) {
 	require.Equal(t, 1, strings.Count(html, `class="attempt-trace"`), "only the attempt in another trace is marked")
 	require.Contains(t, html, `href="http://jaeger:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"`)
 }
+
+// Issue 41: a fifo route's page says how many events wait, and lists each
+// resource held back with its head event.
+func TestRoutePageShowsHeldResources(t *testing.T) {
+	pages, err := parsePages()
+	require.NoError(t, err)
+	head := uuid.New()
+	wait := 42.0
+	route := &ops.RouteSummary{Route: "ledger", Queue: "hookrelay.route.ledger", Bindings: []string{"stripe.#"}, Ordering: "fifo",
+		Waiting: 3, WaitingResources: 1, LongestWaitSeconds: &wait, Dead: 1,
+		Held: []ops.LaneHead{{Source: "stripe", Resource: "sub_A", EventID: head, State: "dead", Attempts: 4, Waiting: 3, Since: time.Now().Add(-time.Minute)}}}
+	var buf bytes.Buffer
+	err = pages["route"].Execute(&buf, map[string]any{"Route": route, "User": user{Actor: "token:t", Role: ops.RoleViewer}, "Page": "route"})
+	require.NoError(t, err)
+	html := buf.String()
+	require.Contains(t, html, "3 event(s) of 1 resource(s) wait behind an earlier one, the oldest 42s")
+	require.Contains(t, html, `<a href="/events/`+head.String()+`"><code>`+head.String()+`</code></a></td><td class="state">dead</td><td>4</td><td>3</td>`)
+	require.Contains(t, html, "hookrelay routes skip ledger --event ID")
+
+	// An unordered route shows neither.
+	route.Ordering, route.Held = "", nil
+	buf.Reset()
+	require.NoError(t, pages["route"].Execute(&buf, map[string]any{"Route": route, "User": user{Actor: "token:t", Role: ops.RoleViewer}, "Page": "route"}))
+	require.NotContains(t, buf.String(), "Resources held back")
+	require.NotContains(t, buf.String(), "wait behind")
+}
