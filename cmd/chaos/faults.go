@@ -318,7 +318,11 @@ func (s *suite) runFaults(ctx context.Context) error {
 	s.rate = rate
 	s.load = newLoad(receivers, secret, rate)
 	s.loadDone = make(chan struct{})
-	ordered := max(rate/4, 5)
+	// A twentieth of the load: a fifo route's backlog after a fault drains
+	// one event per resource per wake-up (docs/ordering.md#cost), and at a
+	// quarter of the load (25/s) it took the machine the suite shares with
+	// three broker nodes and two Postgres past what it recovers from.
+	ordered := max(rate/20, 5)
 	s.load.runOrdered(loadCtx, ordered)
 	go func() {
 		defer close(s.loadDone)
