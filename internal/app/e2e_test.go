@@ -178,6 +178,23 @@ func runDispatcherChild() {
 	fmt.Fprintln(os.Stderr, "dispatcher returned:", err)
 }
 
+// startDispatcherChild runs this test binary as a dispatcher on cfg
+// (runDispatcherChild), its output gathered in out; the test's end kills
+// it.
+func startDispatcherChild(t *testing.T, cfg *config.Config) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "HOOKRELAY_TEST_CHILD=dispatcher", "HOOKRELAY_TEST_CHILD_CONFIG="+string(raw))
+	out := &strings.Builder{}
+	// One writer for both: exec calls its Write from one goroutine at a time.
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, out
+}
+
 func TestDispatcherKilledMidRun(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -190,18 +207,11 @@ func TestDispatcherKilledMidRun(t *testing.T) {
 	const n = 300
 	ids := h.postAll(n, 8, func(int) string { return "invoice.paid" })
 
-	raw, err := json.Marshal(h.cfg)
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "HOOKRELAY_TEST_CHILD=dispatcher", "HOOKRELAY_TEST_CHILD_CONFIG="+string(raw))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, out := startDispatcherChild(t, h.cfg)
 
 	dest.waitFor(60*time.Second, "a third of the deliveries", func(rs []received) bool { return len(rs) >= n/3 })
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	err = cmd.Wait()
+	err := cmd.Wait()
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended by %v\n%s", err, out.String())
 	beforeRestart := len(dest.snapshot())

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -336,14 +333,7 @@ func TestFIFOHeadSurvivesADispatcherKilledMidPOST(t *testing.T) {
 			ids = append(ids, post(r, seq))
 		}
 	}
-	raw, err := json.Marshal(h.cfg)
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "HOOKRELAY_TEST_CHILD=dispatcher", "HOOKRELAY_TEST_CHILD_CONFIG="+string(raw))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, out := startDispatcherChild(t, h.cfg)
 	select {
 	case <-hung:
 	case <-time.After(testenv.Scaled(30 * time.Second)):
@@ -361,7 +351,7 @@ func TestFIFOHeadSurvivesADispatcherKilledMidPOST(t *testing.T) {
 		}
 	}, testenv.Scaled(30*time.Second), 20*time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	err = cmd.Wait()
+	err := cmd.Wait()
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended by %v\n%s", err, out.String())
 	close(release)

@@ -2,14 +2,11 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,14 +129,7 @@ func TestLeaseExpiresAfterDispatcherKilledMidPOST(t *testing.T) {
 	h.cfg.Dispatcher.LeaseMargin = time.Second
 	h.start(app.ReceiverOptions{})
 
-	raw, err := json.Marshal(h.cfg)
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "HOOKRELAY_TEST_CHILD=dispatcher", "HOOKRELAY_TEST_CHILD_CONFIG="+string(raw))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, out := startDispatcherChild(t, h.cfg)
 
 	id := h.postSigned("evt_killed", "invoice.paid").ID
 	select {
@@ -166,7 +156,7 @@ func TestLeaseExpiresAfterDispatcherKilledMidPOST(t *testing.T) {
 	}, testenv.Scaled(5*time.Second), 20*time.Millisecond, "no dispatcher transaction stays open during the POST")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	err = cmd.Wait()
+	err := cmd.Wait()
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended by %v\n%s", err, out.String())
 	after := h.pair(t, id, "billing")
