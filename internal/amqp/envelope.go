@@ -228,6 +228,18 @@ func movedBackMessage(d amqp.Delivery, route string, now time.Time) amqp.Publish
 	}
 }
 
+// HandedMessage is m, a copy addressed to its route (m.Route), as a
+// consumer of the route's queue would read it, had it been published
+// there: a message a record handed over to its dispatcher instead
+// (deliver.HandOver).
+func HandedMessage(names Names, m webhook.Message) webhook.RouteMessage {
+	_, _, p := eventMessage("", names, m, "")
+	return decodeRouteMessage(amqp.Delivery{
+		ContentType: p.ContentType, MessageId: p.MessageId, Timestamp: p.Timestamp,
+		Type: p.Type, AppId: p.AppId, Headers: p.Headers, Body: p.Body,
+	})
+}
+
 // decodeRouteMessage reads a message consumed from a route queue: an
 // event's first copy, a replayed or retried copy, or a dead letter moved
 // back. A message without a valid event id comes back Malformed.

@@ -214,3 +214,24 @@ func TestDeadLetterReasonFromXDeath(t *testing.T) {
 	require.Equal(t, "delivery_limit", info.Reason)
 	require.Empty(t, decodeDeadLetter(amqp.Delivery{}).Reason)
 }
+
+// Issue 41: a message a record hands over (a fifo route) reads as the
+// copy addressed to its route that the relay would have published: the
+// same event, generation, attempt, headers for its dead letter.
+func TestHandedMessageReadsAsItsCopy(t *testing.T) {
+	names := Names{Prefix: "hookrelay"}
+	m := webhook.Message{
+		EventID: uuid.New(), Route: "billing", RoutingKey: "acme.subscription.updated", Gen: 3, Attempt: 2,
+		Source: "acme", EventType: "subscription.updated", ContentType: "application/json", Body: []byte(`{"a":1}`),
+		ReceivedAt: time.Now().UTC(), TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+	}
+	got := HandedMessage(names, m)
+	_, _, p := eventMessage("hookrelay.events", names, m, "1.1")
+	want := decodeRouteMessage(consumed(p))
+	require.Equal(t, want, got)
+	require.True(t, got.Addressed)
+	require.Equal(t, int64(3), got.Gen)
+	require.Equal(t, 2, got.Attempt)
+	require.Equal(t, m.TraceParent, got.TraceParent)
+	require.Equal(t, "acme", got.Source)
+}

@@ -185,8 +185,11 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		// each connect, after the name resolved (DNS rebinding).
 		GuardedClient: deliver.NewGuardedClient(guard.Control, opts.Resolver),
 		Tracer:        tr.TracerOrNil(),
-		Metrics:       metrics,
-		Logger:        logger,
+		// A fifo route's record hands its holder the resource's next
+		// event, read as its copy would be.
+		Handed:  func(m webhook.Message) webhook.RouteMessage { return amqp.HandedMessage(names, m) },
+		Metrics: metrics,
+		Logger:  logger,
 		// Route controls: each attempt's answer counts toward the circuit
 		// breaker; a Retry-After holds the route.
 		ObserveFunc: controls.Observe,
@@ -409,7 +412,11 @@ func admitAndHandle(ctx context.Context, route string, m webhook.RouteMessage, s
 		}
 		return err
 	}
-	return handler.Handle(ctx, route, m, stopping)
+	// The events of m's resource handed over after it (a fifo route) are
+	// each admitted as m was.
+	return handler.HandleThen(ctx, route, m, stopping, func(ctx context.Context) error {
+		return controls.Admit(ctx, route, stopping)
+	})
 }
 
 // holdBudget returns a channel that closes when stopping does or budget
@@ -554,7 +561,19 @@ func (s deliverStore) DeliveryClaimInOrder(ctx context.Context, owner, eventID u
 	if err != nil {
 		return nil, err
 	}
-	return l, nil
+	return orderedLease{l}, nil
+}
+
+// orderedLease is a store lease claimed in order as a deliver.HandOver.
+type orderedLease struct{ *store.DeliveryLease }
+
+// Next is store.DeliveryLease.Next, its lease as a deliver.Lease.
+func (l orderedLease) Next() (deliver.Lease, webhook.Message, bool) {
+	n, m, ok := l.DeliveryLease.Next()
+	if !ok {
+		return nil, m, false
+	}
+	return orderedLease{n}, m, true
 }
 
 // DeliveryStale adapts store.DB.DeliveryStale to deliver.OrderingStore.

@@ -298,6 +298,24 @@ func TestFIFODeadHeadBlocksOrIsSkipped(t *testing.T) {
 // nothing arrives out of order.
 func TestFIFOHeadSurvivesADispatcherKilledMidPOST(t *testing.T) {
 	t.Parallel()
+	fifoKilledMidPOST(t, 1)
+}
+
+// Issue 41: the same, the dispatcher killed while it POSTs an event that
+// the record of the one before handed over to it (A's second: when A's
+// first is delivered, its dispatcher goes on with A's next event without a
+// copy through the queue). The handed event's copy, held in the outbox
+// until its lease ran out, brings it to the next dispatcher, which takes
+// its lease over; then the rest goes in order.
+func TestFIFOHandedOverEventSurvivesADispatcherKilledMidPOST(t *testing.T) {
+	t.Parallel()
+	fifoKilledMidPOST(t, 2)
+}
+
+// fifoKilledMidPOST kills a dispatcher while it POSTs A's event hangSeq
+// (its first attempt), and checks that every event is then delivered
+// once, in order.
+func fifoKilledMidPOST(t *testing.T, hangSeq int) {
 	h, post := fifoHarness(t)
 	h.cfg.Dispatcher.LeaseMargin = 500 * time.Millisecond
 	hung := make(chan struct{}, 1)
@@ -305,7 +323,7 @@ func TestFIFOHeadSurvivesADispatcherKilledMidPOST(t *testing.T) {
 	var hangOnce sync.Once
 	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, body []byte, _ string, prior int) int {
 		e := parseFIFO(body)
-		if e.Data.Object.ID == "A" && e.Seq == 1 && prior == 0 {
+		if e.Data.Object.ID == "A" && e.Seq == hangSeq && prior == 0 {
 			hangOnce.Do(func() { hung <- struct{}{} })
 			<-release
 			// Its dispatcher is dead: nobody reads this answer.
@@ -337,7 +355,7 @@ func TestFIFOHeadSurvivesADispatcherKilledMidPOST(t *testing.T) {
 	select {
 	case <-hung:
 	case <-time.After(testenv.Scaled(30 * time.Second)):
-		t.Fatalf("A's first event never reached the destination:\n%s", out.String())
+		t.Fatalf("A's event %d never reached the destination:\n%s", hangSeq, out.String())
 	}
 	// B is not held by A's head in flight: its events are delivered and
 	// recorded (a kill between a 2xx and its record would POST that one
@@ -368,7 +386,7 @@ func TestFIFOHeadSurvivesADispatcherKilledMidPOST(t *testing.T) {
 	for pair, n := range dest.successes() {
 		require.Equal(t, 1, n, "%s delivered once", pair)
 	}
-	var expired int
-	require.NoError(t, h.db.Pool().QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE outcome = 'lease_expired'`).Scan(&expired))
-	require.Equal(t, 1, expired, "the killed dispatcher's attempt of the head was taken over")
+	var expired []string
+	require.NoError(t, h.db.Pool().QueryRow(ctx, `SELECT COALESCE(array_agg(event_id::text), '{}') FROM delivery_attempts WHERE outcome = 'lease_expired'`).Scan(&expired))
+	require.Equal(t, []string{ids[2*(hangSeq-1)]}, expired, "the killed dispatcher's attempt of A's event %d was taken over", hangSeq)
 }

@@ -87,6 +87,28 @@ type LaneStore interface {
 	DeliveryClaimInOrder(ctx context.Context, owner uuid.UUID, eventID uuid.UUID, route string, attempt int, gen int64, ttl time.Duration, skipDead bool) (Lease, error)
 }
 
+// HandOver is a Lease claimed in order (LaneStore) whose record can hand
+// its holder the resource's next event, so that a resource's events go
+// one after another from one dispatcher, without a copy through the
+// outbox and the broker between two of them (docs/ordering.md).
+type HandOver interface {
+	// HandOver asks Record, when its outcome frees the resource, to claim
+	// the resource's next event for the same holder, with a lease of ttl,
+	// instead of sending it a copy. That event's copy waits in the outbox
+	// until the lease runs out: if the holder stops before its record, the
+	// copy delivers it.
+	HandOver(ttl time.Duration)
+	// Next returns, once, the event Record handed over: its lease and its
+	// message, addressed to the route. ok is false when none was.
+	Next() (lease Lease, m webhook.Message, ok bool)
+}
+
+// handOverFor bounds how long a delivery goes on with the events of its
+// resource that records hand over (HandOver), from its message's start:
+// after it, the next one's copy goes through the route's queue, where
+// the other resources' copies waiting get their turn.
+const handOverFor = 10 * time.Second
+
 // RuleStore is what routes with rules need from Postgres.
 type RuleStore interface {
 	// DeliveryExists reports whether the (event, route) pair exists.
@@ -227,6 +249,11 @@ type Config struct {
 	// Tracer, when set, traces each delivery (see trace.go), its POST
 	// included.
 	Tracer trace.Tracer
+	// Handed reads a message handed over by a record (HandOver) as a
+	// consumer of its route's queue would read it, had it been published
+	// there. Nil: no hand-over, each next event's copy goes through the
+	// queue.
+	Handed func(webhook.Message) webhook.RouteMessage
 }
 
 // Handler delivers messages.
@@ -370,38 +397,118 @@ func refuseEvery(string, string, syscall.RawConn) error {
 // aborts the delivery: an HTTP attempt in flight is cancelled and nothing
 // is recorded for it.
 func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMessage, stopping <-chan struct{}) error {
+	return h.HandleThen(ctx, route, msg, stopping, nil)
+}
+
+// HandleThen is Handle, and then, on a route that delivers in order, the
+// events of msg's resource that each record handed over (HandOver), one
+// after another, each once admit lets it (nil: at once), for up to
+// handOverFor, while stopping is open. Their outcomes are their own:
+// once msg's outcome is stored, HandleThen returns nil, and a next event
+// that fails (or that admit or stopping turns away) is given back, its
+// copy sent through the route's queue at once.
+func (h *Handler) HandleThen(ctx context.Context, route string, msg webhook.RouteMessage, stopping <-chan struct{}, admit func(context.Context) error) error {
+	start := time.Now()
+	next, err := h.handle(ctx, route, msg, stopping, nil, true)
+	for next != nil {
+		if err != nil {
+			h.giveBack(ctx, route, next)
+			return err
+		}
+		lease, m := next.lease, next.msg
+		if isClosed(stopping) {
+			h.giveBack(ctx, route, next)
+			return nil
+		}
+		if admit != nil {
+			if aerr := admit(ctx); aerr != nil {
+				h.giveBack(ctx, route, next)
+				h.logger.Debug().Err(aerr).Str("route", route).Msg("the resource's next event handed over, not admitted; its copy goes through the queue")
+				return nil
+			}
+		}
+		var serr error
+		next, serr = h.handle(ctx, route, h.cfg.Handed(m), stopping, lease, time.Since(start) < handOverFor)
+		if serr != nil {
+			// The event's held copy goes now (a record that committed
+			// deleted it: then nothing is sent).
+			h.giveBack(ctx, route, &handed{lease: lease, msg: m})
+			h.logger.Warn().Err(serr).Str("route", route).Stringer("event_id", m.EventID).
+				Msg("delivering the resource's next event, handed over, failed; its copy goes through the queue")
+			err = nil
+			if next != nil {
+				h.giveBack(ctx, route, next)
+				next = nil
+			}
+		}
+	}
+	return err
+}
+
+// handed is an event a record handed over: its lease and message.
+type handed struct {
+	lease Lease
+	msg   webhook.Message
+}
+
+// giveBack releases a lease handed over, which sends its copy through the
+// route's queue at once.
+func (h *Handler) giveBack(ctx context.Context, route string, n *handed) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := n.lease.Release(rctx); err != nil {
+		h.logger.Warn().Err(err).Str("route", route).Stringer("event_id", n.msg.EventID).
+			Msg("giving back an event handed over failed; its copy goes when its lease runs out")
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// handle delivers msg, with held its pair's lease when a record handed it
+// over (nil: it is claimed), and returns the event of its resource that
+// its record handed over when handOver asks for one.
+func (h *Handler) handle(ctx context.Context, route string, msg webhook.RouteMessage, stopping <-chan struct{}, held Lease, handOver bool) (next *handed, err error) {
 	h.mu.RLock()
 	r, ok := h.routes[route]
 	h.mu.RUnlock()
 	if !ok {
-		return fmt.Errorf("no route %q", route)
+		return nil, fmt.Errorf("no route %q", route)
 	}
 	d := &delivery{Handler: h, route: r, msg: msg, stop: stopping, log: h.logger.With().Str("route", route).Logger()}
 	if msg.Malformed != nil {
 		// Nothing to deliver or record against: park it for an operator.
 		d.log.Error().Err(msg.Malformed).Str("message_id", msg.Wire.MessageID).Msg("malformed message; dead-lettering")
-		return d.deadLetter(ctx, "malformed", &webhook.Attempt{Route: route, StartedAt: h.now(), Error: msg.Malformed.Error()})
+		return nil, d.deadLetter(ctx, "malformed", &webhook.Attempt{Route: route, StartedAt: h.now(), Error: msg.Malformed.Error()})
 	}
 	d.log = d.log.With().Stringer("event_id", msg.EventID).Int("attempt", msg.Attempt).Logger()
 	ctx, end := d.startDelivery(ctx)
 	defer end()
 	if r.Filtered && !msg.Addressed {
 		if done, err := d.notAddressed(ctx); done || err != nil {
-			return err
+			return nil, err
 		}
 	}
 
-	var lease Lease
-	err := d.timed("claim", func() (err error) {
-		lease, err = d.claim(ctx)
-		return err
-	})
+	lease := held
+	if lease == nil {
+		err = d.timed("claim", func() (err error) {
+			lease, err = d.claim(ctx)
+			return err
+		})
+	}
 	if errors.Is(err, webhook.ErrWaiting) {
 		// An earlier event of its resource is owed or in flight: the
 		// pair is parked, and gets a new copy when its turn comes.
 		d.cfg.Metrics.outcome(route, "waiting")
 		d.log.Debug().Msg("an earlier event of its resource goes first; parked")
-		return nil
+		return nil, nil
 	}
 	if errors.Is(err, webhook.ErrEventPurged) && !msg.MovedBack {
 		// Purge keeps every event with a pair still to deliver (pending,
@@ -413,7 +520,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		// happen.
 		d.cfg.Metrics.outcome(route, "superseded")
 		d.log.Warn().Int64("gen", msg.Gen).Msg("event purged, so every pair of it was final: stale copy dropped without a POST")
-		return nil
+		return nil, nil
 	}
 	if errors.Is(err, webhook.ErrEventMissing) {
 		// A dead letter an operator moved back whose event was purged
@@ -422,18 +529,18 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		// cannot help, and delivering without a record would break the
 		// at-most-once promise: park it for an operator.
 		d.log.Error().Err(err).Msg("event purged; dead-lettering")
-		return d.deadLetter(ctx, "event_missing", &webhook.Attempt{
+		return nil, d.deadLetter(ctx, "event_missing", &webhook.Attempt{
 			Route: route, Number: msg.Attempt, StartedAt: h.now(), Error: "event purged from the database",
 		})
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if done, err := d.current(ctx, lease); done || err != nil {
-		return err
+		return nil, err
 	}
 	if done, err := d.stale(ctx, lease); done || err != nil {
-		return err
+		return nil, err
 	}
 	var attempt *webhook.Attempt
 	var tier int
@@ -459,11 +566,11 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 			if rerr := lease.Release(ctx); rerr != nil {
 				d.log.Warn().Err(rerr).Msg("releasing delivery lease")
 			}
-			return shapeErr
+			return nil, shapeErr
 		default:
 			var retryAfter time.Duration
 			if attempt, retryAfter, err = d.attempt(ctx, lease, req); err != nil {
-				return err
+				return nil, err
 			}
 			if h.cfg.ObserveFunc != nil {
 				h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
@@ -475,13 +582,22 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 	attempt.FirstAttemptAt = msg.FirstAttemptAt
 	attempt.TraceParent = tracing.Of(ctx).Parent
 	d.outcome(attempt, deadReason)
+	hand, _ := lease.(HandOver)
+	if hand != nil && handOver && r.InOrder && h.cfg.Handed != nil && !isClosed(d.stop) {
+		hand.HandOver(d.leaseTTL())
+	}
 	var done bool
 	err = d.timed("record", func() (err error) {
 		done, err = d.record(ctx, lease, attempt)
 		return err
 	})
+	if hand != nil {
+		if l, m, ok := hand.Next(); ok {
+			next = &handed{lease: l, msg: m}
+		}
+	}
 	if done || err != nil {
-		return err
+		return next, err
 	}
 	if h.cfg.AfterRecordFunc != nil {
 		h.cfg.AfterRecordFunc(attempt.Outcome)
@@ -491,7 +607,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		d.retried(attempt, tier)
 	case webhook.StateDead:
 		if err := d.deadLetter(ctx, deadReason, attempt); err != nil {
-			return err
+			return next, err
 		}
 		h.cfg.Metrics.outcome(route, "dead")
 		d.log.Warn().Int("status", attempt.Status).Str("error", attempt.Error).Msg("delivery dead-lettered")
@@ -499,7 +615,7 @@ func (h *Handler) Handle(ctx context.Context, route string, msg webhook.RouteMes
 		h.cfg.Metrics.outcome(route, "delivered")
 		d.log.Debug().Int("status", attempt.Status).Msg("delivered")
 	}
-	return nil
+	return next, nil
 }
 
 // delivery is one message being handled.

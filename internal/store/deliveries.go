@@ -50,6 +50,16 @@ type DeliveryLease struct {
 	// skipDead: a dead outcome leaves the lane (on_dead skip).
 	route, lane string
 	skipDead    bool
+	// handOver, when set, asks the record that frees the lane to claim
+	// its next head for owner with a lease of this ttl (HandOver); next
+	// and nextMsg are that head's lease and message once it committed.
+	handOver time.Duration
+	next     *DeliveryLease
+	nextMsg  webhook.Message
+	// outbox is the held outbox row of a lease handed over: its copy,
+	// due when the lease runs out. Record deletes it; Release makes it
+	// due at once.
+	outbox int64
 }
 
 // leaseExpiredError is the error recorded for an attempt whose lease
@@ -432,6 +442,9 @@ func (l *DeliveryLease) Release(ctx context.Context) error {
 
 // releaseOn is Release through q.
 func (l *DeliveryLease) releaseOn(ctx context.Context, q querier) error {
+	if l.outbox != 0 {
+		return l.releaseHanded(ctx, q)
+	}
 	if _, err := q.Exec(ctx, withDays(`
 		UPDATE deliveries SET lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL
 		WHERE event_id = $3 AND @day(event_id) AND id = $1 AND lease_owner = $2`, l.eventID), l.id, pgUUID(l.owner), pgUUID(l.eventID)); err != nil {

@@ -88,6 +88,47 @@ const laneWakeSQL = `
 	FROM u JOIN events e ON e.id = u.event_id
 	WHERE u.woken`
 
+// laneHandOverSQL is laneWakeSQL for a holder that goes on with the lane
+// itself (HandOver): the head of route $1's lane $2, when it is pending or
+// retrying and not in flight, is claimed for owner $3 with a lease of $4,
+// at a new generation (a copy of it on its way, or parked, is stale), and
+// its copy goes into the outbox due only when that lease runs out: the
+// holder's record deletes it, and if the holder stops first, that copy
+// delivers the head. It returns the head's lease and message, and no row
+// when there is no such head (laneWakeSQL then runs). A lease owner $3
+// holds already is taken again: a record tried again after its answer was
+// lost hands the same head over again.
+const laneHandOverSQL = `
+	WITH head AS (
+		SELECT id, event_id, state, series FROM deliveries
+		WHERE route = $1 AND lane = $2 AND ` + laneOwed + `
+		ORDER BY id LIMIT 1
+	), n AS (
+		SELECT head.*, (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a
+		                WHERE a.event_id = head.event_id AND a.delivery_id = head.id AND a.series = head.series) AS attempt
+		FROM head WHERE head.state IN ('pending', 'retrying')
+	), u AS (
+		UPDATE deliveries d SET
+			gen = d.gen + 1, due_at = now(),
+			lease_owner = $3, lease_at = now(), lease_until = now() + $4::interval, lease_attempt = n.attempt,
+			updated_at = clock_timestamp()
+		FROM n
+		WHERE d.event_id = n.event_id AND d.route = $1 AND d.id = n.id
+		  AND (d.lease_owner IS NULL OR d.lease_owner = $3)
+		RETURNING d.id, d.event_id, d.gen, d.state, d.attempts, n.attempt
+	), e AS (
+		SELECT e.id, e.source, e.event_type, e.content_type, e.body, e.received_at, COALESCE(e.trace_parent, '') AS trace_parent
+		FROM events e WHERE e.id = (SELECT event_id FROM u)
+	), o AS (
+		INSERT INTO outbox (event_id, routing_key, route, gen, attempt, next_try_at)
+		SELECT u.event_id, e.source || '.' || e.event_type, $1, u.gen, u.attempt, now() + $4::interval
+		FROM u JOIN e ON e.id = u.event_id
+		RETURNING id
+	)
+	SELECT u.id, u.event_id, u.gen, u.state, u.attempts, u.attempt, (SELECT id FROM o),
+	       e.source, e.event_type, e.content_type, e.body, e.received_at, e.trace_parent
+	FROM u JOIN e ON e.id = u.event_id`
+
 // laneTurnSQL reads whether the pair of event $1 on route $2 may go now
 // (it has no lane, or it is its lane's head and no other pair of the lane
 // is in flight) and, when not, parks it: only while the copy ($3) is of
@@ -96,10 +137,11 @@ const laneWakeSQL = `
 // whether it should have been parked, and whether it is parked now.
 var laneTurnSQL = `
 	WITH pair AS (
-		SELECT d.id, d.lane, d.state, d.gen, d.due_at, d.lease_owner, d.lease_until, d.updated_at,
+		SELECT d.id, d.lane, d.state, d.gen, d.due_at, d.lease_owner, d.lease_until, d.updated_at, d.attempts,
 		       -- Not owed (delivered, stale, or out of its lane): no head
 		       -- to wait for; claimOn answers it.
-		       d.lane IS NULL OR NOT d.` + laneOwed + ` OR (
+		       -- A stale copy: nothing to wait for either.
+		       d.lane IS NULL OR d.gen <> $3 OR NOT d.` + laneOwed + ` OR (
 		           (SELECT h.id FROM deliveries h WHERE h.route = $2 AND h.lane = d.lane AND h.` + laneOwed + ` ORDER BY h.id LIMIT 1) = d.id
 		           -- In flight: a live lease, whatever the state (no state
 		           -- here, so that only the index of leased pairs serves).
@@ -120,7 +162,8 @@ var laneTurnSQL = `
 		  AND d.gen = $3 AND d.updated_at = me.updated_at
 		RETURNING d.id
 	)
-	SELECT me.id, me.lane, me.turn, me.waits AND me.parkable, EXISTS (SELECT 1 FROM park) OR (me.waits AND me.due_at = ` + parkedAt + `)
+	SELECT me.id, me.lane, me.turn, me.waits AND me.parkable, EXISTS (SELECT 1 FROM park) OR (me.waits AND me.due_at = ` + parkedAt + `),
+	       me.state, me.gen, me.attempts
 	FROM me`
 
 // DeliveryClaimInOrder is DeliveryClaim for a route that delivers in order
@@ -141,11 +184,13 @@ func (db *DB) DeliveryClaimInOrder(ctx context.Context, owner, eventID uuid.UUID
 	defer cancel()
 	for range 5 {
 		var (
-			id                  int64
+			id, pairGen         int64
 			lane                *string
 			turn, waits, parked bool
+			state               string
+			attempts            int
 		)
-		err := db.lax.QueryRow(ctx, withDays(laneTurnSQL, eventID), pgUUID(eventID), route, gen).Scan(&id, &lane, &turn, &waits, &parked)
+		err := db.lax.QueryRow(ctx, withDays(laneTurnSQL, eventID), pgUUID(eventID), route, gen).Scan(&id, &lane, &turn, &waits, &parked, &state, &pairGen, &attempts)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No row for the pair yet: create it, then look again.
 			if err := deliveryCreate(ctx, db, db.lax, eventID, route); err != nil {
@@ -158,6 +203,11 @@ func (db *DB) DeliveryClaimInOrder(ctx context.Context, owner, eventID uuid.UUID
 		}
 		if parked {
 			return nil, webhook.ErrWaiting
+		}
+		if st := webhook.DeliveryState(state); pairGen != gen || st == webhook.StateDelivered || st == webhook.StateStale {
+			// A stale copy, or a final pair: answered as claimOn would,
+			// read and not claimed, without its statement.
+			return &DeliveryLease{db: db, id: id, eventID: eventID, owner: owner, state: st, gen: pairGen, attempts: attempts}, nil
 		}
 		if waits && !turn {
 			// Not its turn, parkable, yet not parked: the row changed since
@@ -186,7 +236,11 @@ func (db *DB) DeliveryClaimInOrder(ctx context.Context, owner, eventID uuid.UUID
 // went dead on a route whose dead pairs do not block, and, when the
 // outcome freed the lane, the copy of its next head.
 func (l *DeliveryLease) recordInOrder(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
-	var recErr error
+	var (
+		recErr error
+		next   *DeliveryLease
+		msg    webhook.Message
+	)
 	err = pgx.BeginFunc(ctx, l.db.pool, func(tx pgx.Tx) error {
 		if l.tries > 1 {
 			// As recordAgain: after the first try, if it is still running.
@@ -211,8 +265,20 @@ func (l *DeliveryLease) recordInOrder(ctx context.Context, a *webhook.Attempt) (
 			}
 			freed = true
 		}
+		if l.outbox != 0 {
+			// Recorded: the copy held for a stop before the record goes.
+			if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, l.outbox); err != nil {
+				return fmt.Errorf("recording attempt: deleting the held copy: %w", err)
+			}
+		}
 		if !freed {
 			return nil // a retry holds the lane, and so does a dead head
+		}
+		if l.handOver > 0 {
+			var err error
+			if next, msg, err = l.handNext(ctx, tx); err != nil || next != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, laneWakeSQL, l.route, l.lane); err != nil {
 			return fmt.Errorf("recording attempt: sending the resource's next event: %w", err)
@@ -222,7 +288,72 @@ func (l *DeliveryLease) recordInOrder(ctx context.Context, a *webhook.Attempt) (
 	if err != nil {
 		return 0, false, err
 	}
+	l.next, l.nextMsg = next, msg
 	return gen, current, recErr
+}
+
+// handNext claims the lane's next head for l's owner in tx
+// (laneHandOverSQL): nil when there is none to claim.
+func (l *DeliveryLease) handNext(ctx context.Context, tx pgx.Tx) (*DeliveryLease, webhook.Message, error) {
+	var (
+		n          = &DeliveryLease{db: l.db, owner: l.owner, held: true, route: l.route, lane: l.lane, skipDead: l.skipDead}
+		m          = webhook.Message{Route: l.route}
+		state      string
+		receivedAt time.Time
+		eventID    [16]byte
+	)
+	err := tx.QueryRow(ctx, laneHandOverSQL, l.route, l.lane, pgUUID(l.owner), l.handOver).Scan(
+		&n.id, &eventID, &n.gen, &state, &n.attempts, &m.Attempt, &n.outbox,
+		&m.Source, &m.EventType, &m.ContentType, &m.Body, &receivedAt, &m.EventTraceParent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, m, nil
+	}
+	if err != nil {
+		return nil, m, fmt.Errorf("recording attempt: handing the resource's next event over: %w", err)
+	}
+	n.eventID, n.state = eventID, webhook.DeliveryState(state)
+	m.EventID, m.Gen, m.OutboxID, m.ReceivedAt = eventID, n.gen, n.outbox, receivedAt
+	m.RoutingKey = m.Source + "." + m.EventType
+	// The delivery continues its event's trace, as an event's first copy.
+	m.TraceParent = m.EventTraceParent
+	return n, m, nil
+}
+
+// HandOver asks Record, when its outcome frees the lane (a lease claimed
+// in order), to claim the lane's next head for the same holder, with a
+// lease of ttl, instead of sending it a copy: Next then returns it. The
+// head's copy waits in the outbox until that lease runs out, for a holder
+// that stops before it records.
+func (l *DeliveryLease) HandOver(ttl time.Duration) {
+	if l.lane != "" {
+		l.handOver = ttl
+	}
+}
+
+// Next returns the lease and message of the lane's next head that Record
+// handed over (HandOver), once: ok is false when it handed none. The
+// holder delivers it as if its copy had come (Record it, or Release it:
+// its copy then goes at once).
+func (l *DeliveryLease) Next() (next *DeliveryLease, msg webhook.Message, ok bool) {
+	next, msg = l.next, l.nextMsg
+	l.next, l.nextMsg = nil, webhook.Message{}
+	return next, msg, next != nil
+}
+
+// releaseHanded is Release of a lease handed over: the lease is given back
+// and its held copy made due at once, in one statement.
+func (l *DeliveryLease) releaseHanded(ctx context.Context, q querier) error {
+	if _, err := q.Exec(ctx, withDays(`
+		WITH r AS (
+			UPDATE deliveries SET lease_owner = NULL, lease_at = NULL, lease_until = NULL, lease_attempt = NULL
+			WHERE event_id = $3 AND @day(event_id) AND id = $1 AND lease_owner = $2
+		)
+		UPDATE outbox SET next_try_at = now() WHERE id = $4 AND attempts = 0 AND next_try_at > now()`, l.eventID),
+		l.id, pgUUID(l.owner), pgUUID(l.eventID), l.outbox); err != nil {
+		return fmt.Errorf("releasing delivery lease: %w", err)
+	}
+	l.held = false
+	return nil
 }
 
 // LaneHead is a resource of a fifo route whose events wait: its head (the

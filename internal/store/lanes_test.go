@@ -168,3 +168,83 @@ func TestLaneDeliversItsHeadOnly(t *testing.T) {
 		return err == nil && slices.ContainsFunc(n, func(p store.Reconciled) bool { return p.EventID == a3 })
 	}, 5*time.Second, 10*time.Millisecond, "the reconciler sends it")
 }
+
+// Issue 41: a holder that asks for it (HandOver) is handed its lane's next
+// head by the record that frees the lane, claimed at a new generation in
+// that transaction, parked or not; the head's copy waits in the outbox
+// until the lease runs out, the holder's record deletes it, and a Release
+// sends it at once.
+func TestLaneHandsItsNextHeadOver(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.Open(t)
+	ctx := context.Background()
+	const ttl = time.Minute
+	owner := uuid.New()
+	due := func(id uuid.UUID) (held, now bool) {
+		t.Helper()
+		require.NoError(t, db.Pool().QueryRow(ctx, `
+			SELECT COALESCE(bool_or(next_try_at > now() + interval '30 seconds'), false), COALESCE(bool_or(next_try_at <= now()), false)
+			FROM outbox WHERE event_id = $1 AND route = 'billing'`, id).Scan(&held, &now))
+		return held, now
+	}
+	delivered := func(l *store.DeliveryLease, id uuid.UUID, gen int64) {
+		t.Helper()
+		l.HandOver(ttl)
+		_, _, err := l.Record(ctx, &webhook.Attempt{EventID: id, Route: "billing", Number: 1, StartedAt: time.Now(), Gen: gen,
+			Outcome: webhook.StateDelivered, Status: 200})
+		require.NoError(t, err)
+	}
+
+	a1 := insertResource(t, db, "a1", "sub_A")
+	a2 := insertResource(t, db, "a2", "sub_A")
+	a3 := insertResource(t, db, "a3", "sub_A")
+	_, err := db.Pool().Exec(ctx, `DELETE FROM outbox`) // the topic copies, published
+	require.NoError(t, err)
+	_, err = db.DeliveryClaimInOrder(ctx, uuid.New(), a3, "billing", 1, 0, ttl, false)
+	require.ErrorIs(t, err, webhook.ErrWaiting, "A3's copy came first: parked")
+
+	l1, err := db.DeliveryClaimInOrder(ctx, owner, a1, "billing", 1, 0, ttl, false)
+	require.NoError(t, err)
+	delivered(l1, a1, 0)
+	n2, m2, ok := l1.Next()
+	require.True(t, ok, "A2 handed over (its copy not come yet)")
+	_, _, again := l1.Next()
+	require.False(t, again, "handed over once")
+	require.Equal(t, a2, m2.EventID)
+	require.Equal(t, "billing", m2.Route)
+	require.Equal(t, int64(1), m2.Gen, "a new generation: A2's copy on its way is stale")
+	require.Equal(t, 1, m2.Attempt)
+	require.Equal(t, "acme", m2.Source)
+	require.NotEmpty(t, m2.Body)
+	r2 := readLane(t, db, a2)
+	require.Equal(t, []int64{1}, r2.copies, "its copy held in the outbox")
+	held, now := due(a2)
+	require.True(t, held && !now, "due when the lease runs out")
+
+	// A2's own copy, late: stale, read and not claimed. A3's: parked,
+	// A2 in flight.
+	st, err := db.DeliveryClaimInOrder(ctx, uuid.New(), a2, "billing", 1, 0, ttl, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Gen())
+	require.NoError(t, st.Release(ctx))
+	_, err = db.DeliveryClaimInOrder(ctx, uuid.New(), a3, "billing", 1, 0, ttl, false)
+	require.ErrorIs(t, err, webhook.ErrWaiting)
+
+	// A2 delivered: its held copy goes, and A3, parked, is handed over.
+	delivered(n2, a2, 1)
+	require.Empty(t, readLane(t, db, a2).copies, "the held copy deleted by the record")
+	n3, m3, ok := n2.Next()
+	require.True(t, ok, "A3 handed over, parked as it was")
+	require.Equal(t, a3, m3.EventID)
+	r3 := readLane(t, db, a3)
+	require.False(t, r3.parked)
+	require.Equal(t, int64(1), r3.gen)
+
+	// Given back: the lease goes, and the copy is due at once.
+	require.NoError(t, n3.Release(ctx))
+	held, now = due(a3)
+	require.True(t, now && !held, "the held copy due at once")
+	l3, err := db.DeliveryClaimInOrder(ctx, uuid.New(), a3, "billing", 1, 1, ttl, false)
+	require.NoError(t, err, "its copy claims it")
+	require.Equal(t, webhook.StatePending, l3.State())
+}
