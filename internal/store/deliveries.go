@@ -494,6 +494,13 @@ type querier interface {
 // lost), which is answered again as it was, changing nothing. Its
 // statement has a grouped twin in recordBatch: change both.
 func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (int64, bool, error) {
+	sql, args := recordAttemptQuery(deliveryID, eventID, owner, claimAttempts, a)
+	return scanRecordAttempt(q.QueryRow(ctx, sql, args...), deliveryID)
+}
+
+// recordAttemptQuery is recordAttempt's statement and its arguments, for
+// a caller that sends it with others (recordInOrder).
+func recordAttemptQuery(deliveryID int64, eventID, owner uuid.UUID, claimAttempts int, a *webhook.Attempt) (string, []any) {
 	var status *int
 	if a.Status != 0 {
 		status = &a.Status
@@ -511,11 +518,7 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 	// generation (the pair moved on meanwhile: a replay) records its
 	// attempt, and a success, but changes nothing else. The attempt belongs
 	// to the pair's current series.
-	var (
-		gen            int64
-		current, found bool
-	)
-	err := q.QueryRow(ctx, withDays(`
+	return withDays(`
 		WITH old AS (
 			-- Locks the row and reads its generation as it is now (a replay
 			-- may have moved it since this statement's snapshot); u joins it
@@ -574,10 +577,19 @@ func recordAttempt(ctx context.Context, q querier, deliveryID int64, eventID, ow
 			WHERE u.moved AND e.id = $16 AND @day(e.id)
 		)
 		SELECT gen, current, true FROM u UNION ALL SELECT gen, current, true FROM done
-		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`, eventID),
-		deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
-		a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,
-		pgUUID(eventID), a.TraceParent, routeVersion(a)).Scan(&gen, &current, &found)
+		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`, eventID), []any{
+			deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
+			a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,
+			pgUUID(eventID), a.TraceParent, routeVersion(a)}
+}
+
+// scanRecordAttempt reads the answer of recordAttemptQuery's statement.
+func scanRecordAttempt(row pgx.Row, deliveryID int64) (int64, bool, error) {
+	var (
+		gen            int64
+		current, found bool
+	)
+	err := row.Scan(&gen, &current, &found)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, webhook.ErrLeaseLost
 	}

@@ -49,85 +49,78 @@ const laneOwed = `state IN ('pending', 'retrying', 'dead')`
 // parkedAt is the due_at of a parked pair.
 const parkedAt = "'infinity'"
 
-// laneWakeSQL sends the head of route $1's lane $2 a copy when it is
-// parked (due now, at a new generation: the copy that parked it is
-// stale), its copy in the outbox carrying its series' next attempt
-// number. A head that is not parked (its copy on its way) is only
-// touched: a claim that found it was not its turn, and is about to park
-// it, sees the row changed and looks again (laneTurnSQL), so it is never
-// parked after the wake-up that would have sent it a copy. A dead head
-// blocks, and one in flight goes on. It runs when the lane was freed (its
-// head delivered, or dead and skipped), in that transaction.
+// laneNextSQL moves route $1's lane $2 on once it is freed (its head
+// delivered, or dead and skipped), in that transaction, deleting first the
+// held outbox row $5 (0: none) of the lease whose record freed it. The
+// new head, when it is pending or retrying:
 //
-// The SET expressions run on the row as it is when its lock is taken (a
-// concurrent park that committed meanwhile included), so parked is
-// decided on the newest row; RETURNING tells a wake-up from a touch by
-// due_at, which only a wake-up sets to this transaction's now().
-const laneWakeSQL = `
-	WITH head AS (
-		SELECT id, event_id, state FROM deliveries
-		WHERE route = $1 AND lane = $2 AND ` + laneOwed + `
-		ORDER BY id LIMIT 1
-	), u AS (
-		-- The head's state is checked on head, not on d: a state in
-		-- d's conditions lets the planner take an index of undelivered
-		-- pairs (with no statistics yet, a fresh day) and read them all.
-		UPDATE deliveries d SET
-			gen        = CASE WHEN d.due_at = ` + parkedAt + ` THEN d.gen + 1 ELSE d.gen END,
-			due_at     = CASE WHEN d.due_at = ` + parkedAt + ` THEN now() ELSE d.due_at END,
-			updated_at = clock_timestamp()
-		FROM head
-		WHERE d.event_id = head.event_id AND d.route = $1 AND d.id = head.id AND head.state IN ('pending', 'retrying')
-		  AND (d.lease_owner IS NULL OR d.lease_until <= now())
-		RETURNING d.id, d.event_id, d.route, d.gen, d.series, d.due_at = now() AS woken
-	)
-	INSERT INTO outbox (event_id, routing_key, route, gen, attempt)
-	SELECT u.event_id, e.source || '.' || e.event_type, u.route, u.gen,
-	       (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a
-	        WHERE a.event_id = u.event_id AND a.delivery_id = u.id AND a.series = u.series)
-	FROM u JOIN events e ON e.id = u.event_id
-	WHERE u.woken`
-
-// laneHandOverSQL is laneWakeSQL for a holder that goes on with the lane
-// itself (HandOver): the head of route $1's lane $2, when it is pending or
-// retrying and not in flight, is claimed for owner $3 with a lease of $4,
-// at a new generation (a copy of it on its way, or parked, is stale), and
-// its copy goes into the outbox due only when that lease runs out: the
-// holder's record deletes it, and if the holder stops first, that copy
-// delivers the head. It returns the head's lease and message, and no row
-// when there is no such head (laneWakeSQL then runs). A lease owner $3
-// holds already is taken again: a record tried again after its answer was
-// lost hands the same head over again.
-const laneHandOverSQL = `
-	WITH head AS (
+//   - is handed over to owner $3 (HandOver; NULL: no hand-over) when no
+//     other holder has it: claimed with a lease of $4 at a new generation
+//     (its copy on its way, or the one that parked it, is stale), its copy
+//     held in the outbox until that lease runs out, the safety net for a
+//     holder that stops before it records. A lease $3 holds already is
+//     taken again: a record tried again after its answer was lost hands
+//     the same head over again.
+//   - else, when parked and not in flight, gets a copy of a new
+//     generation, due now (a wake-up);
+//   - else, when not in flight, is only touched: a claim that found it was
+//     not its turn, and is about to park it, sees the row changed and
+//     looks again (laneTurnSQL), so it is never parked after the wake-up
+//     that would have sent it a copy. A dead head blocks, and one in
+//     flight goes on.
+//
+// Its copy carries its series' next attempt number. The SET expressions
+// run on the row as it is when its lock is taken (a concurrent park that
+// committed meanwhile included), so parked is decided on the newest row;
+// a wake-up is told from a touch by due_at, which only it sets to this
+// transaction's now(). It returns the head handed over, no row otherwise.
+const laneNextSQL = `
+	WITH del AS (
+		DELETE FROM outbox WHERE id = $5 AND $5 <> 0
+	), head AS (
 		SELECT id, event_id, state, series FROM deliveries
 		WHERE route = $1 AND lane = $2 AND ` + laneOwed + `
 		ORDER BY id LIMIT 1
 	), n AS (
-		SELECT head.*, (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a
-		                WHERE a.event_id = head.event_id AND a.delivery_id = head.id AND a.series = head.series) AS attempt
+		-- The head's state is checked here, not on d: a state in d's
+		-- conditions lets the planner take an index of undelivered pairs
+		-- (with no statistics yet, a fresh day) and read them all.
+		SELECT head.id, head.event_id,
+		       (SELECT COALESCE(max(a.attempt), 0) + 1 FROM delivery_attempts a
+		        WHERE a.event_id = head.event_id AND a.delivery_id = head.id AND a.series = head.series) AS attempt
 		FROM head WHERE head.state IN ('pending', 'retrying')
 	), u AS (
 		UPDATE deliveries d SET
-			gen = d.gen + 1, due_at = now(),
-			lease_owner = $3, lease_at = now(), lease_until = now() + $4::interval, lease_attempt = n.attempt,
-			updated_at = clock_timestamp()
+			gen           = CASE WHEN ` + laneHand + ` OR d.due_at = ` + parkedAt + ` THEN d.gen + 1 ELSE d.gen END,
+			due_at        = CASE WHEN ` + laneHand + ` OR d.due_at = ` + parkedAt + ` THEN now() ELSE d.due_at END,
+			lease_owner   = CASE WHEN ` + laneHand + ` THEN $3 ELSE d.lease_owner END,
+			lease_at      = CASE WHEN ` + laneHand + ` THEN now() ELSE d.lease_at END,
+			lease_until   = CASE WHEN ` + laneHand + ` THEN now() + $4::interval ELSE d.lease_until END,
+			lease_attempt = CASE WHEN ` + laneHand + ` THEN n.attempt ELSE d.lease_attempt END,
+			updated_at    = clock_timestamp()
 		FROM n
 		WHERE d.event_id = n.event_id AND d.route = $1 AND d.id = n.id
-		  AND (d.lease_owner IS NULL OR d.lease_owner = $3)
-		RETURNING d.id, d.event_id, d.gen, d.state, d.attempts, n.attempt
+		  AND (` + laneHand + ` OR d.lease_owner IS NULL OR d.lease_until <= now())
+		RETURNING d.id, d.event_id, d.gen, d.state, d.attempts, n.attempt,
+		          COALESCE(d.lease_owner = $3, false) AS hand, d.due_at = now() AS sent
 	), e AS (
 		SELECT e.id, e.source, e.event_type, e.content_type, e.body, e.received_at, COALESCE(e.trace_parent, '') AS trace_parent
-		FROM events e WHERE e.id = (SELECT event_id FROM u)
+		FROM events e WHERE e.id = (SELECT event_id FROM u WHERE u.sent)
 	), o AS (
 		INSERT INTO outbox (event_id, routing_key, route, gen, attempt, next_try_at)
-		SELECT u.event_id, e.source || '.' || e.event_type, $1, u.gen, u.attempt, now() + $4::interval
+		SELECT u.event_id, e.source || '.' || e.event_type, $1, u.gen, u.attempt,
+		       CASE WHEN u.hand THEN now() + $4::interval ELSE now() END
 		FROM u JOIN e ON e.id = u.event_id
 		RETURNING id
 	)
 	SELECT u.id, u.event_id, u.gen, u.state, u.attempts, u.attempt, (SELECT id FROM o),
 	       e.source, e.event_type, e.content_type, e.body, e.received_at, e.trace_parent
-	FROM u JOIN e ON e.id = u.event_id`
+	FROM u JOIN e ON e.id = u.event_id
+	WHERE u.hand`
+
+// laneHand is laneNextSQL's condition on the head row d (as it was) for a
+// hand-over: asked for, and no other holder has the head.
+const laneHand = `($3::uuid IS NOT NULL AND (d.lease_owner IS NULL OR d.lease_owner = $3))`
 
 // laneTurnSQL reads whether the pair of event $1 on route $2 may go now
 // (it has no lane, or it is its lane's head and no other pair of the lane
@@ -232,69 +225,101 @@ func (db *DB) DeliveryClaimInOrder(ctx context.Context, owner, eventID uuid.UUID
 }
 
 // recordInOrder is Record of a lease claimed in order: in one
-// transaction, the attempt's record, the pair's leaving its lane when it
-// went dead on a route whose dead pairs do not block, and, when the
-// outcome freed the lane, the copy of its next head.
+// transaction, sent in one round trip, the attempt's record, the pair's
+// leaving its lane when it went dead on a route whose dead pairs do not
+// block, the deletion of the lease's held copy (a lease handed over), and,
+// when the outcome frees the lane, its move on (laneNextSQL): its next
+// head handed over to this holder when HandOver asked for it, else sent a
+// copy. The statements after the record run whatever it answers: when the
+// lease was lost (its attempt stored as lost_lease, the pair unchanged),
+// the lane's head is still the pair, held by another, and nothing moves.
 func (l *DeliveryLease) recordInOrder(ctx context.Context, a *webhook.Attempt) (gen int64, current bool, err error) {
+	conn, err := l.db.pool.Acquire(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("recording attempt: %w", err)
+	}
+	defer l.db.endTx(ctx, conn)
+	freed := a.Outcome == webhook.StateDelivered || a.Outcome == webhook.StateStale
+	skip := a.Outcome == webhook.StateDead && l.skipDead
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	if l.tries > 1 {
+		// As recordAgain: after the first try, if it is still running.
+		b.Queue(withDays(`SELECT 1 FROM deliveries WHERE event_id = $2 AND @day(event_id) AND id = $1 FOR UPDATE`, l.eventID),
+			l.id, pgUUID(l.eventID))
+	}
+	sql, args := recordAttemptQuery(l.id, l.eventID, l.owner, l.attempts, a)
+	b.Queue(sql, args...)
+	if skip {
+		b.Queue(withDays(`UPDATE deliveries SET lane = NULL WHERE event_id = $2 AND @day(event_id) AND id = $1 AND state = 'dead'`, l.eventID),
+			l.id, pgUUID(l.eventID))
+	}
+	var owner *[16]byte
+	if l.handOver > 0 {
+		o := pgUUID(l.owner)
+		owner = &o
+	}
+	if freed || skip {
+		b.Queue(laneNextSQL, l.route, l.lane, owner, l.handOver, l.outbox)
+	} else if l.outbox != 0 {
+		b.Queue(`DELETE FROM outbox WHERE id = $1`, l.outbox)
+	}
+	b.Queue(`COMMIT`)
+	br := conn.SendBatch(ctx, b)
 	var (
 		recErr error
 		next   *DeliveryLease
 		msg    webhook.Message
 	)
-	err = pgx.BeginFunc(ctx, l.db.pool, func(tx pgx.Tx) error {
+	err = func() error {
+		if _, err := br.Exec(); err != nil { // BEGIN
+			return fmt.Errorf("recording attempt: %w", err)
+		}
 		if l.tries > 1 {
-			// As recordAgain: after the first try, if it is still running.
-			if _, err := tx.Exec(ctx, withDays(`SELECT 1 FROM deliveries WHERE event_id = $2 AND @day(event_id) AND id = $1 FOR UPDATE`, l.eventID),
-				l.id, pgUUID(l.eventID)); err != nil {
+			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("recording attempt: locking delivery: %w", err)
 			}
 		}
-		gen, current, recErr = recordAttempt(ctx, tx, l.id, l.eventID, l.owner, l.attempts, a)
-		if errors.Is(recErr, webhook.ErrLeaseLost) {
-			return nil // its lost_lease attempt commits; the lane did not change
+		gen, current, recErr = scanRecordAttempt(br.QueryRow(), l.id)
+		if recErr != nil && !errors.Is(recErr, webhook.ErrLeaseLost) {
+			return recErr // the transaction failed: what follows is not run
 		}
-		if recErr != nil {
-			return recErr
-		}
-		freed := a.Outcome == webhook.StateDelivered || a.Outcome == webhook.StateStale
-		if a.Outcome == webhook.StateDead && l.skipDead {
-			if _, err := tx.Exec(ctx, withDays(`
-				UPDATE deliveries SET lane = NULL WHERE event_id = $2 AND @day(event_id) AND id = $1 AND state = 'dead'`, l.eventID),
-				l.id, pgUUID(l.eventID)); err != nil {
+		if skip {
+			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("recording attempt: skipping the dead pair: %w", err)
 			}
-			freed = true
 		}
-		if l.outbox != 0 {
-			// Recorded: the copy held for a stop before the record goes.
-			if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, l.outbox); err != nil {
+		if freed || skip {
+			var err error
+			if next, msg, err = l.scanNext(br.QueryRow()); err != nil {
+				return err
+			}
+		} else if l.outbox != 0 {
+			if _, err := br.Exec(); err != nil {
 				return fmt.Errorf("recording attempt: deleting the held copy: %w", err)
 			}
 		}
-		if !freed {
-			return nil // a retry holds the lane, and so does a dead head
-		}
-		if l.handOver > 0 {
-			var err error
-			if next, msg, err = l.handNext(ctx, tx); err != nil || next != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(ctx, laneWakeSQL, l.route, l.lane); err != nil {
-			return fmt.Errorf("recording attempt: sending the resource's next event: %w", err)
+		if _, err := br.Exec(); err != nil { // COMMIT
+			return fmt.Errorf("recording attempt: committing: %w", err)
 		}
 		return nil
-	})
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("recording attempt: %w", cerr)
+	}
 	if err != nil {
 		return 0, false, err
 	}
+	// Committed. When the lease was lost, its lost_lease attempt is
+	// stored, and a head handed over meanwhile (the pair delivered by its
+	// new holder) goes with the error, to be given back.
 	l.next, l.nextMsg = next, msg
 	return gen, current, recErr
 }
 
-// handNext claims the lane's next head for l's owner in tx
-// (laneHandOverSQL): nil when there is none to claim.
-func (l *DeliveryLease) handNext(ctx context.Context, tx pgx.Tx) (*DeliveryLease, webhook.Message, error) {
+// scanNext reads laneNextSQL's answer: the head handed over to l's
+// holder, nil when none was.
+func (l *DeliveryLease) scanNext(row pgx.Row) (*DeliveryLease, webhook.Message, error) {
 	var (
 		n          = &DeliveryLease{db: l.db, owner: l.owner, held: true, route: l.route, lane: l.lane, skipDead: l.skipDead}
 		m          = webhook.Message{Route: l.route}
@@ -302,14 +327,13 @@ func (l *DeliveryLease) handNext(ctx context.Context, tx pgx.Tx) (*DeliveryLease
 		receivedAt time.Time
 		eventID    [16]byte
 	)
-	err := tx.QueryRow(ctx, laneHandOverSQL, l.route, l.lane, pgUUID(l.owner), l.handOver).Scan(
-		&n.id, &eventID, &n.gen, &state, &n.attempts, &m.Attempt, &n.outbox,
+	err := row.Scan(&n.id, &eventID, &n.gen, &state, &n.attempts, &m.Attempt, &n.outbox,
 		&m.Source, &m.EventType, &m.ContentType, &m.Body, &receivedAt, &m.EventTraceParent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, m, nil
 	}
 	if err != nil {
-		return nil, m, fmt.Errorf("recording attempt: handing the resource's next event over: %w", err)
+		return nil, m, fmt.Errorf("recording attempt: moving the resource on: %w", err)
 	}
 	n.eventID, n.state = eventID, webhook.DeliveryState(state)
 	m.EventID, m.Gen, m.OutboxID, m.ReceivedAt = eventID, n.gen, n.outbox, receivedAt
@@ -443,7 +467,7 @@ func (db *DB) LaneSkipAudited(ctx context.Context, route string, event uuid.UUID
 		if tag.RowsAffected() == 0 {
 			return nil, fmt.Errorf("event %s on route %s is not dead: only a dead event is skipped: %w", event, route, ErrNotFound)
 		}
-		if _, err := tx.Exec(ctx, laneWakeSQL, route, *lane); err != nil {
+		if _, err := tx.Exec(ctx, laneNextSQL, route, *lane, nil, time.Duration(0), int64(0)); err != nil {
 			return nil, fmt.Errorf("skipping a dead event: sending the resource's next event: %w", err)
 		}
 		h = &LaneHead{Event: event, State: webhook.StateDead}

@@ -247,4 +247,29 @@ func TestLaneHandsItsNextHeadOver(t *testing.T) {
 	l3, err := db.DeliveryClaimInOrder(ctx, uuid.New(), a3, "billing", 1, 1, ttl, false)
 	require.NoError(t, err, "its copy claims it")
 	require.Equal(t, webhook.StatePending, l3.State())
+
+	// A holder whose lease was taken over meanwhile: its record is
+	// lost_lease, and the lane does not move (its head is the pair, held
+	// by the new holder), whose own record then hands the next over.
+	b1 := insertResource(t, db, "b1", "sub_B")
+	b2 := insertResource(t, db, "b2", "sub_B")
+	_, err = db.Pool().Exec(ctx, `DELETE FROM outbox`)
+	require.NoError(t, err)
+	lost, err := db.DeliveryClaimInOrder(ctx, uuid.New(), b1, "billing", 1, 0, ttl, false)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET lease_until = now() - interval '1 second' WHERE event_id = $1`, b1)
+	require.NoError(t, err)
+	taker, err := db.DeliveryClaimInOrder(ctx, owner, b1, "billing", 1, 0, ttl, false)
+	require.NoError(t, err)
+	require.True(t, taker.TookOver)
+	lost.HandOver(ttl)
+	_, _, err = lost.Record(ctx, &webhook.Attempt{EventID: b1, Route: "billing", Number: 1, StartedAt: time.Now(), Outcome: webhook.StateDelivered, Status: 200})
+	require.ErrorIs(t, err, webhook.ErrLeaseLost)
+	_, _, ok = lost.Next()
+	require.False(t, ok, "nothing handed over: the pair is still owed, held by its new holder")
+	require.Empty(t, readLane(t, db, b2).copies)
+	delivered(taker, b1, 0)
+	_, mb, ok := taker.Next()
+	require.True(t, ok)
+	require.Equal(t, b2, mb.EventID)
 }
