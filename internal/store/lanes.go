@@ -81,7 +81,8 @@ const laneNextSQL = `
 		SELECT id, event_id, state, series FROM deliveries
 		WHERE route = $1 AND lane = $2 AND ` + laneOwed + `
 		ORDER BY id LIMIT 1
-	), n AS (
+	), n AS MATERIALIZED (
+		-- (Materialized: its attempt is read once, not per use.)
 		-- The head's state is checked here, not on d: a state in d's
 		-- conditions lets the planner take an index of undelivered pairs
 		-- (with no statistics yet, a fresh day) and read them all.
