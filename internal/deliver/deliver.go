@@ -273,6 +273,9 @@ type Handler struct {
 	// bodies keeps the latest events' bodies parsed for transformations:
 	// an event bound to several routes with one is parsed once.
 	bodies bodyCache
+	// handed are the generations of the pairs handed over (HandOver):
+	// their older copies are dropped without a claim.
+	handed handedGens
 }
 
 // LastStoreFailure is when a delivery of this handler last failed to reach
@@ -496,6 +499,13 @@ func (h *Handler) handle(ctx context.Context, route string, msg webhook.RouteMes
 		}
 	}
 
+	if held == nil && r.InOrder && h.handed.stale(route, msg.EventID, msg.Gen) {
+		// Its pair was handed over, at a newer generation, by a record of
+		// this handler: nothing to ask Postgres.
+		d.cfg.Metrics.outcome(route, "superseded")
+		d.log.Debug().Int64("gen", msg.Gen).Msg("stale copy of a pair handed over; dropped without a POST")
+		return nil, nil
+	}
 	lease := held
 	if lease == nil {
 		err = d.timed("claim", func() (err error) {
@@ -594,6 +604,7 @@ func (h *Handler) handle(ctx context.Context, route string, msg webhook.RouteMes
 	if hand != nil {
 		if l, m, ok := hand.Next(); ok {
 			next = &handed{lease: l, msg: m}
+			h.handed.add(route, m.EventID, m.Gen)
 		}
 	}
 	if done || err != nil {
