@@ -55,8 +55,9 @@ const parkedAt = "'infinity'"
 // new head, when it is pending or retrying:
 //
 //   - is handed over to owner $3 (HandOver; NULL: no hand-over) when no
-//     other holder has it: claimed with a lease of $4 at a new generation
-//     (its copy on its way, or the one that parked it, is stale), its copy
+//     other holder has it and it is due or parked (laneHand): claimed
+//     with a lease of $4 at a new generation (its copy on its way, or the
+//     one that parked it, is stale), its copy
 //     held in the outbox until that lease runs out, the safety net for a
 //     holder that stops before it records. A lease $3 holds already is
 //     taken again: a record tried again after its answer was lost hands
@@ -120,8 +121,10 @@ const laneNextSQL = `
 	WHERE u.hand`
 
 // laneHand is laneNextSQL's condition on the head row d (as it was) for a
-// hand-over: asked for, and no other holder has the head.
-const laneHand = `($3::uuid IS NOT NULL AND (d.lease_owner IS NULL OR d.lease_owner = $3))`
+// hand-over: asked for, no other holder has the head, and it is due or
+// parked (a retrying head whose retry copy waits out its backoff in a
+// tier, on a route made fifo meanwhile, is left to that copy).
+const laneHand = `($3::uuid IS NOT NULL AND (d.lease_owner IS NULL OR d.lease_owner = $3) AND (d.due_at <= now() OR d.due_at = ` + parkedAt + `))`
 
 // laneTurnSQL reads whether the pair of event $1 on route $2 may go now
 // (it has no lane, or it is its lane's head and no other pair of the lane

@@ -272,4 +272,22 @@ func TestLaneHandsItsNextHeadOver(t *testing.T) {
 	_, mb, ok := taker.Next()
 	require.True(t, ok)
 	require.Equal(t, b2, mb.EventID)
+
+	// A next head retrying, its retry copy waiting out its backoff (a
+	// route made fifo meanwhile), is left to that copy: not handed over,
+	// not sent another.
+	c1 := insertResource(t, db, "c1", "sub_C")
+	c2 := insertResource(t, db, "c2", "sub_C")
+	_, err = db.Pool().Exec(ctx, `DELETE FROM outbox`)
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `UPDATE deliveries SET state = 'retrying', gen = 1, due_at = now() + interval '1 hour' WHERE event_id = $1`, c2)
+	require.NoError(t, err)
+	lc, err := db.DeliveryClaimInOrder(ctx, owner, c1, "billing", 1, 0, ttl, false)
+	require.NoError(t, err)
+	delivered(lc, c1, 0)
+	_, _, ok = lc.Next()
+	require.False(t, ok, "a head in its backoff is not handed over")
+	rc := readLane(t, db, c2)
+	require.Equal(t, int64(1), rc.gen)
+	require.Empty(t, rc.copies)
 }
