@@ -136,6 +136,7 @@ keeps its letters: requeue them, or drop the delivered ones.`,
 func (c *cli) deadRequeueCmd() *cobra.Command {
 	var route string
 	var limit int
+	var query ops.FilterFields
 	cmd := &cobra.Command{
 		Use:   "requeue --route ROUTE",
 		Short: "Move a route's dead letters back to its queue, each as a new attempt series",
@@ -143,16 +144,44 @@ func (c *cli) deadRequeueCmd() *cobra.Command {
 confirmed by the broker before the dead letter is acked (a crash may
 duplicate one, never lose one). The dispatcher starts a new attempt series
 for each; a pair delivered meanwhile (by a replay, say) is skipped. Without
---limit it moves the messages there are when it starts. Progress goes to
-stderr.`,
-		Example: `  hookrelay dead requeue --route billing --limit 10`,
-		Args:    setup.NoArgs,
+--limit it moves the messages there are when it starts. With --where it
+moves only the letters of the dead events a search finds (at most 1000;
+without --since, of the last 24 hours). Progress goes to stderr.`,
+		Example: `  hookrelay dead requeue --route billing --limit 10
+  hookrelay dead requeue --route billing --where 'body.data.object.customer == "cus_Q8x"' --since 3d`,
+		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 0 {
 				return setup.Usagef(cmd, "--limit must be 0 (all) or more")
 			}
+			var f ops.EventFilter
+			if query.Where != "" || query.Since != "" || query.Until != "" {
+				var err error
+				if f, err = query.Parse(); err != nil {
+					return setup.Usagef(cmd, "--%s", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
+				}
+				if f.Search == nil || limit != 0 {
+					return setup.Usagef(cmd, "--where: a requeue by query takes --where (--since and --until narrow it), and no --limit")
+				}
+			}
 			return c.withOps(cmd, func(cfg *config.Config, svc *ops.Service) error {
 				names := setup.Names(cfg)
+				if f.Search != nil {
+					p := c.progress("requeue", "message(s) moved")
+					n, found, err := svc.DeadRequeueWhere(cmd.Context(), route, f, func(moved, read int) {
+						p.update(int64(moved), int64(read), "to "+names.RouteQueue(route))
+					})
+					p.done()
+					if errors.Is(err, ops.ErrConflict) || errors.Is(err, ops.ErrInvalidRequest) {
+						return errors.New(plainMessage(err))
+					}
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprintf(c.out, "requeued %d message(s) from %s to %s: the letters of the %d dead event(s) found\n",
+						n, names.DeadQueue(route), names.RouteQueue(route), found)
+					return err
+				}
 				p := c.progress("requeue", "message(s) moved")
 				n, err := svc.DeadRequeue(cmd.Context(), route, limit, func(moved, total int) {
 					p.update(int64(moved), int64(total), "to "+names.RouteQueue(route))
@@ -175,6 +204,9 @@ stderr.`,
 	}
 	cmd.Flags().StringVar(&route, "route", "", "the route whose dead letters to move back (required)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "most messages to move (0: all there are now)")
+	cmd.Flags().StringVar(&query.Where, "where", "", `only the letters of the dead events this expression takes (as events list --where)`)
+	cmd.Flags().StringVar(&query.Since, "since", "", "with --where: events received at or after this time or age (default: the last 24h)")
+	cmd.Flags().StringVar(&query.Until, "until", "", "with --where: events received before this time or age")
 	_ = cmd.MarkFlagRequired("route") // the flag is declared just above
 	return cmd
 }

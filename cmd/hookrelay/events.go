@@ -70,6 +70,7 @@ func (f *filter) flags(fs *pflag.FlagSet, limit int, limitUsage string) {
 	fs.StringVar(&f.Route, "route", "", "only events with a delivery to this route")
 	fs.StringVar(&f.Since, "since", "", "only events received at or after this time: RFC 3339, or an age (2h, 3d)")
 	fs.StringVar(&f.Until, "until", "", "only events received before this time: RFC 3339, or an age (2h, 3d)")
+	fs.StringVar(&f.Where, "where", "", `only events this expression takes (the route filters' language, CEL): body.data.object.customer == "cus_Q8x"; without --since, the last 24h`)
 	fs.IntVar(&f.limit, "limit", limit, limitUsage)
 }
 
@@ -95,8 +96,17 @@ func (c *cli) eventsListCmd() *cobra.Command {
 		Short: "List events with each route's delivery state, newest first",
 		Long: `List the events the filters select, newest first, with each route's delivery
 state and attempt count. It shows --limit of them and, when more match, ends
-with "100 of 112 shown (--limit N for more)".`,
+with "100 of 112 shown (--limit N for more)".
+
+--where searches what the events say: a bool expression over body, headers,
+source, event_type and received_at, in the language of route filters (CEL).
+It needs a window: without --since it searches the last 24 hours, and says so.
+A comparison of a body field with a constant (body.a.b == "x", joined to the
+rest with &&) is found through an index; any other expression reads every body
+in the window.`,
 		Example: `  hookrelay events list --route billing --state dead --since 3h
+  hookrelay events list --where 'body.data.object.customer == "cus_Q8x"' --since 7d
+  hookrelay events list --source github --where 'body.repository.name == "billing-service"' --state dead
   hookrelay events list --key evt_1QAbc
   hookrelay events list --source stripe --event-type invoice.paid --since 2026-11-27T14:00:00Z --json`,
 		Args: setup.NoArgs,

@@ -72,6 +72,26 @@ func printEvents(w io.Writer, list *ops.EventList) error {
 	default:
 		_, err = fmt.Fprintf(w, "%d event(s)\n", list.Total)
 	}
+	if err == nil && list.Search != nil {
+		err = printSearch(w, list.Search)
+	}
+	return err
+}
+
+// printSearch says what a search over the body read.
+func printSearch(w io.Writer, s *ops.SearchInfo) error {
+	window := "since " + s.Since.Format(time.RFC3339)
+	if s.Until != nil {
+		window += ", until " + s.Until.Format(time.RFC3339)
+	}
+	if s.DefaultWindow {
+		window = "the last 24h (no --since given: " + window + ")"
+	}
+	how := "through the index"
+	if !s.Indexed {
+		how = "reading every body of the window (compare a body field with a constant to use the index)"
+	}
+	_, err := fmt.Fprintf(w, "searched %s, %s\n", window, how)
 	return err
 }
 

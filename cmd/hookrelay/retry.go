@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +21,7 @@ func (c *cli) retryCmd() *cobra.Command {
 		event, route, state, stall string
 		dryRun, asJSON             bool
 		batch, list                int
+		query                      ops.FilterFields
 	)
 	cmd := &cobra.Command{
 		Use:   "retry (--event ID [--route R] | --route R --state retrying)",
@@ -37,7 +39,8 @@ retrying are skipped, saying why: pending ones are queued already, dead ones
 are for replay or dead requeue. A route's pairs go in batches, each waited
 for before the next (as a replay), with progress on stderr.`,
 		Example: `  hookrelay retry --event 01a229c8-bab8-7a6b-bf48-19685687e687
-  hookrelay retry --route billing --state retrying --dry-run`,
+  hookrelay retry --route billing --state retrying --dry-run
+  hookrelay retry --route billing --state retrying --where 'body.data.object.customer == "cus_Q8x"' --since 3d`,
 		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := ops.RetryRequest{Route: route, State: state, DryRun: dryRun, ListLimit: max(list, 1), MaxBatch: batch}
@@ -49,6 +52,16 @@ for before the next (as a replay), with progress on stderr.`,
 				req.EventID = id
 			} else if route == "" || state != string(webhook.StateRetrying) {
 				return setup.Usagef(cmd, "give --event ID, or --route R --state retrying (only retrying pairs have a next attempt to bring forward)")
+			}
+			if query.Where != "" || query.Since != "" || query.Until != "" {
+				q, err := query.Parse()
+				if err != nil {
+					return setup.Usagef(cmd, "--%s", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
+				}
+				if q.Search == nil || event != "" {
+					return setup.Usagef(cmd, "--where: a retry by query takes --route R --state retrying and --where (--since and --until narrow it)")
+				}
+				req.Query = q
 			}
 			stallTimeout, err := config.ParseDuration(stall)
 			if err != nil || stallTimeout <= 0 {
@@ -88,6 +101,9 @@ for before the next (as a replay), with progress on stderr.`,
 	fl.StringVar(&route, "route", "", "the route whose pairs to retry")
 	fl.StringVar(&state, "state", "", "with --route and no --event: retrying (the pairs it selects)")
 	fl.BoolVar(&dryRun, "dry-run", false, "count what would be retried; change nothing")
+	fl.StringVar(&query.Where, "where", "", "with --route: only the retrying pairs of the events this expression takes (as events list --where; at most 1000 events)")
+	fl.StringVar(&query.Since, "since", "", "with --where: events received at or after this time or age (default: the last 24h)")
+	fl.StringVar(&query.Until, "until", "", "with --where: events received before this time or age")
 	fl.IntVar(&batch, "batch", ops.DefaultRetryBatch, "most pairs per transaction")
 	fl.StringVar(&stall, "stall-timeout", config.FormatDuration(ops.DefaultReplayStall), "give up when a batch is not attempted for this long")
 	fl.IntVar(&list, "list", ops.DefaultListLimit, "most pairs to list of each kind (retried, skipped); the counts cover all")

@@ -61,6 +61,13 @@ type Listing[T any] struct {
 	NextCursor string `json:"next_cursor,omitempty" doc:"Pass as cursor for the next page; absent on the last page."`
 }
 
+// EventListing is the events listing, shaped as every listing is, with
+// what a search over the body read.
+type EventListing struct {
+	Listing[ops.EventSummary]
+	Search *ops.SearchInfo `json:"search,omitempty" doc:"What a search over the body (where) read: present with where."`
+}
+
 // RouteListing is the routes listing, shaped as every listing is (one
 // page: every route), with why the broker's figures are null when it
 // could not be asked.
@@ -209,7 +216,19 @@ func (a *server) routes() {
 			if err := a.svc.CheckRoute(ctx, in.Route); err != nil {
 				return nil, a.fail(ctx, "retry", err)
 			}
-			return a.start(ctx, "retry", in.IdempotencyKey, map[string]any{"route": in.Route, "dry_run": in.Body.DryRun}, func(ctx context.Context, progress func(any)) (any, error) {
+			request := map[string]any{"route": in.Route, "dry_run": in.Body.DryRun}
+			if in.Body.Where != "" || in.Body.Since != "" || in.Body.Until != "" {
+				q, err := ops.FilterFields{Where: in.Body.Where, Since: in.Body.Since, Until: in.Body.Until}.Parse()
+				if err == nil && q.Search == nil {
+					err = ops.Invalid("where: a retry by query takes where (since and until narrow it)")
+				}
+				if err != nil {
+					return nil, a.fail(ctx, "retry", err)
+				}
+				req.Query = q
+				request["where"], request["since"], request["until"] = in.Body.Where, in.Body.Since, in.Body.Until
+			}
+			return a.start(ctx, "retry", in.IdempotencyKey, request, func(ctx context.Context, progress func(any)) (any, error) {
 				req.ProgressFunc = func(p ops.RetryProgress) { progress(p) }
 				return a.svc.Retry(ctx, req)
 			})
@@ -236,7 +255,10 @@ func (a *server) routes() {
 
 // RetryRouteBody is the body of retry-route.
 type RetryRouteBody struct {
-	DryRun bool `json:"dry_run,omitempty" doc:"Count and list what would be retried; change nothing."`
+	DryRun bool   `json:"dry_run,omitempty" doc:"Count and list what would be retried; change nothing."`
+	Where  string `json:"where,omitempty" maxLength:"16384" doc:"Only the retrying pairs of the events this expression takes (as the events listing's where; at most 1000 events)."`
+	Since  string `json:"since,omitempty" doc:"With where: events received at or after (RFC 3339, or an age); the last 24 hours when absent."`
+	Until  string `json:"until,omitempty" doc:"With where: events received before."`
 }
 
 // VersionInput names a resource of a source on a route.
@@ -258,7 +280,7 @@ type EventsInput struct {
 func (a *server) events() {
 	huma.Register(a.api, op(http.MethodGet, "/events", "list-events", ops.ActionRead,
 		"List events newest first, each with its deliveries' states"),
-		func(ctx context.Context, in *EventsInput) (*body[Listing[ops.EventSummary]], error) {
+		func(ctx context.Context, in *EventsInput) (*body[EventListing], error) {
 			f, err := ops.ListFilter(in.FilterFields, in.Limit, in.Cursor, in.Key)
 			if err != nil {
 				return nil, a.fail(ctx, "listing events", err)
@@ -267,7 +289,8 @@ func (a *server) events() {
 			if err != nil {
 				return nil, a.fail(ctx, "listing events", err)
 			}
-			return answer(Listing[ops.EventSummary]{Total: list.Total, Items: list.Items, NextCursor: list.NextCursor}), nil
+			return answer(EventListing{Listing: Listing[ops.EventSummary]{Total: list.Total, Items: list.Items, NextCursor: list.NextCursor},
+				Search: list.Search}), nil
 		})
 	huma.Register(a.api, op(http.MethodGet, "/events/{id}", "get-event", ops.ActionRead,
 		"Show one event with its body, every delivery and every attempt", http.StatusNotFound),
@@ -408,6 +431,22 @@ func (a *server) deadLetters() {
 			if err := a.svc.CheckDeadLetterRoute(ctx, in.Route); err != nil {
 				return nil, a.fail(ctx, "requeue", err)
 			}
+			if in.Body.Where != "" || in.Body.Since != "" || in.Body.Until != "" {
+				f, err := ops.FilterFields{Where: in.Body.Where, Since: in.Body.Since, Until: in.Body.Until}.Parse()
+				if err == nil && (f.Search == nil || in.Body.Limit != 0) {
+					err = ops.Invalid("where: a requeue by query takes where (since and until narrow it), and no limit")
+				}
+				if err != nil {
+					return nil, a.fail(ctx, "requeue", err)
+				}
+				return a.start(ctx, "requeue", in.IdempotencyKey, map[string]any{"route": in.Route, "where": in.Body.Where, "since": in.Body.Since, "until": in.Body.Until},
+					func(ctx context.Context, progress func(any)) (any, error) {
+						moved, found, err := a.svc.DeadRequeueWhere(ctx, in.Route, f, func(moved, read int) {
+							progress(RequeueProgress{Moved: moved, Total: read})
+						})
+						return RequeueResult{Route: in.Route, Moved: moved, Found: &found}, err
+					})
+			}
 			return a.start(ctx, "requeue", in.IdempotencyKey, map[string]any{"route": in.Route, "limit": in.Body.Limit},
 				func(ctx context.Context, progress func(any)) (any, error) {
 					moved, err := a.svc.DeadRequeue(ctx, in.Route, in.Body.Limit, func(moved, total int) {
@@ -445,7 +484,10 @@ func (a *server) deadLetters() {
 
 // RequeueBody is the body of requeue-dead-letters.
 type RequeueBody struct {
-	Limit int `json:"limit,omitempty" minimum:"0" doc:"The most letters to move; all there are when 0."`
+	Limit int    `json:"limit,omitempty" minimum:"0" doc:"The most letters to move; all there are when 0. Not with where."`
+	Where string `json:"where,omitempty" maxLength:"16384" doc:"Only the letters of the dead events this expression takes (as the events listing's where; at most 1000 events): body.data.object.customer == \"cus_Q8x\"."`
+	Since string `json:"since,omitempty" doc:"With where: events received at or after (RFC 3339, or an age); the last 24 hours when absent."`
+	Until string `json:"until,omitempty" doc:"With where: events received before."`
 }
 
 // RequeueProgress is where a requeue stands.
@@ -458,6 +500,8 @@ type RequeueProgress struct {
 type RequeueResult struct {
 	Route string `json:"route"`
 	Moved int    `json:"moved"`
+	// Found is, for a requeue by query, how many dead events it found.
+	Found *int `json:"found,omitempty"`
 }
 
 // DropBody is the body of drop-delivered-dead-letters.
@@ -495,13 +539,41 @@ type JobsInput struct {
 
 func (a *server) jobs() {
 	huma.Register(a.api, op(http.MethodGet, "/jobs/{id}", "get-job", ops.ActionRead,
-		"Show a job: its state (running, succeeded, failed), progress, and report once it ended", http.StatusNotFound),
+		"Show a job: its state (running, succeeded, failed, cancelled), progress, and report once it ended", http.StatusNotFound),
 		func(ctx context.Context, in *JobInput) (*body[*ops.Job], error) {
 			j, err := a.svc.JobGet(ctx, in.ID)
 			if err != nil {
 				return nil, a.fail(ctx, "reading a job", err)
 			}
 			return answer(j), nil
+		})
+	huma.Register(a.api, op(http.MethodPost, "/jobs/{id}/cancel", "cancel-job", ops.ActionJobCancel,
+		"Stop a running job: it stops within 2 seconds and ends cancelled, its progress saying how far it got "+
+			"(a replay's after: POST /jobs/{id}/resume runs it again for exactly the rest); 409 for a job that is not running",
+		http.StatusNotFound, http.StatusConflict),
+		func(ctx context.Context, in *JobInput) (*body[*ops.Job], error) {
+			j, err := a.svc.JobCancel(ctx, in.ID)
+			if err != nil {
+				return nil, a.fail(ctx, "cancelling a job", err)
+			}
+			return answer(j), nil
+		})
+	huma.Register(a.api, jobOp(http.MethodPost, "/jobs/{id}/resume", "resume-replay", ops.ActionReplay,
+		"Run a replay that was cancelled or stopped (failed, abandoned) again for the rest: its selection, window as it was, "+
+			"after the position it reached, as the same replay, so that no pair it sent is sent again; 409 for a job running or succeeded",
+		http.StatusNotFound, http.StatusConflict),
+		func(ctx context.Context, in *struct {
+			JobInput
+			IdempotencyInput
+		}) (*jobAnswer, error) {
+			req, err := a.svc.ReplayResumeOf(ctx, in.ID)
+			if err != nil {
+				return nil, a.fail(ctx, "resuming a replay", err)
+			}
+			return a.start(ctx, "replay", in.IdempotencyKey, map[string]any{"resume": in.ID}, func(ctx context.Context, progress func(any)) (any, error) {
+				req.ProgressFunc = func(p ops.ReplayProgress) { progress(p) }
+				return a.svc.Replay(ctx, req)
+			})
 		})
 	huma.Register(a.api, op(http.MethodGet, "/jobs", "list-jobs", ops.ActionRead, "List jobs, newest first"),
 		func(ctx context.Context, in *JobsInput) (*body[Listing[ops.Job]], error) {

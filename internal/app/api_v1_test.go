@@ -310,6 +310,8 @@ func roleSamples(eventID string) map[string]roleSample {
 		"requeue-dead-letters":        {"/api/v1/routes/billing/dead-letters/requeue", map[string]any{"limit": 1}},
 		"drop-delivered-dead-letters": {"/api/v1/routes/billing/dead-letters/drop-delivered", map[string]any{"dry_run": true}},
 		"get-job":                     {"/api/v1/jobs/" + uuid.NewString(), nil},
+		"cancel-job":                  {"/api/v1/jobs/" + uuid.NewString() + "/cancel", nil},
+		"resume-replay":               {"/api/v1/jobs/" + uuid.NewString() + "/resume", nil},
 		"list-jobs":                   {"/api/v1/jobs?limit=1", nil},
 		"purge":                       {"/api/v1/purge", map[string]any{"older_than": "3650d", "dry_run": true}},
 		"list-tokens":                 {"/api/v1/tokens", nil},
@@ -694,6 +696,39 @@ func TestAPISuite(t *testing.T) {
 	require.NotNil(t, tried.FilterError)
 	require.Equal(t, "compile", tried.FilterError.Phase)
 	require.Equal(t, []rule.Problem{{Line: 1, Column: 1, Message: "undeclared reference to 'bdy'"}}, tried.FilterError.Problems)
+
+	// Cancel and go on for the rest (issue 42): a replay by filter held
+	// by a paused route waits on its first batch; cancelled, it ends
+	// cancelled; run again once the route resumes, it ends succeeded.
+	a = c.call("pause-route", http.MethodPost, "/api/v1/routes/billing/pause", op, nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	a = c.call("replay", http.MethodPost, "/api/v1/replay", op, map[string]any{"include_delivered": true,
+		"filter": map[string]any{"source": "acme", "since": "1h", "where": `body.type == "invoice.paid"`}})
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	var held ops.Job
+	a.decode(t, &held)
+	require.EventuallyWithT(t, func(col *assert.CollectT) {
+		a := c.try(col, "get-job", http.MethodGet, "/api/v1/jobs/"+held.ID.String(), viewer, nil)
+		var j ops.Job
+		a.decode(col, &j)
+		var p ops.ReplayProgress
+		assert.NoError(col, json.Unmarshal(j.Progress, &p))
+		assert.Positive(col, p.Enqueued)
+	}, testenv.Scaled(20*time.Second), 20*time.Millisecond, "the replay enqueues its first batch")
+	a = c.call("cancel-job", http.MethodPost, "/api/v1/jobs/"+held.ID.String()+"/cancel", viewer, nil)
+	require.Equal(t, http.StatusForbidden, a.Status, "a viewer cancels nothing: %s", a.Body)
+	a = c.call("cancel-job", http.MethodPost, "/api/v1/jobs/"+held.ID.String()+"/cancel", op, nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	held, _ = c.waitJob(viewer, held.ID.String(), 10*time.Second)
+	require.Equal(t, "cancelled", held.State, held.Error)
+	a = c.call("resume-route", http.MethodPost, "/api/v1/routes/billing/resume", op, nil)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	a = c.call("resume-replay", http.MethodPost, "/api/v1/jobs/"+held.ID.String()+"/resume", op, nil)
+	require.Equal(t, http.StatusAccepted, a.Status, "%s", a.Body)
+	var rest ops.Job
+	a.decode(t, &rest)
+	rest, _ = c.waitJob(viewer, rest.ID.String(), 30*time.Second)
+	require.Equal(t, "succeeded", rest.State, rest.Error)
 
 	// Every operation of the document was reached with a 2xx.
 	var missed []string

@@ -33,6 +33,7 @@ var apiActions = map[string]ops.Action{
 	"create-route": ops.ActionRouteCreate, "update-route": ops.ActionRouteUpdate,
 	"rotate-route-secret": ops.ActionRouteRotateSecret, "delete-route": ops.ActionRouteDelete,
 	"drop-dead-letters": ops.ActionDeadDrop, "test-route": ops.ActionRead,
+	"cancel-job": ops.ActionJobCancel, "resume-replay": ops.ActionReplay,
 }
 
 // consoleActions is apiActions for the console's pages and actions.
@@ -50,6 +51,8 @@ var consoleActions = map[string]ops.Action{
 	"POST /routes/{route}/dead-letters/drop-delivered": ops.ActionDeadDrop,
 	"POST /routes/{route}/dead-letters/drop":           ops.ActionDeadDrop,
 	"POST /routes/{route}/test":                        ops.ActionRead,
+	"POST /jobs/{id}/cancel":                           ops.ActionJobCancel,
+	"POST /jobs/{id}/resume":                           ops.ActionReplay,
 }
 
 // Issue 38, security 6: ops owns each action's role, and the API and the

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
 
@@ -139,6 +141,10 @@ func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
 			c.failed(w, r, "previewing a replay", err)
 			return
 		}
+		// The confirm replays what the preview counted: a default window
+		// is pinned to the time it started at now.
+		ff = pinWindow(ff, f)
+		data["Filter"] = ff
 		res, err := c.svc.Replay(r.Context(), ops.ReplayRequest{Filter: f, DryRun: true, ListLimit: 20})
 		if err != nil {
 			c.failed(w, r, "previewing a replay", err)
@@ -147,6 +153,16 @@ func (c *console) replayPage(w http.ResponseWriter, r *http.Request, u user) {
 		data["Preview"] = res
 	}
 	c.render(w, r, "replay", u, data)
+}
+
+// pinWindow writes a search's default window (the last 24 hours from
+// now) into ff as a time, so that a form or a link made of ff selects
+// what f selected now, not what a later now would.
+func pinWindow(ff ops.FilterFields, f ops.EventFilter) ops.FilterFields {
+	if f.Search != nil && f.Search.DefaultWindow {
+		ff.Since = f.Since.UTC().Format(time.RFC3339Nano)
+	}
+	return ff
 }
 
 func (c *console) replay(w http.ResponseWriter, r *http.Request, _ user) {
@@ -171,6 +187,41 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, _ user) {
 	})
 }
 
+// jobCancel stops a running job (it ends cancelled, its progress saying
+// how far it got) and shows it.
+func (c *console) jobCancel(w http.ResponseWriter, r *http.Request, _ user) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		http.Error(w, "not a job id", http.StatusBadRequest)
+		return
+	}
+	if _, err := c.svc.JobCancel(r.Context(), id); err != nil {
+		c.failed(w, r, "cancelling a job", err)
+		return
+	}
+	c.flash(r, "Cancel asked: the job stops within 2 seconds")
+	http.Redirect(w, r, "/jobs/"+id.String(), http.StatusSeeOther)
+}
+
+// jobResume runs a cancelled or stopped replay again for the rest, as a
+// new job of the same replay (ops.ReplayResumeOf).
+func (c *console) jobResume(w http.ResponseWriter, r *http.Request, _ user) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		http.Error(w, "not a job id", http.StatusBadRequest)
+		return
+	}
+	req, err := c.svc.ReplayResumeOf(r.Context(), id)
+	if err != nil {
+		c.failed(w, r, "resuming a replay", err)
+		return
+	}
+	c.startJob(w, r, "replay", map[string]any{"resume": id}, func(ctx context.Context, progress func(any)) (any, error) {
+		req.ProgressFunc = func(p ops.ReplayProgress) { progress(p) }
+		return c.svc.Replay(ctx, req)
+	})
+}
+
 func (c *console) job(w http.ResponseWriter, r *http.Request, u user) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
@@ -183,6 +234,10 @@ func (c *console) job(w http.ResponseWriter, r *http.Request, u user) {
 		return
 	}
 	data := map[string]any{"Job": j, "Progress": jsonMap(j.Progress), "Result": jsonMap(j.Result)}
+	if j.Kind == "replay" && (j.State == store.JobCancelled || j.State == store.JobFailed) {
+		var p ops.ReplayProgress
+		data["Resumable"] = json.Unmarshal(j.Progress, &p) == nil && p.Resume != nil
+	}
 	c.render(w, r, "job", u, data)
 }
 

@@ -156,6 +156,8 @@ var Pages = []Page{
 	{"GET /replay", ops.ActionRead, (*console).replayPage},
 	{"POST /replay", ops.ActionReplay, (*console).replay},
 	{"GET /jobs/{id}", ops.ActionRead, (*console).job},
+	{"POST /jobs/{id}/cancel", ops.ActionJobCancel, (*console).jobCancel},
+	{"POST /jobs/{id}/resume", ops.ActionReplay, (*console).jobResume},
 	{"GET /audit", ops.ActionRead, (*console).audit},
 }
 

@@ -222,8 +222,21 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, u user) {
 		v.Set("cursor", list.NextCursor)
 		next = "/events?" + v.Encode()
 	}
-	c.render(w, r, "events", u, map[string]any{"Filter": ff, "List": list, "Next": next,
-		"States": eventStates})
+	data := map[string]any{"Filter": ff, "List": list, "Next": next, "States": eventStates}
+	if f.Search != nil && list.Total > 0 {
+		// "Replay these": the replay page's preview of this selection,
+		// its window pinned (pinWindow), then its confirm.
+		v := url.Values{"preview": {"1"}}
+		pinned := pinWindow(ff, f)
+		for k, val := range map[string]string{"source": pinned.Source, "event_type": pinned.EventType, "state": pinned.State,
+			"route": pinned.Route, "since": pinned.Since, "until": pinned.Until, "where": pinned.Where} {
+			if val != "" {
+				v.Set(k, val)
+			}
+		}
+		data["ReplayLink"] = "/replay?" + v.Encode()
+	}
+	c.render(w, r, "events", u, data)
 }
 
 // eventStates are the events page's state choices ("" is any).

@@ -35,6 +35,7 @@ const (
 	ActionRouteRotateSecret Action = "route.rotate_secret"
 	ActionRouteDelete       Action = "route.delete"
 	ActionRouteReseal       Action = "route.reseal"
+	ActionJobCancel         Action = "job.cancel"
 )
 
 // actions is the one table of the actions: the role each needs and
@@ -64,6 +65,7 @@ var actions = []actionRule{
 	{ActionRouteRotateSecret, RoleAdmin, true},
 	{ActionRouteDelete, RoleAdmin, true},
 	{ActionRouteReseal, RoleAdmin, true},
+	{ActionJobCancel, RoleOperator, true},
 }
 
 // actionRule is a row of the actions table.

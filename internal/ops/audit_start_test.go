@@ -40,7 +40,7 @@ func (s crashingStore) Purge(ctx context.Context, _ store.PurgeConfig) (store.Pu
 	return store.PurgeResult{}, errCrash
 }
 
-func (s crashingStore) ReplayEnqueue(ctx context.Context, _ []store.ReplayPair, _, _ bool) ([]store.ReplayPair, error) {
+func (s crashingStore) ReplayEnqueueBy(ctx context.Context, _ uuid.UUID, _ []store.ReplayPair, _, _ bool) ([]store.ReplayPair, error) {
 	s.look(ctx)
 	return nil, errCrash
 }

@@ -234,6 +234,40 @@ func (s *Service) DeadRequeue(ctx context.Context, route string, limit int, prog
 		func(n int) map[string]any { return map[string]any{"moved": n} })
 }
 
+// DeadRequeueWhere moves back the dead letters of route whose events a
+// search finds (f: a window and a --where expression; its route and state
+// are set here: the route's dead pairs), as DeadRequeueEvents does for
+// chosen ones. A search that finds more than MaxRequeueEvents is refused
+// (narrow it, or replay by the same query, which pages): a requeue reads
+// the dead-letter queue once for all of them. It answers how many letters
+// moved and how many events the search found.
+func (s *Service) DeadRequeueWhere(ctx context.Context, route string, f store.EventFilter, progress func(moved, read int)) (moved, found int, err error) {
+	if err := s.CheckDeadLetterRoute(ctx, route); err != nil {
+		return 0, 0, err
+	}
+	if f.Search == nil {
+		return 0, 0, Invalid("where: a requeue by query needs an expression")
+	}
+	f.Route, f.State, f.Limit, f.Key = route, string(webhook.StateDead), MaxRequeueEvents+1, ""
+	rows, err := s.Store.EventList(ctx, f)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(rows) > MaxRequeueEvents {
+		return 0, len(rows), Invalid(fmt.Sprintf("the search finds more than %d dead events on %s: narrow it (since, until, where), "+
+			"or replay by the same query (a job that pages through any number)", MaxRequeueEvents, route))
+	}
+	if len(rows) == 0 {
+		return 0, 0, nil
+	}
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	moved, err = s.DeadRequeueEvents(ctx, route, ids, progress)
+	return moved, len(rows), err
+}
+
 // MaxRequeueEvents bounds one requeue of chosen dead letters.
 const MaxRequeueEvents = 1000
 

@@ -42,6 +42,8 @@ type fakeStore struct {
 	err error
 	// changed are pairs that ReplayEnqueue finds changed meanwhile.
 	changed map[store.ReplayPair]bool
+	// replayedBy is the replay that last enqueued each pair.
+	replayedBy map[store.ReplayPair]uuid.UUID
 
 	enqueues  [][]store.ReplayPair
 	counts    int
@@ -264,22 +266,26 @@ func (s *fakeStore) ReplayCandidatesPage(_ context.Context, f store.EventFilter,
 	return out, nil
 }
 
-// ReplayEnqueue applies store.ReplayEnqueue's rules: a purged event is
+// ReplayEnqueueBy applies store.ReplayEnqueueBy's rules: a purged event is
 // left alone, and only a dead pair, one never attempted, or (asked for) a
 // delivered or stale one goes back to pending.
-func (s *fakeStore) ReplayEnqueue(_ context.Context, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error) {
+func (s *fakeStore) ReplayEnqueueBy(_ context.Context, by uuid.UUID, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.enqueues = append(s.enqueues, slices.Clone(pairs))
+	if s.replayedBy == nil {
+		s.replayedBy = map[store.ReplayPair]uuid.UUID{}
+	}
 	var done []store.ReplayPair
 	for _, p := range pairs {
 		for _, ev := range s.events {
-			if ev.id != p.EventID || ev.purged || s.changed[p] {
+			if ev.id != p.EventID || ev.purged || s.changed[p] || (by != uuid.Nil && s.replayedBy[p] == by) {
 				continue
 			}
 			switch st := ev.states[p.Route]; {
 			case st == "", st == "dead", st == "delivered" && includeDelivered, st == "stale" && includeStale:
 				ev.states[p.Route] = "pending"
+				s.replayedBy[p] = by
 				done = append(done, p)
 			}
 		}

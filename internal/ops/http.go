@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/config"
 	"github.com/hookrelay/hookrelay/internal/httpserver"
+	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/rs/zerolog"
@@ -230,13 +231,19 @@ type FilterFields struct {
 	Route     string `json:"route,omitempty" query:"route" doc:"Only events with a delivery to this route."`
 	Since     string `json:"since,omitempty" query:"since" doc:"Received at or after: RFC 3339, or an age (2h, 3d)."`
 	Until     string `json:"until,omitempty" query:"until" doc:"Received before: RFC 3339, or an age."`
+	Where     string `json:"where,omitempty" query:"where" maxLength:"16384" doc:"Only events this expression takes: a bool expression of the route filters' language (CEL) over body, headers, source, event_type and received_at, such as body.data.object.customer == \"cus_Q8x\". A search over the body needs a window: without since it searches the last 24 hours, and says so."`
 }
+
+// DefaultSearchWindow is how far back a search over the body looks when
+// it is given no since: a body is read to be judged, and a window keeps
+// that bounded.
+const DefaultSearchWindow = 24 * time.Hour
 
 // FilterFieldsFromQuery reads the selection's fields from a query or a
 // form (their names are the JSON names).
 func FilterFieldsFromQuery(q url.Values) FilterFields {
 	return FilterFields{Source: q.Get("source"), EventType: q.Get("event_type"), State: q.Get("state"), Route: q.Get("route"),
-		Since: q.Get("since"), Until: q.Get("until")}
+		Since: q.Get("since"), Until: q.Get("until"), Where: q.Get("where")}
 }
 
 // Parse checks ff and makes the store's filter of it (ErrInvalidRequest
@@ -253,7 +260,31 @@ func (ff FilterFields) Parse() (store.EventFilter, error) {
 	if f.State != "" && !validState(f.State) {
 		return f, Invalid("state: must be pending, retrying, delivered, dead or stale")
 	}
+	if strings.TrimSpace(ff.Where) != "" {
+		if f.Search, err = CompileSearch(ff.Where); err != nil {
+			return f, err
+		}
+		if f.Since.IsZero() {
+			f.Since, f.Search.DefaultWindow = time.Now().Add(-DefaultSearchWindow), true
+		}
+	}
 	return f, nil
+}
+
+// CompileSearch compiles a --where expression into the store's search
+// (ErrInvalidRequest, naming the line and column, when it does not
+// compile). An event the expression cannot judge (a field it reads is
+// missing) is not taken.
+func CompileSearch(where string) (*store.Search, error) {
+	s, err := rule.CompileSearch(where, rule.Limits{})
+	if err != nil {
+		return nil, Invalid("where: " + err.Error())
+	}
+	return &store.Search{Text: where, Contains: s.Contains(), Keep: func(ctx context.Context, c store.SearchCandidate) bool {
+		ok, err := s.Match(ctx, rule.Input{Body: rule.ParseBody(c.Body), Headers: rule.HeadersOf(c.Headers),
+			Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt})
+		return err == nil && ok
+	}}, nil
 }
 
 // ListFilter is a listing's filter: ff's selection, limit events (0: the
@@ -267,6 +298,9 @@ func ListFilter(ff FilterFields, limit int, cursor, key string) (store.EventFilt
 	}
 	if limit < 0 {
 		return f, Invalid("limit: must be positive")
+	}
+	if key != "" && f.Search != nil {
+		return f, Invalid("key and where: a listing by the sender's id takes no search over the body; use one or the other")
 	}
 	f.Limit, f.Key = limit, key
 	if f.Before, err = store.ParseReplayCursor(cursor); err != nil {

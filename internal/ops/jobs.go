@@ -19,7 +19,9 @@ import (
 type JobStore interface {
 	JobCreate(ctx context.Context, j *store.Job) (*store.Job, bool, error)
 	JobProgress(ctx context.Context, id, owner uuid.UUID, progress json.RawMessage) error
-	JobFinish(ctx context.Context, id, owner uuid.UUID, progress, result json.RawMessage, errText string) error
+	JobFinish(ctx context.Context, id, owner uuid.UUID, progress, result json.RawMessage, errText string, cancelled bool) error
+	JobCancel(ctx context.Context, id uuid.UUID) (*store.Job, error)
+	JobCancelRequested(ctx context.Context, id uuid.UUID) (bool, error)
 	JobsAbandon(ctx context.Context) (int64, error)
 	JobGet(ctx context.Context, id uuid.UUID) (*store.Job, error)
 	JobList(ctx context.Context, before uuid.UUID, limit int) ([]store.Job, int64, error)
@@ -31,7 +33,22 @@ type JobStore interface {
 const (
 	jobHeartbeat     = 5 * time.Second
 	jobProgressEvery = 500 * time.Millisecond
+	// jobCancelPoll is how often a running job looks for a cancel asked
+	// of another process (one asked of its own stops it at once).
+	jobCancelPoll = time.Second
 )
+
+// errJobCancelled is the cause of a job's end at a cancel.
+var errJobCancelled = errors.New("cancelled")
+
+// jobIDKey carries a running job's id in its context.
+type jobIDKey struct{}
+
+// JobIDOf is the id of the job ctx runs in; uuid.Nil outside one.
+func JobIDOf(ctx context.Context) uuid.UUID {
+	id, _ := ctx.Value(jobIDKey{}).(uuid.UUID)
+	return id
+}
 
 // JobRunner runs long actions (replay, a route's retry, requeue, purge)
 // in the background of the process that serves the API, each stored as a
@@ -44,15 +61,17 @@ type JobRunner struct {
 	// ends them.
 	owner uuid.UUID
 
-	mu     sync.Mutex // guards closed and wg.Add against Wait
+	mu     sync.Mutex // guards closed, cancels and wg.Add against Wait
 	closed bool
 	wg     sync.WaitGroup
+	// cancels stops the jobs running here, by id.
+	cancels map[uuid.UUID]context.CancelCauseFunc
 }
 
 // NewJobRunner returns a runner whose jobs stop when ctx ends (the
 // process stops): each is then stored as failed, saying so.
 func NewJobRunner(ctx context.Context, logger zerolog.Logger) *JobRunner {
-	return &JobRunner{ctx: ctx, logger: logger, owner: uuid.New()}
+	return &JobRunner{ctx: ctx, logger: logger, owner: uuid.New(), cancels: map[uuid.UUID]context.CancelCauseFunc{}}
 }
 
 // Sweep marks abandoned, every jobHeartbeat until the runner's ctx ends,
@@ -161,8 +180,16 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 	// A job marked abandoned (its heartbeat lapsed: a process stalled,
 	// Postgres out of reach) is over for its readers: it stops here too,
 	// rather than go on changing things under a job that reads failed.
-	ctx, abandon := context.WithCancelCause(ctx)
+	ctx, abandon := context.WithCancelCause(context.WithValue(ctx, jobIDKey{}, id))
 	defer abandon(nil)
+	r.mu.Lock()
+	r.cancels[id] = abandon
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.cancels, id)
+		r.mu.Unlock()
+	}()
 	lost := func(err error) bool {
 		if !errors.Is(err, store.ErrJobNotRunning) {
 			return false
@@ -204,10 +231,20 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 		defer close(beatDone)
 		t := time.NewTicker(jobHeartbeat)
 		defer t.Stop()
+		poll := time.NewTicker(jobCancelPoll)
+		defer poll.Stop()
 		for {
 			select {
 			case <-beat:
 				return
+			case <-poll.C:
+				// A cancel asked of another process (the API behind a
+				// load balancer): stop within a poll.
+				if asked, err := st.JobCancelRequested(context.WithoutCancel(ctx), id); err != nil {
+					log.Warn().Err(err).Msg("looking for a cancel of the job")
+				} else if asked {
+					abandon(errJobCancelled)
+				}
 			case <-t.C:
 				if err := st.JobProgress(context.WithoutCancel(ctx), id, r.owner, nil); lost(err) {
 					log.Error().Err(err).Msg("job marked abandoned while it ran: stopping it")
@@ -222,7 +259,15 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 	<-beatDone
 	save(true)
 	errText := ""
-	if err != nil {
+	// A job that ended by itself before it heard of a cancel ended as it
+	// did; one stopped by it reads cancelled, its progress saying how
+	// far it got.
+	cancelled := err != nil && errors.Is(context.Cause(ctx), errJobCancelled)
+	switch {
+	case cancelled:
+		log.Info().Msg("job cancelled")
+		errText = "cancelled: it stopped where its progress says; what it did stays done, run it again for the rest"
+	case err != nil:
 		log.Warn().Err(err).Msg("job ended with an error")
 		errText = PublicError(err)
 		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), store.ErrJobNotRunning) {
@@ -240,7 +285,7 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 	mu.Unlock()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := st.JobFinish(fctx, id, r.owner, p, raw, errText); errors.Is(err, store.ErrJobNotRunning) {
+	if err := st.JobFinish(fctx, id, r.owner, p, raw, errText, cancelled); errors.Is(err, store.ErrJobNotRunning) {
 		// Its readers were told it was abandoned, and that stands: what
 		// it did is in the audit log, and here.
 		log.Error().Err(err).RawJSON("progress", orEmpty(p)).RawJSON("result", orEmpty(raw)).Str("reported", errText).
@@ -250,11 +295,13 @@ func (r *JobRunner) run(ctx context.Context, st JobStore, id uuid.UUID, kind str
 		log.Error().Err(err).Msg("storing the end of a job")
 		return
 	}
-	if errText != "" {
+	if errText != "" && !cancelled {
 		log.Warn().Str("reported", errText).Msg("job failed")
 		return
 	}
-	log.Info().Msg("job done")
+	if !cancelled {
+		log.Info().Msg("job done")
+	}
 }
 
 // protect runs a job, turning a panic into its error: one job's fault
@@ -287,6 +334,39 @@ func PublicError(err error) string {
 		return err.Error()
 	}
 	return "storage or broker unavailable (the log of the process that ran it says why)"
+}
+
+// JobCancel asks a running job to stop, and answers it: a job running in
+// this process stops at once, one running in another within
+// jobCancelPoll. It ends cancelled, with the progress it reached (a
+// replay's says where: run it again for the rest, JobResume). A job that
+// is not running answers ErrConflict, an unknown one (or another team's)
+// ErrNotFound. Audited as job.cancel.
+func (s *Service) JobCancel(ctx context.Context, id uuid.UUID) (*store.Job, error) {
+	// A job the caller cannot see (another team's, or none) is refused
+	// before the audit row: naming it there would tell the caller it
+	// exists.
+	if _, err := s.Store.JobGet(ctx, id); err != nil {
+		return nil, err
+	}
+	return audited(ctx, s, ActionJobCancel, id.String(), map[string]any{}, func() (*store.Job, error) {
+		j, err := s.Store.JobCancel(ctx, id)
+		if errors.Is(err, store.ErrJobNotRunning) {
+			return nil, fmt.Errorf("%w: job %s is %s, not running", ErrConflict, id, j.State)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r := s.Jobs; r != nil {
+			r.mu.Lock()
+			stop := r.cancels[id]
+			r.mu.Unlock()
+			if stop != nil {
+				stop(errJobCancelled)
+			}
+		}
+		return j, nil
+	}, func(j *store.Job) map[string]any { return map[string]any{"kind": j.Kind} })
 }
 
 // JobGet returns one job, or ErrNotFound.

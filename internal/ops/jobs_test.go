@@ -69,7 +69,7 @@ func (s *jobStore) abandon(id uuid.UUID) {
 
 // JobFinish ends a running job of owner's (the done channel hears of
 // every call, refused or not).
-func (s *jobStore) JobFinish(_ context.Context, id, owner uuid.UUID, p, res json.RawMessage, errText string) error {
+func (s *jobStore) JobFinish(_ context.Context, id, owner uuid.UUID, p, res json.RawMessage, errText string, cancelled bool) error {
 	defer func() { s.done <- id }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -78,10 +78,36 @@ func (s *jobStore) JobFinish(_ context.Context, id, owner uuid.UUID, p, res json
 		return store.ErrJobNotRunning
 	}
 	j.State, j.Result, j.Error = store.JobSucceeded, res, errText
-	if errText != "" {
+	switch {
+	case cancelled:
+		j.State = store.JobCancelled
+	case errText != "":
 		j.State = store.JobFailed
 	}
 	return nil
+}
+
+// JobCancel asks a running job to stop, as the store does.
+func (s *jobStore) JobCancel(_ context.Context, id uuid.UUID) (*store.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[id]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	c := *j
+	if j.State != store.JobRunning {
+		return &c, store.ErrJobNotRunning
+	}
+	now := time.Now()
+	j.CancelRequestedAt = &now
+	return &c, nil
+}
+
+func (s *jobStore) JobCancelRequested(_ context.Context, id uuid.UUID) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobs[id].CancelRequestedAt != nil, nil
 }
 
 func (s *jobStore) JobGet(_ context.Context, id uuid.UUID) (*store.Job, error) {

@@ -23,6 +23,39 @@ type EventList struct {
 	// NextCursor, when set, gives the next page (older events) as the
 	// listing's cursor; empty on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
+	// Search says what a search over the body read; absent without one.
+	Search *SearchInfo `json:"search,omitempty"`
+}
+
+// SearchInfo is what a search over the body read: its expression, its
+// window, and whether the window was the default one.
+type SearchInfo struct {
+	Where string     `json:"where" doc:"The expression, as given."`
+	Since time.Time  `json:"since" doc:"The window's start: events received at or after it were searched."`
+	Until *time.Time `json:"until,omitempty" doc:"The window's end, when one was given."`
+	// DefaultWindow says no since was given: the last 24 hours were
+	// searched (Note words it).
+	DefaultWindow bool   `json:"default_window,omitempty" doc:"No since was given, so the last 24 hours were searched."`
+	Note          string `json:"note,omitempty" doc:"The window in words, when it was the default."`
+	// Indexed says the expression names a body field's value, which the
+	// index serves; without, every body of the window is read.
+	Indexed bool `json:"indexed" doc:"The expression compares a body field with a constant, which the index finds; without one, every body in the window is read."`
+}
+
+// SearchInfoOf describes f's search; nil when f has none.
+func SearchInfoOf(f store.EventFilter) *SearchInfo {
+	if f.Search == nil {
+		return nil
+	}
+	si := &SearchInfo{Where: f.Search.Text, Since: f.Since.UTC(), DefaultWindow: f.Search.DefaultWindow, Indexed: f.Search.Contains != nil}
+	if !f.Until.IsZero() {
+		u := f.Until.UTC()
+		si.Until = &u
+	}
+	if si.DefaultWindow {
+		si.Note = "no since given: searched the last 24h (since " + si.Since.Format(time.RFC3339) + "); set since for another window"
+	}
+	return si
 }
 
 // The event rows are the store's (see there): one set of types.

@@ -42,7 +42,7 @@ type Store interface {
 	ReplayCandidatesPage(ctx context.Context, f store.EventFilter, after store.ReplayCursor, limit int) ([]store.ReplayCandidate, error)
 	// ReplayEnqueue puts pairs back through the outbox in one transaction
 	// and returns those it enqueued.
-	ReplayEnqueue(ctx context.Context, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error)
+	ReplayEnqueueBy(ctx context.Context, by uuid.UUID, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error)
 	// Purge removes what cfg says.
 	Purge(ctx context.Context, cfg store.PurgeConfig) (store.PurgeResult, error)
 	// PurgeCount counts what Purge would remove, changing nothing.
@@ -254,7 +254,7 @@ func (s *Service) EventList(ctx context.Context, f store.EventFilter) (*EventLis
 		rows = rows[:f.Limit]
 	}
 	items := convert(rows, func(e store.EventSummary) EventSummary { return eventSummary(e, s.served) })
-	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items}
+	out := &EventList{Total: int64(len(items)), Shown: len(items), Items: items, Search: SearchInfoOf(f)}
 	if more || !f.Before.ReceivedAt.IsZero() {
 		// Only a page with more after it, or a later one, needs the count,
 		// and only up to MaxCount: past that it says "at least".

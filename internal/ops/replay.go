@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -46,6 +47,11 @@ type ReplayRequest struct {
 	// After continues a selection after the last event of an earlier one
 	// that stopped at Filter.Limit: that result's NextAfter.
 	After string
+	// By is the replay this run is part of: its first job's id, which a
+	// run again for the rest (ReplayResumeOf) shares. A pair it replayed
+	// already is not replayed again, whatever its state is since. Zero:
+	// the id of the job the replay runs in, if any.
+	By uuid.UUID
 	// IncludeDelivered replays pairs already delivered too.
 	IncludeDelivered bool
 	// IncludeStale replays stale pairs too (a route with ordering
@@ -88,6 +94,11 @@ type ReplayItem struct {
 	State string `json:"state"`
 	// Skipped says why a pair was not replayed.
 	Skipped string `json:"skipped,omitempty"`
+
+	// before is the position just before its event, beforeDone how many
+	// events that is (replayer.reached).
+	before     store.ReplayCursor
+	beforeDone int
 }
 
 // ReplayResult counts the replayed and skipped pairs and lists the first
@@ -108,6 +119,8 @@ type ReplayResult struct {
 	// NextAfter is set when Filter.Limit stopped the selection and more
 	// events match: pass it as After to go on.
 	NextAfter string `json:"next_after,omitempty"`
+	// Reached is the position the replay reached, as in its progress.
+	Reached string `json:"reached,omitempty"`
 }
 
 // ReplayProgress is where a running replay stands.
@@ -123,6 +136,25 @@ type ReplayProgress struct {
 	Delivered int `json:"delivered"`
 	// Batch is the current batch size.
 	Batch int `json:"batch"`
+	// After is the position reached: every selected event up to it
+	// (Done of them) is done, its pairs enqueued or skipped. A run
+	// again for the rest starts after it.
+	After string `json:"after,omitempty"`
+	Done  int    `json:"done"`
+	// Resume is what a run again for the rest needs (ReplayResumeOf).
+	Resume *ReplayResume `json:"resume,omitempty"`
+}
+
+// ReplayResume is a replay by filter as its progress keeps it, for a run
+// again for the rest: the selection, its window pinned to the times it
+// started with, and the replay's id.
+type ReplayResume struct {
+	By               uuid.UUID    `json:"by"`
+	Filter           FilterFields `json:"filter"`
+	Limit            int          `json:"limit,omitempty"`
+	IncludeDelivered bool         `json:"include_delivered,omitempty"`
+	IncludeStale     bool         `json:"include_stale,omitempty"`
+	IgnoreFilter     bool         `json:"ignore_filter,omitempty"`
 }
 
 // Replay puts the selected pairs back through the outbox (so a crash half
@@ -192,6 +224,9 @@ func filterArgs(f store.EventFilter) map[string]any {
 	if f.Limit > 0 {
 		args["limit"] = f.Limit
 	}
+	if f.Search != nil {
+		args["where"] = f.Search.Text
+	}
 	return args
 }
 
@@ -199,11 +234,15 @@ func (s *Service) replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 	if err := s.checkRoute(ctx, req.Filter.Route); err != nil {
 		return nil, err
 	}
+	if req.By == uuid.Nil && !req.DryRun {
+		req.By = JobIDOf(ctx)
+	}
 	after, err := store.ParseReplayCursor(req.After)
 	if err != nil {
 		return nil, fmt.Errorf("%w: after: %w", ErrInvalidRequest, err)
 	}
-	r := &replayer{s: s, req: req, res: &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}}}
+	r := &replayer{s: s, req: req, res: &ReplayResult{DryRun: req.DryRun, Replayed: []ReplayItem{}, Skipped: []ReplayItem{}},
+		lastScanned: after, pageEnd: after}
 	if r.routes, err = s.visibleRoutes(ctx, s.RoutesNow().Names()); err != nil {
 		return nil, err
 	}
@@ -278,6 +317,7 @@ func (r *replayer) filtered(ctx context.Context, after store.ReplayCursor) error
 		if err := r.add(ctx, page); err != nil {
 			return err
 		}
+		r.pageEnd, r.pageDone = r.lastScanned, r.scanned
 		for len(r.queue) >= r.batch {
 			if err := r.flush(ctx, r.batch, true); err != nil {
 				return err
@@ -330,6 +370,21 @@ type replayer struct {
 	queue []ReplayItem
 	// delivered counts pairs of finished batches seen delivered.
 	delivered int
+	// lastScanned is the last event add read, scanned how many it read;
+	// pageEnd and pageDone the same once a page was added whole: the
+	// position reached when the queue is empty.
+	lastScanned, pageEnd store.ReplayCursor
+	scanned, pageDone    int
+}
+
+// reached is the position every event up to which is done: just before
+// the event of the first pair still queued, else the end of the pages
+// added; and how many events that is.
+func (r *replayer) reached() (store.ReplayCursor, int) {
+	if len(r.queue) > 0 {
+		return r.queue[0].before, r.queue[0].beforeDone
+	}
+	return r.pageEnd, r.pageDone
 }
 
 // add sorts a page's pairs into skipped ones (counted and listed) and ones
@@ -337,6 +392,8 @@ type replayer struct {
 func (r *replayer) add(ctx context.Context, page []store.ReplayCandidate) error {
 	f := r.req.Filter
 	for _, c := range page {
+		before, beforeDone := r.lastScanned, r.scanned
+		r.lastScanned, r.scanned = store.ReplayCursor{ReceivedAt: c.ReceivedAt, ID: c.EventID}, r.scanned+1
 		// Pairs on routes no longer configured: nothing would deliver
 		// them, so they are refused, with the reason (not "in flight").
 		// With a route filter there are none: it must be configured.
@@ -358,7 +415,8 @@ func (r *replayer) add(ctx context.Context, page []store.ReplayCandidate) error 
 			if f.State != "" && state != f.State {
 				continue
 			}
-			item := ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt, Route: route, State: state}
+			item := ReplayItem{EventID: c.EventID, Source: c.Source, EventType: c.EventType, ReceivedAt: c.ReceivedAt, Route: route, State: state,
+				before: before, beforeDone: beforeDone}
 			switch {
 			case c.Purged:
 				item.Skipped = "purged: the body is no longer stored"
@@ -438,7 +496,7 @@ func (r *replayer) flush(ctx context.Context, n int, pace bool) error {
 	for i, it := range items {
 		pairs[i] = store.ReplayPair{EventID: it.EventID, Route: it.Route}
 	}
-	done, err := r.s.Store.ReplayEnqueue(ctx, pairs, r.req.IncludeDelivered, r.req.IncludeStale)
+	done, err := r.s.Store.ReplayEnqueueBy(ctx, r.req.By, pairs, r.req.IncludeDelivered, r.req.IncludeStale)
 	if err != nil {
 		return err
 	}
@@ -499,11 +557,70 @@ func (r *replayer) pace(ctx context.Context, batch []store.ReplayPair) error {
 }
 
 func (r *replayer) progress() {
+	at, done := r.reached()
+	r.res.Reached = at.String()
 	if r.req.ProgressFunc == nil {
 		return
 	}
-	r.req.ProgressFunc(ReplayProgress{
+	p := ReplayProgress{
 		Events: r.res.Events, Scanned: r.res.Scanned, Enqueued: r.res.ReplayedCount, Skipped: r.res.SkippedCount,
-		Delivered: r.res.Delivered, Batch: r.batch,
-	})
+		Delivered: r.res.Delivered, Batch: r.batch, After: at.String(), Done: done,
+	}
+	if r.req.EventID == uuid.Nil && !r.req.DryRun && r.req.By != uuid.Nil {
+		p.Resume = &ReplayResume{By: r.req.By, Filter: pinned(r.req.Filter), Limit: r.req.Filter.Limit,
+			IncludeDelivered: r.req.IncludeDelivered, IncludeStale: r.req.IncludeStale, IgnoreFilter: r.req.IgnoreFilter}
+	}
+	r.req.ProgressFunc(p)
+}
+
+// pinned is f as FilterFields, its window as times (not ages), so that
+// read again later it selects the same events.
+func pinned(f store.EventFilter) FilterFields {
+	ff := FilterFields{Source: f.Source, EventType: f.EventType, State: f.State, Route: f.Route}
+	if !f.Since.IsZero() {
+		ff.Since = f.Since.UTC().Format(time.RFC3339Nano)
+	}
+	if !f.Until.IsZero() {
+		ff.Until = f.Until.UTC().Format(time.RFC3339Nano)
+	}
+	if f.Search != nil {
+		ff.Where = f.Search.Text
+	}
+	return ff
+}
+
+// ReplayResumeOf is the request that runs the replay job id again for
+// the rest: its selection, after the position its progress reached, as
+// the same replay (By), so that no pair it sent is sent again. A job
+// that is running answers ErrConflict (cancel it first), one that
+// succeeded too (nothing is left), one that is no replay by filter or
+// kept no position ErrInvalidRequest.
+func (s *Service) ReplayResumeOf(ctx context.Context, id uuid.UUID) (ReplayRequest, error) {
+	j, err := s.Store.JobGet(ctx, id)
+	if err != nil {
+		return ReplayRequest{}, err
+	}
+	switch {
+	case j.Kind != "replay":
+		return ReplayRequest{}, Invalid(fmt.Sprintf("job %s is a %s, not a replay", id, j.Kind))
+	case j.State == store.JobRunning:
+		return ReplayRequest{}, fmt.Errorf("%w: job %s is still running: cancel it first", ErrConflict, id)
+	case j.State == store.JobSucceeded:
+		return ReplayRequest{}, fmt.Errorf("%w: job %s succeeded: nothing of it is left", ErrConflict, id)
+	}
+	var p ReplayProgress
+	if err := json.Unmarshal(j.Progress, &p); err != nil || p.Resume == nil {
+		return ReplayRequest{}, Invalid(fmt.Sprintf("job %s kept no position to go on from (a replay of one event, or one that stopped before its first page): replay its selection again", id))
+	}
+	f, err := p.Resume.Filter.Parse()
+	if err != nil {
+		return ReplayRequest{}, err
+	}
+	if p.Resume.Limit > 0 {
+		if f.Limit = p.Resume.Limit - p.Done; f.Limit <= 0 {
+			return ReplayRequest{}, fmt.Errorf("%w: job %s reached its limit: nothing of it is left", ErrConflict, id)
+		}
+	}
+	return ReplayRequest{Filter: f, After: p.After, By: p.Resume.By, IncludeDelivered: p.Resume.IncludeDelivered,
+		IncludeStale: p.Resume.IncludeStale, IgnoreFilter: p.Resume.IgnoreFilter}, nil
 }

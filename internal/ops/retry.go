@@ -35,6 +35,9 @@ type RetryRequest struct {
 	EventID uuid.UUID
 	Route   string
 	State   string
+	// Query, when it holds a search (Where), retries only the route's
+	// retrying pairs of the events it finds (at most MaxRequeueEvents).
+	Query store.EventFilter
 	// DryRun counts and lists what would be retried; changes nothing.
 	DryRun bool
 	// ListLimit is how many pairs the result lists of each kind; the
@@ -111,6 +114,10 @@ func (s *Service) Retry(ctx context.Context, req RetryRequest) (*RetryResult, er
 	}
 	if req.State != "" {
 		args["state"] = req.State
+	}
+	if req.Query.Search != nil {
+		args["where"] = req.Query.Search.Text
+		args["since"] = req.Query.Since.UTC().Format(time.RFC3339)
 	}
 	return audited(ctx, s, ActionRetry, target, args, func() (*RetryResult, error) { return s.retry(ctx, req) },
 		func(r *RetryResult) map[string]any {
@@ -219,9 +226,24 @@ func (r *retrier) event(ctx context.Context) error {
 	return nil
 }
 
-// route retries a route's retrying pairs in paced batches.
+// route retries a route's retrying pairs in paced batches: every one,
+// or those of the events a query finds.
 func (r *retrier) route(ctx context.Context) error {
 	sel := store.RetrySelection{Route: r.req.Route}
+	if q := r.req.Query; q.Search != nil {
+		q.Route, q.State, q.Limit, q.Key = r.req.Route, string(webhook.StateRetrying), MaxRequeueEvents+1, ""
+		rows, err := r.s.Store.EventList(ctx, q)
+		if err != nil {
+			return err
+		}
+		if len(rows) > MaxRequeueEvents {
+			return Invalid(fmt.Sprintf("the search finds more than %d retrying events on %s: narrow it (since, until, where)", MaxRequeueEvents, r.req.Route))
+		}
+		sel.Events = make([]uuid.UUID, len(rows))
+		for i, row := range rows {
+			sel.Events[i] = row.ID
+		}
+	}
 	total, err := r.st.DeliveryRetryCount(ctx, sel)
 	if err != nil {
 		return err

@@ -296,6 +296,7 @@ const (
 	JobRunning   = "running"
 	JobSucceeded = "succeeded"
 	JobFailed    = "failed"
+	JobCancelled = "cancelled"
 )
 
 // Job is a long action's row: what it is, how far it got, how it ended.
@@ -312,6 +313,8 @@ type Job struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	HeartbeatAt    time.Time       `json:"heartbeat_at"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// CancelRequestedAt is when a cancel was asked for (JobCancel).
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
 	// Owner is the runner that runs the job (JobCreate stores it): only
 	// it moves the heartbeat and ends the job. Not shown.
 	Owner uuid.UUID `json:"-"`
@@ -332,11 +335,12 @@ const jobAbandonedError = "abandoned: the process running it stopped beating its
 var ErrJobNotRunning = errors.New("the job is no longer running under this process (it was marked abandoned)")
 
 // jobColumns read a job.
-const jobColumns = `id, kind, actor, COALESCE(idempotency_key, ''), request, state, progress, result, COALESCE(error, ''), created_at, heartbeat_at, finished_at`
+const jobColumns = `id, kind, actor, COALESCE(idempotency_key, ''), request, state, progress, result, COALESCE(error, ''), created_at, heartbeat_at, finished_at,
+	cancel_requested_at`
 
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
-	err := row.Scan(&j.ID, &j.Kind, &j.Actor, &j.IdempotencyKey, &j.Request, &j.State, &j.Progress, &j.Result, &j.Error, &j.CreatedAt, &j.HeartbeatAt, &j.FinishedAt)
+	err := row.Scan(&j.ID, &j.Kind, &j.Actor, &j.IdempotencyKey, &j.Request, &j.State, &j.Progress, &j.Result, &j.Error, &j.CreatedAt, &j.HeartbeatAt, &j.FinishedAt, &j.CancelRequestedAt)
 	return &j, err
 }
 
@@ -392,14 +396,18 @@ func (db *DB) JobProgress(ctx context.Context, id, owner uuid.UUID, progress jso
 }
 
 // JobFinish ends a job running under owner: succeeded with result, or
-// failed with errText. A job that is not running under owner (ended, or
-// marked abandoned meanwhile) is left as it is stored, and the call fails
-// with ErrJobNotRunning.
-func (db *DB) JobFinish(ctx context.Context, id, owner uuid.UUID, progress, result json.RawMessage, errText string) error {
+// failed with errText, or cancelled (cancelled set: it stopped at a
+// JobCancel; errText says so). A job that is not running under owner
+// (ended, or marked abandoned meanwhile) is left as it is stored, and the
+// call fails with ErrJobNotRunning.
+func (db *DB) JobFinish(ctx context.Context, id, owner uuid.UUID, progress, result json.RawMessage, errText string, cancelled bool) error {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
 	state := JobSucceeded
-	if errText != "" {
+	switch {
+	case cancelled:
+		state = JobCancelled
+	case errText != "":
 		state = JobFailed
 	}
 	tag, err := db.pool.Exec(ctx, `
@@ -413,6 +421,41 @@ func (db *DB) JobFinish(ctx context.Context, id, owner uuid.UUID, progress, resu
 		return fmt.Errorf("finishing job %s: %w", id, ErrJobNotRunning)
 	}
 	return nil
+}
+
+// JobCancel asks a running job to stop: the process running it sees the
+// request within a second (JobCancelRequested) and ends it cancelled. It
+// returns the job; one that is not running fails with ErrJobNotRunning
+// (and is returned as stored), an unknown one with ErrNotFound.
+func (db *DB) JobCancel(ctx context.Context, id uuid.UUID) (*Job, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	j, err := scanJob(db.pool.QueryRow(ctx, `
+		UPDATE api_jobs SET cancel_requested_at = COALESCE(cancel_requested_at, now())
+		WHERE id = $1 AND state = 'running'
+		RETURNING `+jobColumns, id))
+	if err == nil {
+		return j, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("cancelling job %s: %w", id, err)
+	}
+	j, err = db.JobGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return j, fmt.Errorf("cancelling job %s: it is %s: %w", id, j.State, ErrJobNotRunning)
+}
+
+// JobCancelRequested reports whether a cancel of job id was asked for.
+func (db *DB) JobCancelRequested(ctx context.Context, id uuid.UUID) (bool, error) {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	var asked bool
+	if err := db.pool.QueryRow(ctx, `SELECT cancel_requested_at IS NOT NULL FROM api_jobs WHERE id = $1`, id).Scan(&asked); err != nil {
+		return false, fmt.Errorf("reading job %s: %w", id, err)
+	}
+	return asked, nil
 }
 
 // JobsAbandon marks failed every running job whose heartbeat is older

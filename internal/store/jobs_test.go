@@ -42,7 +42,7 @@ func TestJobAbandonedStaysFailed(t *testing.T) {
 
 	// The process comes back, beats, and ends the job.
 	require.ErrorIs(t, db.JobProgress(ctx, job.ID, owner, nil), store.ErrJobNotRunning)
-	err = db.JobFinish(ctx, job.ID, owner, nil, json.RawMessage(`{"replayed": 5}`), "")
+	err = db.JobFinish(ctx, job.ID, owner, nil, json.RawMessage(`{"replayed": 5}`), "", false)
 	require.ErrorIs(t, err, store.ErrJobNotRunning)
 	got, err = db.JobGet(ctx, job.ID)
 	require.NoError(t, err)
@@ -53,9 +53,9 @@ func TestJobAbandonedStaysFailed(t *testing.T) {
 	require.Equal(t, store.JobFailed, stored, "the state read is the state stored")
 
 	// The live one ends as its owner says, once; not by anyone else.
-	require.ErrorIs(t, db.JobFinish(ctx, alive.ID, uuid.New(), nil, nil, ""), store.ErrJobNotRunning)
-	require.NoError(t, db.JobFinish(ctx, alive.ID, owner, nil, json.RawMessage(`{"events": 1}`), ""))
-	require.ErrorIs(t, db.JobFinish(ctx, alive.ID, owner, nil, nil, "late"), store.ErrJobNotRunning)
+	require.ErrorIs(t, db.JobFinish(ctx, alive.ID, uuid.New(), nil, nil, "", false), store.ErrJobNotRunning)
+	require.NoError(t, db.JobFinish(ctx, alive.ID, owner, nil, json.RawMessage(`{"events": 1}`), "", false))
+	require.ErrorIs(t, db.JobFinish(ctx, alive.ID, owner, nil, nil, "late", false), store.ErrJobNotRunning)
 	got, err = db.JobGet(ctx, alive.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.JobSucceeded, got.State)

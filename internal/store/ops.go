@@ -39,6 +39,9 @@ type EventFilter struct {
 	// event id: evt_1Q…) is Key, of any source (or Source). Listings
 	// and counts take it; a replay refuses it (ErrKeyFilter).
 	Key string
+	// Search selects by the body too (a --where expression); it needs
+	// Since (ErrSearchWindow).
+	Search *Search
 }
 
 // ErrKeyFilter refuses a key filter where a selection cannot take one.
@@ -106,6 +109,13 @@ func (db *DB) EventList(ctx context.Context, f EventFilter) ([]EventSummary, err
 	defer cancel()
 	if f.Limit <= 0 {
 		f.Limit = 100
+	}
+	if f.Search != nil {
+		keys, _, err := db.searchKeys(ctx, f, f.Before, true, f.Limit)
+		if err != nil {
+			return nil, err
+		}
+		return db.eventsByKeys(ctx, keys)
 	}
 	args := append(filterArgs(f), f.Limit, cursorTime(f.Before), pgUUID(f.Before.ID))
 	keyed := ""
@@ -186,6 +196,9 @@ func keyedIDsSQL(param string) string {
 func (db *DB) EventCountByFilter(ctx context.Context, f EventFilter, upTo int64) (int64, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
+	if f.Search != nil {
+		return db.searchCount(ctx, f, ReplayCursor{}, upTo)
+	}
 	var n int64
 	var limit *int64
 	if upTo > 0 {

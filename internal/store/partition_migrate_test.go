@@ -61,7 +61,7 @@ func TestMigrationPartitionsADatabaseWithData(t *testing.T) {
 		}
 		return m
 	}
-	laterIndexes := map[string][]string{"deliveries": {"deliveries_lane_idx", "deliveries_lane_leased_idx"}}
+	laterIndexes := map[string][]string{"deliveries": {"deliveries_lane_idx", "deliveries_lane_leased_idx"}, "events": {"events_body_idx"}}
 	before := map[string]map[uint32]bool{"events": indexes("events"), "deliveries": indexes("deliveries"), "delivery_attempts": indexes("delivery_attempts")}
 
 	v, err := store.Migrate(ctx, dbURL)
@@ -79,7 +79,8 @@ func TestMigrationPartitionsADatabaseWithData(t *testing.T) {
 		require.Equal(t, table+"_legacy", def)
 		after := indexes(def)
 		// Indexes a later migration made on the whole table (0031's
-		// lanes) are built on this partition too: not the partitioning's.
+		// lanes, 0032's body search) are built on this partition too: not the
+		// partitioning's.
 		for _, later := range laterIndexes[table] {
 			var oid int64
 			require.NoError(t, old.QueryRow(ctx, `

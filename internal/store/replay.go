@@ -82,14 +82,31 @@ func (db *DB) ReplayCandidatesPage(ctx context.Context, f EventFilter, after Rep
 	}
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
-	args := append(append(filterArgs(f), afterArgs(after)...), limit)
-	rows, err := db.pool.Query(ctx, `
+	const candidateSQL = `
 		SELECT e.id, e.source, e.event_type, e.received_at, e.purged_at IS NOT NULL,
 			COALESCE((SELECT json_object_agg(d.route, d.state) FROM deliveries d WHERE d.event_id = e.id), '{}')
-		FROM events e
+		FROM events e`
+	var rows pgx.Rows
+	var err error
+	if f.Search != nil {
+		keys, _, err := db.searchKeys(ctx, f, after, false, limit)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]uuid.UUID, len(keys))
+		for i, k := range keys {
+			ids[i] = k.ID
+		}
+		rows, err = db.pool.Query(ctx, candidateSQL+`
+		WHERE e.id = ANY($1)
+		ORDER BY e.received_at, e.id`, ids)
+	} else {
+		args := append(append(filterArgs(f), afterArgs(after)...), limit)
+		rows, err = db.pool.Query(ctx, candidateSQL+`
 		WHERE `+eventFilterSQL+afterSQL+`
 		ORDER BY e.received_at, e.id
 		LIMIT $9`, args...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("selecting replay candidates: %w", err)
 	}
@@ -108,6 +125,9 @@ func (db *DB) ReplayCandidateCount(ctx context.Context, f EventFilter, after Rep
 	}
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
+	if f.Search != nil {
+		return db.searchCount(ctx, f, after, 0)
+	}
 	var n int64
 	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE `+eventFilterSQL+afterSQL,
 		append(filterArgs(f), afterArgs(after)...)...).Scan(&n)
@@ -136,6 +156,14 @@ type ReplayPair struct {
 // delivered without the stale check (stale_override); every other pair
 // replayed is checked again. It returns the pairs it enqueued.
 func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDelivered, includeStale bool) ([]ReplayPair, error) {
+	return db.ReplayEnqueueBy(ctx, uuid.Nil, pairs, includeDelivered, includeStale)
+}
+
+// ReplayEnqueueBy is ReplayEnqueue for the replay by (its first job's
+// id; uuid.Nil: none): each pair enqueued is marked as replayed by it,
+// and a pair it marked before is left alone, whatever its state is since,
+// so that a replay run again for the rest never sends a pair twice.
+func (db *DB) ReplayEnqueueBy(ctx context.Context, by uuid.UUID, pairs []ReplayPair, includeDelivered, includeStale bool) ([]ReplayPair, error) {
 	ctx, cancel := db.boundOps(ctx)
 	defer cancel()
 	if len(pairs) == 0 {
@@ -164,8 +192,8 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 		// committed before the locks were taken.
 		rows, err = tx.Query(ctx, `
 			WITH reset AS (
-				INSERT INTO deliveries (event_id, route, lane)
-				SELECT p.event_id, p.route, `+laneSQL+` FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
+				INSERT INTO deliveries (event_id, route, lane, replayed_by)
+				SELECT p.event_id, p.route, `+laneSQL+`, $6::uuid FROM unnest($1::uuid[], $2::text[]) AS p (event_id, route)
 				JOIN events e ON e.id = p.event_id
 				WHERE p.event_id = ANY($4::uuid[])
 				ON CONFLICT (event_id, route) DO UPDATE SET
@@ -178,15 +206,18 @@ func (db *DB) ReplayEnqueue(ctx context.Context, pairs []ReplayPair, includeDeli
 					-- A new attempt series, starting at attempt 1.
 					series = deliveries.series + 1,
 					-- The operator asked for this stale pair: send it.
-					stale_override = deliveries.state = 'stale'
-				WHERE deliveries.state = 'dead' OR ($3 AND deliveries.state = 'delivered')
-					OR ($5 AND deliveries.state = 'stale')
+					stale_override = deliveries.state = 'stale',
+					replayed_by = $6::uuid
+				WHERE (deliveries.state = 'dead' OR ($3 AND deliveries.state = 'delivered')
+					OR ($5 AND deliveries.state = 'stale'))
+					-- Not a second time by the same replay.
+					AND ($6::uuid IS NULL OR deliveries.replayed_by IS DISTINCT FROM $6::uuid)
 				RETURNING event_id, route, gen
 			)
 			INSERT INTO outbox (event_id, routing_key, route, gen)
 			SELECT r.event_id, e.source || '.' || e.event_type, r.route, r.gen
 			FROM reset r JOIN events e ON e.id = r.event_id AND e.purged_at IS NULL
-			RETURNING event_id, route`, ids, routes, includeDelivered, live, includeStale)
+			RETURNING event_id, route`, ids, routes, includeDelivered, live, includeStale, nilUUID(by))
 		if err != nil {
 			return fmt.Errorf("enqueueing replays: %w", err)
 		}

@@ -14,21 +14,28 @@ import (
 type RetrySelection struct {
 	EventID uuid.UUID
 	Route   string
+	// Events, when set, selects the pairs of these events only (a retry
+	// by query: the events a search found).
+	Events []uuid.UUID
 }
 
-func (s RetrySelection) args() (*uuid.UUID, string) {
-	if s.EventID == uuid.Nil {
-		return nil, s.Route
+// args are the selection's $1 (the events, NULL for any) and $2.
+func (s RetrySelection) args() ([]uuid.UUID, string) {
+	switch {
+	case s.EventID != uuid.Nil:
+		return []uuid.UUID{s.EventID}, s.Route
+	case s.Events != nil:
+		return s.Events, s.Route
 	}
-	return &s.EventID, s.Route
+	return nil, s.Route
 }
 
-// retrySelectSQL selects the retrying pairs of a selection ($1 event id or
+// retrySelectSQL selects the retrying pairs of a selection ($1 event ids or
 // NULL, $2 route or ”) that have no copy due now waiting in the outbox. A
 // retry copy still in the outbox on its way to its tier does not count:
 // the copy brought forward supersedes it, as it does one in the tier.
 const retrySelectSQL = `
-	d.state = 'retrying' AND ($1::uuid IS NULL OR d.event_id = $1) AND ($2 = '' OR d.route = $2)
+	d.state = 'retrying' AND ($1::uuid[] IS NULL OR d.event_id = ANY($1)) AND ($2 = '' OR d.route = $2)
 	AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = d.event_id AND o.route = d.route AND o.retry_ms IS NULL)`
 
 // retryNotInFlightSQL leaves out pairs in flight: a live delivery lease.

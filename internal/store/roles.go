@@ -28,7 +28,7 @@ type AppRole struct {
 // the rows of every table that is not a partition (a partition is reached
 // through its parent, whose policies then apply; the audit log's to add
 // and read only), the sequences and the
-// two partition functions, and checks that row-level security holds it:
+// two partition functions and the search by body, and checks that row-level security holds it:
 // not a superuser, no BYPASSRLS, no table of its own. Last it logs in as
 // appURL. Safe to run again; run after every Migrate, since a migration
 // may add a table.
@@ -108,7 +108,8 @@ func EnsureAppRole(ctx context.Context, ownerURL, appURL string) (AppRole, error
 		`GRANT CONNECT ON DATABASE ` + pgx.Identifier{database}.Sanitize() + ` TO ` + role,
 		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{schema}.Sanitize() + ` TO ` + role,
 		`GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA ` + pgx.Identifier{schema}.Sanitize() + ` TO ` + role,
-		`GRANT EXECUTE ON FUNCTION hookrelay_ensure_partitions(date, date), hookrelay_drop_day(date) TO ` + role,
+		`GRANT EXECUTE ON FUNCTION hookrelay_ensure_partitions(date, date), hookrelay_drop_day(date), ` +
+			`hookrelay_event_ids_by_body(jsonb, timestamptz, timestamptz, uuid, uuid, timestamptz, uuid, boolean, int) TO ` + role,
 	}
 	for _, t := range tables {
 		table := pgx.Identifier{t}.Sanitize()

@@ -27,7 +27,7 @@ type EventsStore interface {
 	EventCountByFilter(ctx context.Context, f store.EventFilter, upTo int64) (int64, error)
 	ReplayCandidateCount(ctx context.Context, f store.EventFilter, after store.ReplayCursor) (int64, error)
 	ReplayCandidatesPage(ctx context.Context, f store.EventFilter, after store.ReplayCursor, limit int) ([]store.ReplayCandidate, error)
-	ReplayEnqueue(ctx context.Context, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error)
+	ReplayEnqueueBy(ctx context.Context, by uuid.UUID, pairs []store.ReplayPair, includeDelivered, includeStale bool) ([]store.ReplayPair, error)
 	PairStates(ctx context.Context, pairs []store.ReplayPair) (map[store.ReplayPair]webhook.DeliveryState, error)
 }
 
@@ -140,7 +140,7 @@ func Events(t *testing.T, open func(t *testing.T) (EventsStore, Add)) {
 		id := add(at(1), "acme", "a.b", map[string]webhook.DeliveryState{"d": dead, "ok": delivered, "old": stale, "busy": pending})
 		pair := func(route string) store.ReplayPair { return store.ReplayPair{EventID: id, Route: route} }
 		all := []store.ReplayPair{pair("d"), pair("ok"), pair("old"), pair("busy"), pair("new")}
-		done, err := s.ReplayEnqueue(ctx, all, false, false)
+		done, err := s.ReplayEnqueueBy(ctx, uuid.Nil, all, false, false)
 		require.NoError(t, err)
 		require.ElementsMatch(t, []store.ReplayPair{pair("d"), pair("new")}, done, "a pending pair is on its way already")
 		st, err := s.PairStates(ctx, all)
@@ -148,10 +148,10 @@ func Events(t *testing.T, open func(t *testing.T) (EventsStore, Add)) {
 		require.Equal(t, map[store.ReplayPair]webhook.DeliveryState{pair("d"): pending, pair("ok"): delivered, pair("old"): stale,
 			pair("busy"): pending, pair("new"): pending}, st)
 
-		done, err = s.ReplayEnqueue(ctx, []store.ReplayPair{pair("ok"), pair("old")}, true, false)
+		done, err = s.ReplayEnqueueBy(ctx, uuid.Nil, []store.ReplayPair{pair("ok"), pair("old")}, true, false)
 		require.NoError(t, err)
 		require.Equal(t, []store.ReplayPair{pair("ok")}, done)
-		done, err = s.ReplayEnqueue(ctx, []store.ReplayPair{pair("old")}, false, true)
+		done, err = s.ReplayEnqueueBy(ctx, uuid.Nil, []store.ReplayPair{pair("old")}, false, true)
 		require.NoError(t, err)
 		require.Equal(t, []store.ReplayPair{pair("old")}, done)
 	})
