@@ -115,6 +115,9 @@ type options struct {
 	// filters alternates the routes' rules off and on by round, end to
 	// end only, with ten routes (filters.go).
 	filters bool
+	// search times searches by the body, and ingest without the body
+	// index (search.go).
+	search bool
 }
 
 // Phase keys, for --phases.
@@ -188,6 +191,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak, "soak", 0, "instead of the phases, run the end-to-end open loop at --rate for this long (30m), with a line per --soak-every of each process's memory, goroutines and open files, Postgres and RabbitMQ connections, outbox rows, live leases and the deliveries' p99, and a verdict on whether each stayed flat")
 	fs.DurationVar(&o.soakEvery, "soak-every", time.Minute, "with --soak: the interval of its samples")
 	fs.BoolVar(&o.rls, "rls", false, "alternate the role the receiver and the dispatcher log in as: the owner (odd rounds; row-level security does not hold it) and a role that owns nothing (even rounds; every statement checked by the teams' policies); compare each even round with the one before (default two rounds)")
+	fs.BoolVar(&o.search, "search", false, "time searches by the body (one customer's events over 1 and 30 days; with --history, among its events) after the rounds, and run the ingest phases first without the body index (round 0) to compare with round 1")
 	fs.BoolVar(&o.filters, "filters", false, "end to end only, at --rate, with ten routes bound to every event: without rules (odd rounds) and each with a filter and a transformation (even rounds); compare each even round with the one before (default two rounds)")
 	fs.BoolVar(&o.tracing, "tracing", false, "alternate tracing in the receiver and the dispatcher: off (odd rounds) and on with every span sampled and exported over OTLP/HTTP to a collector inside the benchmark (even rounds); compare each even round with the one before (default two rounds)")
 	fs.IntVar(&o.history, "history", 0, "run the phases on the empty database, then write this many delivered events (each with its delivery and attempt, over the week before the run), run them again and compare; then time a purge of the oldest day")
@@ -278,6 +282,7 @@ func (o *options) validate() error {
 	check(!o.rls || o.rounds%2 == 0, "--rls compares rounds in pairs: give an even --rounds")
 	check(!o.tracing || (o.history == 0 && o.soak == 0 && !o.rls), "--tracing is a run of its own, without --history, --soak or --rls")
 	check(!o.tracing || o.rounds%2 == 0, "--tracing compares rounds in pairs: give an even --rounds")
+	check(!o.search || (o.soak == 0 && !o.rls && !o.tracing && !o.filters), "--search runs with the plain rounds or --history, without --soak, --rls, --tracing or --filters")
 	check(!o.filters || (o.history == 0 && o.soak == 0 && !o.rls && !o.tracing), "--filters is a run of its own, without --history, --soak, --rls or --tracing")
 	check(!o.filters || o.rounds%2 == 0, "--filters compares rounds in pairs: give an even --rounds")
 	check(o.soakEvery > 0 && (o.soak == 0 || o.soakEvery <= o.soak/2), "--soak-every must be positive and at most half of --soak")

@@ -58,7 +58,7 @@ const (
 func (r *runner) prefillHistory(ctx context.Context, n int) error {
 	h := &History{Events: n}
 	r.res.History = h
-	body := strings.Repeat("x", historyBodySize-len(`{"id":"","pad":""}`)-12)
+	body := strings.Repeat("x", historyBodySize-len(`{"id":"","data":{"object":{"customer":"cus_"}},"pad":""}`)-17)
 	start := time.Now()
 	oldest := start.Add(-historySpan)
 	step := (historySpan - time.Hour) / time.Duration(n)
@@ -86,7 +86,7 @@ func (r *runner) prefillHistory(ctx context.Context, n int) error {
 			), ev AS (
 				INSERT INTO events (id, source, idempotency_key, event_type, content_type, headers, body, received_at, keyed)
 				SELECT id, $1, 'hist_' || g, 'history.event', 'application/json', '{}',
-				       convert_to('{"id":"hist_' || g || '","pad":"' || $6 || '"}', 'UTF8'), at, true
+				       convert_to('{"id":"hist_' || g || '","data":{"object":{"customer":"cus_' || (g % `+fmt.Sprint(searchCustomers)+`) || '"}},"pad":"' || $6 || '"}', 'UTF8'), at, true
 				FROM ids
 				RETURNING id, received_at
 			), d AS (

@@ -162,7 +162,16 @@ func (r *runner) printTable(w io.Writer) error {
 			return err
 		}
 	}
-	for round := 1; round <= rounds; round++ {
+	if res.Search != nil {
+		if err := printSearch(w, res.Search); err != nil {
+			return err
+		}
+	}
+	first := 1
+	if res.Search != nil {
+		first = 0 // the ingest without the body index
+	}
+	for round := first; round <= rounds; round++ {
 		if err := printProcs(w, res, round, rounds); err != nil {
 			return err
 		}
@@ -267,7 +276,7 @@ func printRatios(w io.Writer, res *Results, rounds int) error {
 func printProcs(w io.Writer, res *Results, round, rounds int) error {
 	var phases []*Phase
 	for _, p := range res.Phases {
-		if p.Round == round || (p.Round == 0 && round == 1) {
+		if p.Round == round || (p.Round == 0 && round == 1 && res.Search == nil) {
 			phases = append(phases, p)
 		}
 	}
@@ -275,7 +284,7 @@ func printProcs(w io.Writer, res *Results, round, rounds int) error {
 		return nil
 	}
 	title := "\nCPU seconds and peak memory (MiB) per process and phase"
-	if rounds > 1 {
+	if rounds > 1 || round == 0 {
 		title += fmt.Sprintf(", round %d", round)
 	}
 	fmt.Fprintln(w, title)

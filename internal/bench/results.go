@@ -42,6 +42,8 @@ type Results struct {
 	Tracing *Tracing `json:"tracing,omitempty"`
 	// Filters is --filters' comparison.
 	Filters *Filters `json:"filters,omitempty"`
+	// Search is what --search measured.
+	Search *Search `json:"search,omitempty"`
 	// Failures are the reasons the run failed its checks (lost,
 	// duplicated or mis-signed events); empty when it passed.
 	Failures []string `json:"failures"`

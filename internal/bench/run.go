@@ -132,6 +132,13 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 			return fmt.Errorf("soak: %w", err)
 		}
 	}
+	if o.search && o.phases[phaseIngest] {
+		if err := r.searchWithoutIndex(ctx); err != nil {
+			return err
+		}
+	} else if o.search {
+		r.res.Search = &Search{}
+	}
 	for r.round = 1; o.soak == 0 && r.round <= o.rounds; r.round++ {
 		if o.rounds > 1 {
 			r.logf("round %d of %d", r.round, o.rounds)
@@ -173,6 +180,12 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 		r.compareHistory()
+	}
+	if o.search {
+		if err := r.searchTimings(ctx); err != nil {
+			return err
+		}
+		r.compareSearch()
 	}
 	r.compareRLS()
 	r.compareTracing()
