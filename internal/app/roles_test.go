@@ -100,10 +100,11 @@ func TestConsoleAndAPIAskOpsForEachActionsRole(t *testing.T) {
 		want, ok := consoleActions[p.Pattern]
 		require.True(t, ok, "console page %s: say which ops action it is in consoleActions", p.Pattern)
 		method, path, _ := strings.Cut(p.Pattern, " ")
-		path = strings.NewReplacer("{$}", "", "{route}", "billing", "{id}", event).Replace(path)
+		id := event
 		if strings.HasPrefix(path, "/jobs/") {
-			path = "/jobs/" + uuid.NewString()
+			id = uuid.NewString() // a job's id: none, so an allowed role reads 404
 		}
+		path = strings.NewReplacer("{$}", "", "{route}", "billing", "{id}", id).Replace(path)
 		for _, role := range ops.Roles {
 			form := url.Values{"route": {"billing"}, "source": {"acme"}, "resource": {"r1"}, "reason": {"roles"}}
 			req, err := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
