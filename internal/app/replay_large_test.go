@@ -113,6 +113,69 @@ func collectStrings(rows interface {
 	return out, rows.Err()
 }
 
+// liveEvent is one event a liveTraffic sent: its id, when it was sent and
+// when its 200 was read.
+type liveEvent struct {
+	id             string
+	sent, accepted time.Time
+}
+
+// liveTraffic posts one signed acme event every period until stopped.
+type liveTraffic struct {
+	stopc, done chan struct{}
+	lives       []liveEvent // written by its goroutine only, read after done
+	err         error
+}
+
+// startLiveTraffic starts posting events with ids prefix0, prefix1, … to
+// h's receiver; stop ends it and returns what was accepted, or the first
+// failure (no assertion runs off the test's goroutine).
+func startLiveTraffic(h *harness, period time.Duration, prefix string) *liveTraffic {
+	lt := &liveTraffic{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(lt.done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-lt.stopc:
+				return
+			case <-tick.C:
+			}
+			body := []byte(fmt.Sprintf(`{"id":"%s%d","type":"invoice.paid"}`, prefix, i))
+			req, err := http.NewRequest(http.MethodPost, h.base+"/webhooks/acme", bytes.NewReader(body))
+			if err != nil {
+				lt.err = err
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Acme-Signature", sign(acmeSecret, body))
+			sent := time.Now()
+			resp, err := h.client.Do(req)
+			if err != nil {
+				lt.err = err
+				return
+			}
+			var r struct{ ID string }
+			err = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				lt.err = fmt.Errorf("live POST: %d %v", resp.StatusCode, err)
+				return
+			}
+			lt.lives = append(lt.lives, liveEvent{r.ID, sent, time.Now()})
+		}
+	}()
+	return lt
+}
+
+// stop ends the traffic and returns the events accepted, or why it failed.
+func (lt *liveTraffic) stop() ([]liveEvent, error) {
+	close(lt.stopc)
+	<-lt.done
+	return lt.lives, lt.err
+}
+
 // Issue 8, item 15: replaying thousands of dead pairs while live events
 // arrive. The replay pages through the selection and enqueues a batch at a
 // time, waiting for each to drain, so live events never queue behind
@@ -152,50 +215,7 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 	t.Logf("inserted %d dead pairs in %s", replayed, time.Since(started))
 
 	// Live traffic: one signed event every 100ms until the replay is done.
-	type live struct {
-		id             string
-		sent, accepted time.Time
-	}
-	var (
-		lives   []live
-		liveErr error
-		stop    = make(chan struct{})
-		done    = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(liveEvery)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			body := []byte(fmt.Sprintf(`{"id":"evt_live_%d","type":"invoice.paid"}`, i))
-			req, err := http.NewRequest(http.MethodPost, h.base+"/webhooks/acme", bytes.NewReader(body))
-			if err != nil {
-				liveErr = err
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Acme-Signature", sign(acmeSecret, body))
-			sent := time.Now()
-			resp, err := h.client.Do(req)
-			if err != nil {
-				liveErr = err
-				return
-			}
-			var r struct{ ID string }
-			err = json.NewDecoder(resp.Body).Decode(&r)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusOK {
-				liveErr = fmt.Errorf("live POST: %d %v", resp.StatusCode, err)
-				return
-			}
-			lives = append(lives, live{r.ID, sent, time.Now()})
-		}
-	}()
+	traffic := startLiveTraffic(h, liveEvery, "evt_live_")
 
 	// The replay runs as a job of the admin API, polled to its end: its
 	// request answers at once.
@@ -240,8 +260,7 @@ func TestLargeReplayLeavesRoomForLiveEvents(t *testing.T) {
 	require.Eventually(t, func() bool { return delivered() == replayed }, testenv.Scaled(120*time.Second), 50*time.Millisecond,
 		"every replayed pair delivered")
 	t.Logf("all replayed pairs delivered %s after the replay started", time.Since(replayStart))
-	close(stop)
-	<-done
+	lives, liveErr := traffic.stop()
 	require.NoError(t, liveErr)
 	require.NotEmpty(t, lives)
 	require.Eventually(t, func() bool {

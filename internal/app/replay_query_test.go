@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -110,49 +109,7 @@ func TestBulkReplayByQueryKeepsTheRouteRateAndLiveLatency(t *testing.T) {
 	require.NoError(t, json.Unmarshal(job.Result, &dry))
 	require.Equal(t, matching, dry.ReplayedCount, "the dry run counts the search's pairs")
 
-	type live struct {
-		id       string
-		accepted time.Time
-	}
-	var (
-		lives   []live
-		liveErr error
-		stop    = make(chan struct{})
-		done    = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			body := []byte(fmt.Sprintf(`{"id":"evt_qlive_%d","type":"invoice.paid"}`, i))
-			req, err := http.NewRequest(http.MethodPost, h.base+"/webhooks/acme", bytes.NewReader(body))
-			if err != nil {
-				liveErr = err
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Acme-Signature", sign(acmeSecret, body))
-			resp, err := h.client.Do(req)
-			if err != nil {
-				liveErr = err
-				return
-			}
-			var r struct{ ID string }
-			err = json.NewDecoder(resp.Body).Decode(&r)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusOK {
-				liveErr = fmt.Errorf("live POST: %d %v", resp.StatusCode, err)
-				return
-			}
-			lives = append(lives, live{r.ID, time.Now()})
-		}
-	}()
+	traffic := startLiveTraffic(h, 250*time.Millisecond, "evt_qlive_")
 
 	a = c.call("replay", http.MethodPost, "/api/v1/replay", adminToken, map[string]any{
 		"filter": map[string]any{"where": `body.data.object.customer == "cus_bulk"`, "since": "2h", "route": "billing", "state": "dead"}})
@@ -171,8 +128,7 @@ func TestBulkReplayByQueryKeepsTheRouteRateAndLiveLatency(t *testing.T) {
 		}
 		return got == matching
 	}, testenv.Scaled(60*time.Second), 50*time.Millisecond, "every pair the search found delivered")
-	close(stop)
-	<-done
+	lives, liveErr := traffic.stop()
 	require.NoError(t, liveErr)
 	require.NotEmpty(t, lives)
 	require.Eventually(t, func() bool {
