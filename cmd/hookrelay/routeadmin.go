@@ -27,13 +27,17 @@ type routeFlags struct {
 	sendTraceparent                        bool
 	filter, transform, transformHeaders    string
 	onDead                                 string
+	kind, exchange, routingKey             string
 }
 
 func (f *routeFlags) add(fs *pflag.FlagSet, create bool) {
 	if create {
 		fs.StringVar(&f.team, "team", "", "the team that owns the route (default the platform)")
 	}
-	fs.StringVar(&f.url, "url", "", "the destination: an http:// or https:// URL")
+	fs.StringVar(&f.kind, "kind", "", "http (POST each event to --url; the default) or amqp (publish it to --exchange on the broker at --url)")
+	fs.StringVar(&f.url, "url", "", "the destination: an http:// or https:// URL; for --kind amqp an amqp:// or amqps:// URL (its credentials are stored sealed)")
+	fs.StringVar(&f.exchange, "exchange", "", "--kind amqp: the exchange to publish to (it must exist on the destination broker)")
+	fs.StringVar(&f.routingKey, "routing-key", "", "--kind amqp: the routing key, a template: {source}, {event_type}, {event_id}, {body.PATH} (default {source}.{event_type})")
 	fs.StringSliceVar(&f.bindings, "binding", nil, "a topic pattern over <source>.<event_type> (repeat, or comma-separated); given, they replace all")
 	fs.StringVar(&f.timeout, "timeout", "", "one attempt's time limit, with a unit (default 10s)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "consumers per dispatcher, 1-256 (default 1)")
@@ -65,6 +69,7 @@ func (f *routeFlags) input(cmd *cobra.Command) (ops.RouteInput, error) {
 	}
 	for flag, set := range map[string]func(){
 		"url": func() { in.URL = &f.url }, "timeout": func() { in.Timeout = &f.timeout },
+		"kind": func() { in.Kind = &f.kind }, "exchange": func() { in.Exchange = &f.exchange }, "routing-key": func() { in.RoutingKey = &f.routingKey },
 		"concurrency": func() { in.Concurrency = &f.concurrency }, "max-attempts": func() { in.MaxAttempts = &f.maxAttempts },
 		"circuit-failures": func() { in.CircuitFailures = &f.failures }, "circuit-cooldown": func() { in.CircuitCooldown = &f.cooldown },
 		"rate-limit": func() { in.RateLimit = &f.rate }, "burst": func() { in.Burst = &f.burst }, "ordering": func() { in.Ordering = &f.ordering },

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookrelay/hookrelay/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
@@ -182,7 +183,7 @@ func (p *ConfirmPublisher) Publish(ctx context.Context, exchange, key string, ms
 		// A channel error (say, the exchange does not exist) nacks every
 		// pending confirm; the channel cannot be reused.
 		cc.discard()
-		return fmt.Errorf("publish to %q with key %q: channel closed by the broker", exchange, key)
+		return fmt.Errorf("publish to %q with key %q: %w", exchange, key, cc.closeReason())
 	}
 	if !dc.Acked() {
 		// A quorum queue's channel that registered as a publisher while
@@ -194,9 +195,27 @@ func (p *ConfirmPublisher) Publish(ctx context.Context, exchange, key string, ms
 	}
 	p.putBack(s, cc)
 	if returned != nil {
-		return fmt.Errorf("publish to %q with key %q returned: %s", exchange, key, returned.ReplyText)
+		return fmt.Errorf("publish to %q with key %q returned: %s (%w)", exchange, key, returned.ReplyText, webhook.ErrUnroutable)
 	}
 	return nil
+}
+
+// closeReason says why the broker closed cc: its words, and
+// webhook.ErrUnroutable for a missing exchange (404) or a refused
+// permission (403). The reason follows the close at once; it is waited
+// for briefly.
+func (cc *confirmChannel) closeReason() error {
+	select {
+	case e, ok := <-cc.closes:
+		if ok && e != nil {
+			if e.Code == amqp.NotFound || e.Code == amqp.AccessRefused {
+				return fmt.Errorf("channel closed by the broker: %s (%w)", e.Reason, webhook.ErrUnroutable)
+			}
+			return fmt.Errorf("channel closed by the broker: %s", e.Reason)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	return errors.New("channel closed by the broker")
 }
 
 // wait waits for dc's answer: up to the confirm timeout, not counting time

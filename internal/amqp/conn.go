@@ -235,6 +235,9 @@ func (s *session) bounded(timeout time.Duration, fn func() error) error {
 type confirmChannel struct {
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	// closes tells why the broker closed the channel (a publish to a
+	// missing exchange closes it with 404).
+	closes chan *amqp.Error
 	// tiers are the retry tiers declared on ch, by delay.
 	tiers map[time.Duration]bool
 }
@@ -259,7 +262,8 @@ func (s *session) openConfirmChannel(timeout time.Duration, returnBuffer int, se
 			_ = ch.Close()
 			return fmt.Errorf("enabling publisher confirms: %w", err)
 		}
-		cc = &confirmChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, returnBuffer)), tiers: map[time.Duration]bool{}}
+		cc = &confirmChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, returnBuffer)), closes: ch.NotifyClose(make(chan *amqp.Error, 1)),
+			tiers: map[time.Duration]bool{}}
 		return nil
 	})
 	return cc, err

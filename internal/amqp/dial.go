@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -140,6 +141,12 @@ type DialerConfig struct {
 	DialTimeout time.Duration
 	// Nodes reports the node each connection is on; may be nil.
 	Nodes *NodeGauge
+	// Control, when set, is the dialer's socket control: a route's
+	// destination broker of a team is dialled with the netguard's, which
+	// refuses the relay's own side before any packet. Resolver resolves
+	// the nodes' names; nil is the system's.
+	Control  func(network, address string, c syscall.RawConn) error
+	Resolver *net.Resolver
 	// Logger says which node each connection reached.
 	Logger zerolog.Logger
 }
@@ -264,8 +271,16 @@ func (d *Dialer) dialOne(raw, name string) (*amqp.Connection, error) {
 		Properties:      props,
 		TLSClientConfig: d.cfg.TLS,
 		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := amqp.DefaultDial(d.cfg.DialTimeout)(network, addr)
+			// As amqp.DefaultDial, with the control and resolver: a
+			// deadline covers the TLS and AMQP handshakes (amqp091-go
+			// clears it once the connection is open).
+			dialer := net.Dialer{Timeout: d.cfg.DialTimeout, Control: d.cfg.Control, Resolver: d.cfg.Resolver}
+			c, err := dialer.Dial(network, addr)
 			if err != nil {
+				return nil, err
+			}
+			if err := c.SetDeadline(time.Now().Add(d.cfg.DialTimeout)); err != nil {
+				_ = c.Close()
 				return nil, err
 			}
 			return &writeDeadlineConn{Conn: c, timeout: writeTimeout}, nil

@@ -281,3 +281,41 @@ func TestConsoleRefusesATeamsRouteToTheRelaysOwnSide(t *testing.T) {
 	require.NoError(t, h.db.Pool().QueryRow(context.Background(), `SELECT count(*) FROM routes WHERE NOT declared`).Scan(&n))
 	require.Zero(t, n)
 }
+
+// Issue 43: a team's route of kind amqp is held to the same guard as its
+// HTTP routes: a broker on the relay's side is refused when the route is
+// saved, and, when the operator no longer allows it, when the dispatcher
+// dials it, before any connection; the attempt names the refusal's kind
+// only, and the URL's credentials show nowhere.
+func TestTeamAMQPRouteToTheRelaysOwnSideIsRefused(t *testing.T) {
+	t.Parallel()
+	dest := newConnCounter(t)
+	h := newGuardHarness(t, app.ReceiverOptions{})
+	broker := "amqp://app:s3cret@" + dest.srv.Listener.Addr().String() + "/"
+	a := h.api.call("create-route", http.MethodPost, "/api/v1/routes", h.tokA, map[string]any{"name": "team-a:a-queue", "kind": "amqp",
+		"url": broker, "exchange": "ledger", "bindings": []string{"acme.invoice.*"}, "max_attempts": 1})
+	require.Equal(t, http.StatusUnprocessableEntity, a.Status, "%s", a.Body)
+	require.Contains(t, string(a.Body), "url: destination refused: ")
+	require.Contains(t, string(a.Body), "loopback address")
+	require.NotContains(t, string(a.Body), "s3cret")
+
+	h2 := newGuardHarness(t, app.ReceiverOptions{}, func(cfg *config.Config) {
+		cfg.TeamRoutes.AllowedNetworks = []string{"127.0.0.0/8"}
+	})
+	a = h2.api.call("create-route", http.MethodPost, "/api/v1/routes", h2.tokA, map[string]any{"name": "team-a:a-queue", "kind": "amqp",
+		"url": broker, "exchange": "ledger", "bindings": []string{"acme.invoice.*"}, "max_attempts": 1})
+	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+	require.NotContains(t, string(a.Body), "s3cret")
+	var spec string
+	require.NoError(t, h2.db.Pool().QueryRow(context.Background(), `SELECT spec::text FROM routes WHERE name = 'team-a:a-queue'`).Scan(&spec))
+	require.NotContains(t, spec, "s3cret", "the broker's password is stored sealed")
+	// The operator no longer allows loopback.
+	dcfg := *h2.cfg
+	dcfg.TeamRoutes.AllowedNetworks = nil
+	h2.startDispatcherWith(&dcfg, app.DispatcherOptions{})
+	h2.postSigned("evt_guard_amqp", "invoice.paid")
+	msg, status := h2.waitAttempt("team-a:a-queue")
+	require.Equal(t, "amqp: destination refused: loopback address", msg)
+	require.Zero(t, status)
+	require.Zero(t, dest.conns.Load(), "refused before connecting")
+}

@@ -172,6 +172,19 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return err
 	}
+	// Routes of kind amqp publish to their brokers on connections of
+	// their own, a team's through the guard like its HTTP requests.
+	destinations := amqp.NewDestinations(amqp.DestinationsConfig{
+		ConnectionName: connectionName(cfg, "hookrelay-dispatcher-destination"),
+		GuardControl:   guard.Control,
+		Resolver:       opts.Resolver,
+		Logger:         logger,
+	})
+	defer func() {
+		if err := destinations.Close(); err != nil {
+			logger.Warn().Err(err).Msg("closing the destination brokers' connections")
+		}
+	}()
 	handler, err := deliver.New(deliver.Config{
 		Routes:    deliverRoutes(follower.Current()),
 		Tiers:     deliverTiers(cfg),
@@ -184,6 +197,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 		// A team's route: the dialer refuses the relay's own side at
 		// each connect, after the name resolved (DNS rebinding).
 		GuardedClient: deliver.NewGuardedClient(guard.Control, opts.Resolver),
+		Exchanges:     destinations,
 		Tracer:        tr.TracerOrNil(),
 		// A fifo route's record hands its holder the resource's next
 		// event, read as its copy would be.
@@ -231,7 +245,7 @@ func RunDispatcher(ctx context.Context, cfg *config.Config, opts DispatcherOptio
 	if err != nil {
 		return fmt.Errorf("amqp.management_url: %w", err)
 	}
-	engine = &routeEngine{cfg: cfg, names: names, handler: handler, controls: controls, consumers: consumers, db: db, mgmt: mgmt,
+	engine = &routeEngine{cfg: cfg, names: names, handler: handler, controls: controls, consumers: consumers, db: db, mgmt: mgmt, destinations: destinations,
 		follower: follower, logger: logger}
 	follower.Watch(engine.apply)
 	mux := statusMux(reg, logger,

@@ -152,7 +152,10 @@ type routeEngine struct {
 	db        *store.DB
 	mgmt      *amqp.Management
 	follower  *routeset.Follower
-	logger    zerolog.Logger
+	// destinations are the brokers of amqp routes: a connection no route
+	// uses any more is closed.
+	destinations *amqp.Destinations
+	logger       zerolog.Logger
 }
 
 // deliverRoutes are set's routes a dispatcher delivers: every route that
@@ -177,9 +180,29 @@ func deliverRoutes(set *routeset.Set) []deliver.Route {
 			NoTraceparent: !r.SendsTraceparent(), DeadLetterAll: r.Retiring && r.Disposal == store.DisposeDeadLetter,
 			Guarded:  r.Guarded(),
 			Filtered: r.Filtered(), Transform: r.TransformProgram, Version: r.Version,
+			Exchange: exchangeOf(r),
 		})
 	}
 	return out
+}
+
+// exchangeOf is where an amqp route publishes, nil for an http route.
+func exchangeOf(r *routeset.Route) *deliver.Exchange {
+	if !r.IsAMQP() {
+		return nil
+	}
+	return &deliver.Exchange{Name: r.Exchange, Key: r.KeyTemplate}
+}
+
+// destinationURLs are the brokers set's amqp routes publish to.
+func destinationURLs(set *routeset.Set) map[string]bool {
+	in := map[string]bool{}
+	for _, r := range set.All() {
+		if r.IsAMQP() {
+			in[r.URL] = true
+		}
+	}
+	return in
 }
 
 // inOrder says whether the dispatchers deliver r in order per resource:
@@ -236,6 +259,9 @@ func (e *routeEngine) apply(ctx context.Context, old, set *routeset.Set) {
 	if err := e.handler.SetRoutes(deliverRoutes(set)); err != nil {
 		e.logger.Error().Err(err).Msg("applying the routes to deliveries")
 		return
+	}
+	if e.destinations != nil {
+		e.destinations.Forget(destinationURLs(set))
 	}
 	if err := e.controls.SetRoutes(ctx, controlRoutes(e.cfg, set)); err != nil {
 		e.logger.Error().Err(err).Msg("applying the routes' controls")

@@ -97,11 +97,13 @@ type options struct {
 	progress      time.Duration
 	phases        map[string]bool
 	quick         bool
-	json          bool
-	work          string
-	keep          bool
-	profile       string
-	compatOld     bool
+	// targetQueue is the type of the delivery-amqp phase's queue.
+	targetQueue string
+	json        bool
+	work        string
+	keep        bool
+	profile     string
+	compatOld   bool
 	// soak, when set, replaces the phases with the soak (soak.go).
 	soak      time.Duration
 	soakEvery time.Duration
@@ -132,6 +134,10 @@ const (
 	// fifo, its events about fifoResources resources: only when asked
 	// for (--phases), after the delivery phase it is compared with.
 	phaseDeliveryFIFO = "delivery-fifo"
+	// phaseDeliveryAMQP is the delivery phase on a route of kind amqp,
+	// publishing into an exchange whose queue the destination consumes:
+	// only when asked for, after the delivery phase it is compared with.
+	phaseDeliveryAMQP = "delivery-amqp"
 )
 
 var allPhases = []string{phaseIngest, phaseBareIngest, phaseDelivery, phaseBareForwarder, phaseE2E, phaseBareE2E}
@@ -182,7 +188,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 1, "run the phases this many times, one round after the other; ratios are taken within each round, and their median reported")
 	fs.DurationVar(&o.settleTimeout, "settle-timeout", 60*time.Second, "give up waiting for deliveries after this long without a new one")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "interval of the progress lines")
-	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ", ")+"; and "+phaseDeliveryFIFO+" (not by default): the delivery phase again on a route with ordering fifo, its events about 50 resources, compared with the delivery phase (which then runs with the same resources, unordered)")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ", ")+"; and, not by default, "+phaseDeliveryFIFO+": the delivery phase again on a route with ordering fifo, its events about 50 resources, compared with the delivery phase (which then runs with the same resources, unordered), and "+phaseDeliveryAMQP+": the delivery phase again on a route of kind amqp publishing into an exchange on --amqp-url, whose quorum queue the destination consumes, compared with the delivery phase over HTTP")
+	fs.StringVar(&o.targetQueue, "target-queue", "quorum", "delivery-amqp: the type of the queue bound to the route's exchange, quorum or classic (durable either way)")
 	fs.BoolVar(&o.quick, "quick", false, "small sizes, a few seconds per phase (about a minute in all); flags given explicitly win")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON (for keeping history) instead of the table")
 	fs.StringVar(&o.work, "work", "", "folder for the config and the children's logs (default: a new temporary folder, removed after a successful run)")
@@ -242,8 +249,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if p == "" {
 			continue
 		}
-		if !contains(allPhases, p) && p != phaseDeliveryFIFO {
-			return o, fmt.Errorf("--phases: unknown phase %q (known: %s, and %s)", p, strings.Join(allPhases, ", "), phaseDeliveryFIFO)
+		if !contains(allPhases, p) && p != phaseDeliveryFIFO && p != phaseDeliveryAMQP {
+			return o, fmt.Errorf("--phases: unknown phase %q (known: %s, %s and %s)", p, strings.Join(allPhases, ", "), phaseDeliveryFIFO, phaseDeliveryAMQP)
 		}
 		o.phases[p] = true
 	}
@@ -274,6 +281,7 @@ func (o *options) validate() error {
 	check(o.settleTimeout > 0, "--settle-timeout must be positive")
 	check(o.progress > 0, "--progress must be positive")
 	check(len(o.phases) > 0, "--phases names no phase")
+	check(o.targetQueue == "quorum" || o.targetQueue == "classic", "--target-queue: quorum or classic")
 	check(!o.compatOld || o.profile != "", "--compat-old needs --profile")
 	check(o.soak >= 0, "--soak must not be negative")
 	check(o.history >= 0, "--history must not be negative")

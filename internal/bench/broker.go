@@ -167,7 +167,7 @@ func (m *mgmt) cleanup(ctx context.Context, prefix string) error {
 			continue
 		}
 		for _, it := range items {
-			if !strings.HasPrefix(it.Name, prefix+".") {
+			if !strings.HasPrefix(it.Name, prefix+".") && !strings.HasPrefix(it.Name, prefix+"-") {
 				continue
 			}
 			if err := m.do(ctx, http.MethodDelete, kind+"/"+vh+"/"+url.PathEscape(it.Name), nil); err != nil {
@@ -206,6 +206,27 @@ func queueReady(conn *amqp.Connection, queue string) (int, error) {
 }
 
 // declareQuorum declares a durable quorum queue.
+// declareTarget declares a durable topic exchange and a durable queue of
+// type kind (quorum or classic), both named name, the queue bound to the
+// exchange with "#".
+func declareTarget(conn *amqp.Connection, name, kind string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("opening channel: %w", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": kind}); err != nil {
+		return fmt.Errorf("declaring queue %s: %w", name, err)
+	}
+	if err := ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declaring exchange %s: %w", name, err)
+	}
+	if err := ch.QueueBind(name, "#", name, false, nil); err != nil {
+		return fmt.Errorf("binding queue %s: %w", name, err)
+	}
+	return nil
+}
+
 func declareQuorum(conn *amqp.Connection, queue string) error {
 	ch, err := conn.Channel()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/signature"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // The destination's own endpoints sit under statsPath; deliveries go to
@@ -57,6 +58,9 @@ func runDestination(ctx context.Context, args []string, stdout io.Writer) error 
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	secret := fs.String("secret", "", "whsec_ secret the deliveries are signed with")
 	delay := fs.Duration("delay", 0, "wait this long before answering each POST")
+	amqpURL := fs.String("amqp-url", "", "with --queue: the broker whose queue to consume")
+	queue := fs.String("queue", "", "a queue to consume too: each message is a delivery to --queue-route (an amqp route's)")
+	queueRoute := fs.String("queue-route", "", "the route the messages of --queue count for")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,13 +68,65 @@ func runDestination(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("--secret: %w", err)
 	}
-	return serve(ctx, *listen, newDestination([][]byte{key}, *delay), *delay, stdout)
+	d := newDestination([][]byte{key}, *delay)
+	if *queue != "" {
+		conn, err := dialAMQP(*amqpURL, "hookrelay-bench-destination")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if err := d.consume(conn, *queue, *queueRoute); err != nil {
+			return err
+		}
+	}
+	return serve(ctx, *listen, d.mux(), *delay, stdout)
 }
 
-// newDestination returns the destination's handler: deliveries at
-// hookPath<route>, its counts under statsPath.
-func newDestination(keys [][]byte, delay time.Duration) http.Handler {
-	d := &destination{keys: keys, delay: delay, pairs: map[pairKey]*received{}}
+// newDestination returns the destination: deliveries at hookPath<route>,
+// its counts under statsPath (its mux).
+func newDestination(keys [][]byte, delay time.Duration) *destination {
+	return &destination{keys: keys, delay: delay, pairs: map[pairKey]*received{}}
+}
+
+// consume records each message of queue as a delivery to route, as a
+// POST would be: its webhook-* headers verified over its body. It acks
+// what it recorded, and runs until the connection closes.
+func (d *destination) consume(conn *amqp.Connection, queue, route string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("opening channel: %w", err)
+	}
+	if err := ch.Qos(512, 0, false); err != nil {
+		return fmt.Errorf("setting prefetch: %w", err)
+	}
+	msgs, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consuming %s: %w", queue, err)
+	}
+	header := func(m amqp.Delivery, name string) string {
+		v, _ := m.Headers[name].(string)
+		return v
+	}
+	go func() {
+		// Acks go in batches (multiple), as a consumer keeping up with a
+		// stream would: each ack of a quorum queue is a command of its
+		// log.
+		n := 0
+		for m := range msgs {
+			d.record(route, header(m, "webhook-id"), header(m, "webhook-timestamp"), header(m, "webhook-signature"), m.Body)
+			if n++; n%64 != 0 && len(msgs) > 0 {
+				continue
+			}
+			if err := m.Ack(true); err != nil {
+				return // the channel is gone; the run sees deliveries stop
+			}
+		}
+	}()
+	return nil
+}
+
+// mux serves the destination.
+func (d *destination) mux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+hookPath+"{route}", d.hook)
 	mux.HandleFunc("GET "+statsPath+"stats", d.stats)
@@ -119,32 +175,10 @@ func (d *destination) hook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading body", http.StatusBadRequest)
 		return
 	}
-	now := time.Now().UnixNano()
-	id := r.Header.Get("webhook-id")
-	ok := d.verify(id, r.Header.Get("webhook-timestamp"), r.Header.Get("webhook-signature"), body)
-	d.mu.Lock()
-	d.posts++
-	d.lastNS = now
-	if !ok {
-		d.badSig++
-	}
-	if id == "" {
-		d.noID++
-		d.mu.Unlock()
+	if !d.record(r.PathValue("route"), r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp"), r.Header.Get("webhook-signature"), body) {
 		http.Error(w, "no webhook-id", http.StatusBadRequest)
 		return
 	}
-	k := pairKey{route: r.PathValue("route"), id: id}
-	rec := d.pairs[k]
-	if rec == nil {
-		rec = &received{first: now}
-		d.pairs[k] = rec
-	}
-	rec.count++
-	if !ok {
-		rec.bad++
-	}
-	d.mu.Unlock()
 	if d.delay > 0 {
 		t := time.NewTimer(d.delay)
 		select {
@@ -155,6 +189,34 @@ func (d *destination) hook(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// record counts one delivery to route; false when it had no webhook-id.
+func (d *destination) record(route, id, ts, sig string, body []byte) bool {
+	now := time.Now().UnixNano()
+	ok := d.verify(id, ts, sig, body)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.posts++
+	d.lastNS = now
+	if !ok {
+		d.badSig++
+	}
+	if id == "" {
+		d.noID++
+		return false
+	}
+	k := pairKey{route: route, id: id}
+	rec := d.pairs[k]
+	if rec == nil {
+		rec = &received{first: now}
+		d.pairs[k] = rec
+	}
+	rec.count++
+	if !ok {
+		rec.bad++
+	}
+	return true
 }
 
 // verify checks a Standard Webhooks signature: one of the space-separated

@@ -19,7 +19,7 @@ import (
 func TestDestinationCountsPairsAndVerifiesSignatures(t *testing.T) {
 	t.Parallel()
 	key := []byte("0123456789abcdef")
-	srv := httptest.NewServer(newDestination([][]byte{key}, 0))
+	srv := httptest.NewServer(newDestination([][]byte{key}, 0).mux())
 	t.Cleanup(srv.Close)
 	c := newDestClient(strings.TrimPrefix(srv.URL, "http://"))
 	ctx := context.Background()

@@ -64,6 +64,9 @@ func (r *runner) routesConfig() []any {
 		if r.fifoOn {
 			route["ordering"] = "fifo"
 		}
+		if r.amqpOn {
+			route["kind"], route["url"], route["exchange"] = "amqp", r.o.amqpURL, r.targetName()
+		}
 		out = append(out, route)
 	}
 	return out

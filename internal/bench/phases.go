@@ -126,14 +126,17 @@ func (r *runner) finish(p *Phase, u Usage) {
 // generator, the destination and everything else on the machine (but not
 // other users of the same Postgres or RabbitMQ).
 var ownProcs = map[string][]string{
-	"ingest-running": {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
-	"ingest-stopped": {procReceiver, procPostgres, procRabbitMQ},
-	"bare-ingest":    {procBareIngest, procPostgres},
-	"delivery":       {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
-	"bare-forwarder": {procBareForwarder, procRabbitMQ},
-	"e2e":            {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
-	"soak":           {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
-	"bare-e2e":       {procBareRelay, procBareForwarder, procPostgres, procRabbitMQ},
+	"ingest-running":  {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"ingest-stopped":  {procReceiver, procPostgres, procRabbitMQ},
+	"bare-ingest":     {procBareIngest, procPostgres},
+	"delivery":        {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	phaseDeliveryFIFO: {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	// The target queue is on the same broker: its work counts here.
+	phaseDeliveryAMQP: {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"bare-forwarder":  {procBareForwarder, procRabbitMQ},
+	"e2e":             {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"soak":            {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
+	"bare-e2e":        {procBareRelay, procBareForwarder, procPostgres, procRabbitMQ},
 }
 
 // ingestPhases runs the closed loop against the receiver with the
@@ -311,6 +314,33 @@ func (r *runner) deliveryFIFOPhase(ctx context.Context) error {
 	}
 	return err
 }
+
+// deliveryAMQPPhase is the delivery phase on the route of kind amqp: the
+// same backlog, published into the target exchange, whose queue the
+// destination consumes (each message a delivery, its signature checked).
+func (r *runner) deliveryAMQPPhase(ctx context.Context) error {
+	p := &Phase{Key: phaseDeliveryAMQP, Title: fmt.Sprintf("delivery into an exchange (amqp), drain of %d", r.o.backlog), System: "hookrelay"}
+	if err := r.dispatcherDown(); err != nil {
+		return err
+	}
+	r.amqpOn = true
+	if err := r.writeConfig(); err != nil {
+		return err
+	}
+	err := r.drainPhase(ctx, p)
+	if derr := r.dispatcherDown(); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	r.amqpOn = false
+	if werr := r.writeConfig(); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	return err
+}
+
+// targetName names the amqp route's exchange and queue: the run's prefix
+// and a dash, as the relay refuses a route exchange named like its own.
+func (r *runner) targetName() string { return r.prefix + "-target" }
 
 // drainPhase fills a backlog with the dispatcher stopped, then starts it
 // and measures how fast the route drains.

@@ -75,6 +75,9 @@ type runner struct {
 	rulesOn bool
 	// fifoOn: the route has ordering fifo (the delivery-fifo phase).
 	fifoOn bool
+	// amqpOn: the route publishes into the target exchange (the
+	// delivery-amqp phase).
+	amqpOn bool
 }
 
 // Group names of the per-process table.
@@ -122,6 +125,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		{phaseBareIngest, r.bareIngestPhase},
 		{phaseDelivery, r.deliveryPhase},
 		{phaseDeliveryFIFO, r.deliveryFIFOPhase},
+		{phaseDeliveryAMQP, r.deliveryAMQPPhase},
 		{phaseBareForwarder, r.bareForwarderPhase},
 		{phaseE2E, r.e2ePhase},
 		{phaseBareE2E, r.bareE2EPhase},
@@ -334,8 +338,16 @@ func (r *runner) setup(ctx context.Context) error {
 	// The destination, then the config that points the route at it.
 	r.signingSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte(randomHex(16)))
 	r.sourceSecret = randomHex(16)
-	p, line, err := r.procs.start(ctx, procDestination, r.exe,
-		[]string{ChildArg, roleDestination, "--secret", r.signingSecret, "--delay", r.o.destDelay.String()}, true, 15*time.Second)
+	destArgs := []string{ChildArg, roleDestination, "--secret", r.signingSecret, "--delay", r.o.destDelay.String()}
+	if r.o.phases[phaseDeliveryAMQP] {
+		// The amqp route's exchange and its queue, which the destination
+		// consumes, recording each message as a delivery to the route.
+		if err := declareTarget(r.amqpConn, r.targetName(), r.o.targetQueue); err != nil {
+			return err
+		}
+		destArgs = append(destArgs, "--amqp-url", r.o.amqpURL, "--queue", r.targetName(), "--queue-route", benchRoute)
+	}
+	p, line, err := r.procs.start(ctx, procDestination, r.exe, destArgs, true, 15*time.Second)
 	if err != nil {
 		return err
 	}

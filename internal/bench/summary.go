@@ -20,6 +20,7 @@ var ratioDefs = []struct{ name, of, to string }{
 	{"ingest, dispatcher running / bare ingest", "ingest-running", "bare-ingest"},
 	{"delivery / bare forwarder", "delivery", "bare-forwarder"},
 	{"delivery in order (fifo) / unordered", phaseDeliveryFIFO, "delivery"},
+	{"delivery into an exchange (amqp) / over HTTP", phaseDeliveryAMQP, "delivery"},
 }
 
 // summarize computes, per round, the ratios of hookrelay to the

@@ -30,6 +30,7 @@ type Config struct {
 	Tracing    Tracing    `mapstructure:"tracing"`
 	TeamRoutes TeamRoutes `mapstructure:"team_routes"`
 	Rules      Rules      `mapstructure:"rules"`
+	Alerts     Alerts     `mapstructure:"alerts"`
 	Sources    []Source   `mapstructure:"sources" validate:"dive"`
 	Routes     []Route    `mapstructure:"routes" validate:"dive"`
 }
@@ -354,6 +355,21 @@ type Debug struct {
 	Pprof bool `mapstructure:"pprof"`
 }
 
+// Alerts are the thresholds of the relay's own events that no single
+// change makes (docs/alerts.md); the others (a circuit, a pause, a dead
+// letter, a job) are written with their change.
+type Alerts struct {
+	// BacklogAfter: a route whose oldest undelivered event is older than
+	// this (and that is not paused) gets route.backlog, at most one every
+	// ten minutes. Default 15m; 0s turns it off.
+	BacklogAfter time.Duration `mapstructure:"backlog_after" validate:"gte=0"`
+	// RejectionsPerMinute: a source that rejects at least this many
+	// requests in a minute (bad signatures, bodies too large, ...) gets
+	// source.rejections, at most one a minute. Default 10; 0 turns it
+	// off.
+	RejectionsPerMinute int `mapstructure:"rejections_per_minute" validate:"gte=0"`
+}
+
 // Retention configures what purge keeps, and the purge the relay runs by
 // itself.
 type Retention struct {
@@ -545,8 +561,20 @@ type Route struct {
 	// the events it received. Default the platform team. The team must
 	// exist (hookrelay teams create).
 	Team string `mapstructure:"team" validate:"omitempty,ident"`
-	// URL receives the POSTs.
-	URL string `mapstructure:"url" validate:"required,http_url"`
+	// Kind is how the route delivers: http (the default) POSTs each event
+	// to URL; amqp publishes it to Exchange on the broker at URL
+	// (docs/amqp-routes.md).
+	Kind string `mapstructure:"kind" validate:"omitempty,oneof=http amqp"`
+	// URL receives the deliveries: an http:// or https:// URL, or for
+	// kind amqp an amqp:// or amqps:// URL (any broker and vhost).
+	URL string `mapstructure:"url" validate:"required"`
+	// Exchange is where an amqp route publishes (it must exist; the
+	// relay's own exchanges, named with amqp.prefix, are refused).
+	Exchange string `mapstructure:"exchange"`
+	// RoutingKey is an amqp route's routing key, a template over the
+	// event: {source}, {event_type}, {event_id}, {body.PATH}. Default
+	// {source}.{event_type}.
+	RoutingKey string `mapstructure:"routing_key"`
 	// Bindings are topic patterns over "<source>.<event_type>".
 	Bindings []string `mapstructure:"bindings" validate:"required,min=1,dive,topic_pattern"`
 	// Timeout bounds one delivery attempt. Default 10s, at most 5m: a
@@ -615,6 +643,19 @@ type Route struct {
 	// to add to each delivery. Default none.
 	TransformHeaders string `mapstructure:"transform_headers"`
 }
+
+// RelaySource is the built-in source of the relay's own events: no
+// source of the config may take its name (store.RelaySource).
+const RelaySource = "hookrelay"
+
+// Route kinds.
+const (
+	KindHTTP = "http"
+	KindAMQP = "amqp"
+)
+
+// IsAMQP reports whether the route publishes to an exchange.
+func (r Route) IsAMQP() bool { return r.Kind == KindAMQP }
 
 // SendsTraceparent reports whether the route's requests carry the trace
 // context (when tracing).
@@ -721,6 +762,8 @@ func setDefaults(set func(key string, value any)) {
 	set("secrets.overlap", "24h")
 	set("tracing.enabled", false)
 	set("rules.cost_limit", 50_000)
+	set("alerts.backlog_after", "15m")
+	set("alerts.rejections_per_minute", 10)
 	set("rules.max_output_bytes", 1<<20)
 	set("rules.timeout", "1s")
 	set("tracing.link_template", "")

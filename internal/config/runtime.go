@@ -62,6 +62,7 @@ func (c *Config) CheckRoute(r Route) error {
 	}
 	problems = append(problems, checkRouteHeaders("headers", r.Headers)...)
 	problems = append(problems, CheckRouteRules("", r, c.RuleLimits())...)
+	problems = append(problems, CheckRouteKind("", r, c.AMQP.Prefix)...)
 	if p := rateProblem(r); p != "" {
 		problems = append(problems, "rate_limit: "+p)
 	}

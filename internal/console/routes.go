@@ -45,6 +45,7 @@ func routeInput(r *http.Request) (ops.RouteInput, error) {
 	}
 	in.Team = strings.TrimSpace(r.PostFormValue("team"))
 	in.URL, in.Timeout = str("url"), str("timeout")
+	in.Kind, in.Exchange, in.RoutingKey = str("kind"), str("exchange"), str("routing_key")
 	if b := strings.Fields(strings.ReplaceAll(r.PostFormValue("bindings"), ",", " ")); len(b) > 0 {
 		in.Bindings = b
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/backoff"
+	"github.com/hookrelay/hookrelay/internal/outgoing"
 	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/tracing"
 	"github.com/hookrelay/hookrelay/internal/webhook"
@@ -181,11 +182,30 @@ type Route struct {
 	// Version is the route's version (a run-time route's; 0 for one of
 	// config.yaml), recorded with each attempt as the one that shaped it.
 	Version int64
+	// Exchange, when set, makes the route publish each event into an
+	// exchange on the broker at URL (a route of kind amqp) instead of
+	// POSTing it: delivered means confirmed and not returned.
+	Exchange *Exchange
 
 	// spanName and postAttrs are its spans' name and its POST span's
 	// attributes, set by SetRoutes (trace.go).
 	spanName  string
 	postAttrs []attribute.KeyValue
+}
+
+// Exchange is where a route of kind amqp publishes: the exchange, and the
+// routing key made from each event.
+type Exchange struct {
+	Name string
+	Key  *outgoing.KeyTemplate
+}
+
+// Exchanges publishes the deliveries of routes of kind amqp
+// (internal/amqp's Destinations): nil only when the destination broker
+// confirmed the message and did not return it; webhook.ErrUnroutable when
+// it would not take it as addressed.
+type Exchanges interface {
+	Publish(ctx context.Context, p webhook.Publication) error
 }
 
 // Tier is a retry tier.
@@ -208,8 +228,11 @@ type Config struct {
 	// whose dialer refuses the relay's own side (NewGuardedClient with a
 	// netguard.Guard's Control). Nil refuses every such dial.
 	GuardedClient *http.Client
-	Metrics       *Metrics
-	Logger        zerolog.Logger
+	// Exchanges publishes for routes with an Exchange. Required when any
+	// route has one.
+	Exchanges Exchanges
+	Metrics   *Metrics
+	Logger    zerolog.Logger
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
 	// StoreRetryFor bounds how long a Postgres failure is retried while the
@@ -336,6 +359,9 @@ func (h *Handler) SetRoutes(routes []Route) error {
 		}
 		if (r.Filtered || r.Transform != nil) && h.cfg.Rules == nil {
 			return fmt.Errorf("deliver: route %q has rules, and the handler has no Rules store", r.Name)
+		}
+		if r.Exchange != nil && (h.cfg.Exchanges == nil || r.Exchange.Key == nil) {
+			return fmt.Errorf("deliver: route %q publishes to an exchange, and the handler has no Exchanges (or the route no routing key)", r.Name)
 		}
 		r.traced()
 		m[r.Name] = &r
@@ -561,8 +587,18 @@ func (h *Handler) handle(ctx context.Context, route string, msg webhook.RouteMes
 		deadReason = "route_deleted"
 	} else {
 		req, shapeErr := d.shape(ctx)
+		if shapeErr == nil && r.Exchange != nil {
+			d.key, shapeErr = d.routingKey()
+		}
 		var evalErr *rule.EvalError
 		switch {
+		case errors.Is(shapeErr, outgoing.ErrKey):
+			// The event lacks what its routing key is made of: no
+			// publish, and no retry (it would fail the same way).
+			attempt = &webhook.Attempt{EventID: msg.EventID, Route: route, Number: msg.Attempt, StartedAt: h.now(), Gen: msg.Gen,
+				Error: "routing_key_error: " + shapeErr.Error(), Outcome: webhook.StateDead}
+			deadReason = "routing_key_error"
+			h.cfg.Metrics.outcome(route, "routing_key_error")
 		case errors.As(shapeErr, &evalErr):
 			// The expression fails on this event: no POST, and no retry
 			// (it would fail the same way); an operator fixes the route
@@ -583,7 +619,7 @@ func (h *Handler) handle(ctx context.Context, route string, msg webhook.RouteMes
 				return nil, err
 			}
 			if h.cfg.ObserveFunc != nil {
-				h.cfg.ObserveFunc(ctx, route, attempt.Status, retryAfter)
+				h.cfg.ObserveFunc(ctx, route, d.observed(attempt), retryAfter)
 			}
 			tier, deadReason = d.decide(attempt, retryAfter)
 		}
@@ -639,6 +675,10 @@ type delivery struct {
 	log  zerolog.Logger
 	// span is the delivery's span when tracing, else nil.
 	span trace.Span
+	// key is the routing key of a route with an Exchange; unroutable says
+	// its publish failed with webhook.ErrUnroutable.
+	key        string
+	unroutable bool
 }
 
 // current decides, with the pair claimed, whether the message is the copy
@@ -705,7 +745,13 @@ func (d *delivery) current(ctx context.Context, lease Lease) (done bool, err err
 func (d *delivery) attempt(ctx context.Context, lease Lease, req Request) (*webhook.Attempt, time.Duration, error) {
 	route := d.route.Name
 	d.cfg.Metrics.inFlight.WithLabelValues(route).Inc()
-	a, retryAfter := d.post(ctx, d.route, d.msg, req)
+	var a *webhook.Attempt
+	var retryAfter time.Duration
+	if d.route.Exchange != nil {
+		a = d.publishOut(ctx, req)
+	} else {
+		a, retryAfter = d.post(ctx, d.route, d.msg, req)
+	}
 	d.cfg.Metrics.inFlight.WithLabelValues(route).Dec()
 	if err := ctx.Err(); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -726,7 +772,7 @@ func (d *delivery) attempt(ctx context.Context, lease Lease, req Request) (*webh
 func (d *delivery) decide(a *webhook.Attempt, retryAfter time.Duration) (tier int, deadReason string) {
 	r := d.route
 	switch {
-	case a.Status >= 200 && a.Status < 300:
+	case a.Status >= 200 && a.Status < 300, r.Exchange != nil && a.Error == "":
 		a.Outcome = webhook.StateDelivered
 	case a.Status == http.StatusGone || r.NoRetry[a.Status]:
 		a.Outcome, deadReason = webhook.StateDead, "no_retry_status"

@@ -63,7 +63,10 @@ type RouteAdminStore interface {
 type RouteInput struct {
 	// Team owns the route (made only): default the caller's team.
 	Team            string            `json:"team,omitempty" doc:"The team that owns the route (on create; default the token's team)."`
-	URL             *string           `json:"url,omitempty" doc:"The destination: an http:// or https:// URL."`
+	Kind            *string           `json:"kind,omitempty" doc:"http (POST each event to url; the default) or amqp (publish it to exchange on the broker at url)."`
+	URL             *string           `json:"url,omitempty" doc:"The destination: an http:// or https:// URL; for kind amqp an amqp:// or amqps:// URL (its credentials are stored sealed)."`
+	Exchange        *string           `json:"exchange,omitempty" doc:"Kind amqp: the exchange to publish to (it must exist on the destination broker)."`
+	RoutingKey      *string           `json:"routing_key,omitempty" doc:"Kind amqp: the routing key, a template over the event: {source}, {event_type}, {event_id}, {body.PATH}. Default {source}.{event_type}."`
 	Bindings        []string          `json:"bindings,omitempty" doc:"Topic patterns over <source>.<event_type>, e.g. acme.invoice.*"`
 	Timeout         *string           `json:"timeout,omitempty" doc:"One attempt's time limit, with a unit (10s). Default 10s, at most 5m."`
 	Concurrency     *int              `json:"concurrency,omitempty" doc:"Consumers per dispatcher (1-256). Default 1."`
@@ -109,6 +112,15 @@ func (in RouteInput) apply(r *config.Route) error {
 	}
 	if in.URL != nil {
 		r.URL = *in.URL
+	}
+	if in.Kind != nil {
+		r.Kind = *in.Kind
+	}
+	if in.Exchange != nil {
+		r.Exchange = *in.Exchange
+	}
+	if in.RoutingKey != nil {
+		r.RoutingKey = *in.RoutingKey
 	}
 	if in.Bindings != nil {
 		r.Bindings = slices.Clone(in.Bindings)
@@ -330,7 +342,7 @@ func (s *Service) checkDestination(ctx context.Context, r config.Route) error {
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil {
-		return fmt.Errorf("%w: url: must be an http:// or https:// URL with a host", ErrInvalidRequest)
+		return fmt.Errorf("%w: url: must be an http://, https:// (or, kind amqp, amqp://) URL with a host", ErrInvalidRequest)
 	}
 	lookup := net.DefaultResolver.LookupNetIP
 	if s.Resolver != nil {

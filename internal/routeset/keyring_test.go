@@ -125,3 +125,41 @@ func TestResealSpecResealsHeaderValues(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, plain, same)
 }
+
+// Issue 43: a destination URL with credentials (an amqp route's broker
+// login) is stored without them, and whole only sealed for its route;
+// listings show it without them; a key rotation reseals it.
+func TestSpecURLCredentialsSealedAtRest(t *testing.T) {
+	k1, err := routeset.NewKeyring(key(1), nil)
+	require.NoError(t, err)
+	spec := routeset.Spec{Kind: "amqp", URL: "amqp://app:s3cret@broker.example.com:5672/billing", Exchange: "billing.events"}
+	stored, err := spec.Seal(k1, "billing")
+	require.NoError(t, err)
+	raw, err := json.Marshal(stored)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "s3cret")
+	require.NotContains(t, string(raw), "app:")
+	require.Equal(t, "amqp://broker.example.com:5672/billing", stored.URL)
+	require.Equal(t, "amqp://broker.example.com:5672/billing", stored.Shown().URL)
+	opened, err := stored.Open(k1, "billing")
+	require.NoError(t, err)
+	require.Equal(t, spec.URL, opened.URL)
+	_, err = stored.Open(k1, "crm")
+	require.Error(t, err, "sealed for another route")
+
+	k2, err := routeset.NewKeyring(key(2), []string{key(1)})
+	require.NoError(t, err)
+	again, err := routeset.ResealSpec(k2, "billing", raw)
+	require.NoError(t, err)
+	only2, err := routeset.NewKeyring(key(2), nil)
+	require.NoError(t, err)
+	resealed, err := routeset.DecodeSpec(again)
+	require.NoError(t, err)
+	opened, err = resealed.Open(only2, "billing")
+	require.NoError(t, err)
+	require.Equal(t, spec.URL, opened.URL)
+
+	plain, err := routeset.Spec{URL: "https://x.example.com/hooks"}.Seal(k1, "billing")
+	require.NoError(t, err)
+	require.Nil(t, plain.SealedURL, "a URL without credentials is stored as it is")
+}

@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hookrelay/hookrelay/internal/config"
+	"github.com/hookrelay/hookrelay/internal/outgoing"
 	"github.com/hookrelay/hookrelay/internal/rule"
 	"github.com/hookrelay/hookrelay/internal/signature"
 	"github.com/hookrelay/hookrelay/internal/store"
@@ -60,6 +62,9 @@ type Route struct {
 	// (docs/rules.md) compiled, nil when it has none.
 	FilterProgram    *rule.Filter
 	TransformProgram *rule.Transform
+	// KeyTemplate is an amqp route's routing key compiled, nil for an
+	// http route.
+	KeyTemplate *outgoing.KeyTemplate
 }
 
 // Guarded reports whether r is a team's route made at run time, whose
@@ -70,9 +75,37 @@ func (r *Route) Guarded() bool {
 	return !r.Declared && r.Team != store.PlatformTeam
 }
 
-// Filtered reports whether the route has a filter: its queue is bound to
-// no pattern, and its events come addressed to it.
-func (r *Route) Filtered() bool { return r.Filter != "" }
+// Filtered reports whether the route's events come addressed to it, its
+// queue bound to no pattern: it has a filter, or it is a team's route
+// that binds the relay's own events (source hookrelay), which it takes
+// only when they are about its team (Set.Route), so that no copy of
+// another team's reaches its queue. (The platform's routes see every
+// team's.)
+func (r *Route) Filtered() bool {
+	return r.Filter != "" || (r.Team != "" && r.Team != store.PlatformTeam && r.BindsRelayEvents())
+}
+
+// BindsRelayEvents reports whether one of r's bindings can match an event
+// of the relay's own (its first word hookrelay, or a wildcard).
+func (r *Route) BindsRelayEvents() bool {
+	for _, b := range r.Bindings {
+		first, _, _ := strings.Cut(b, ".")
+		if first == store.RelaySource || first == "*" || first == "#" {
+			return true
+		}
+	}
+	return false
+}
+
+// Sees reports whether r takes an event about team's routes or jobs: the
+// team's own routes do, and the platform's.
+func (r *Route) Sees(team string) bool {
+	own := r.Team
+	if own == "" {
+		own = store.PlatformTeam
+	}
+	return own == store.PlatformTeam || own == team
+}
 
 // Set is the routes at one moment, by name.
 type Set struct {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hookrelay/hookrelay/internal/outgoing"
 	"github.com/hookrelay/hookrelay/internal/rule"
+	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/topic"
 	"github.com/hookrelay/hookrelay/internal/webhook"
 )
@@ -14,7 +16,14 @@ import (
 // config refuses them at load, and the admin API when they are saved, so
 // this fails only for a route stored by another version.
 func compileRules(r *Route, l rule.Limits) error {
-	r.FilterProgram, r.TransformProgram = nil, nil
+	r.FilterProgram, r.TransformProgram, r.KeyTemplate = nil, nil, nil
+	if r.IsAMQP() {
+		k, err := outgoing.ParseKeyTemplate(r.RoutingKey)
+		if err != nil {
+			return fmt.Errorf("routing_key: %w", err)
+		}
+		r.KeyTemplate = k
+	}
 	if r.Filter != "" {
 		f, err := rule.CompileFilter(r.Filter, l)
 		if err != nil {
@@ -75,8 +84,18 @@ func (s *Set) Route(ctx context.Context, ev *webhook.Event) Routed {
 	var in *rule.Input
 	for _, name := range s.Match(ev.RoutingKey()) {
 		r := s.byName[name]
+		if !r.Filtered() {
+			out.Routes = append(out.Routes, name)
+			continue
+		}
+		if ev.Source == store.RelaySource && !r.Sees(ev.Team) {
+			// An event about another team's route: not this route's.
+			out.Filtered = append(out.Filtered, name)
+			continue
+		}
 		if r.FilterProgram == nil {
 			out.Routes = append(out.Routes, name)
+			out.Addressed = append(out.Addressed, name)
 			continue
 		}
 		if in == nil {

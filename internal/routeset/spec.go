@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 
 	"github.com/hookrelay/hookrelay/internal/config"
@@ -12,6 +13,13 @@ import (
 // Spec is a run-time route's settings as stored (routes.spec), every one
 // given: config.RouteDefaults filled what its maker left out.
 type Spec struct {
+	// Kind is http ("" too) or amqp; Exchange and RoutingKey an amqp
+	// route's.
+	Kind       string `json:"kind,omitempty"`
+	Exchange   string `json:"exchange,omitempty"`
+	RoutingKey string `json:"routing_key,omitempty"`
+	// URL is the destination; one with credentials (an amqp route's
+	// broker login) is stored without them, and whole in SealedURL.
 	URL             string            `json:"url"`
 	Bindings        []string          `json:"bindings"`
 	Timeout         string            `json:"timeout"`
@@ -38,6 +46,23 @@ type Spec struct {
 	// SealedHeaders are the header values as stored, each sealed like the
 	// signing secret (a header may carry a token); Headers is empty then.
 	SealedHeaders map[string][]byte `json:"sealed_headers,omitempty" hidden:"true"`
+	// SealedURL is the URL with its credentials, sealed like the
+	// signing secret; URL then has none.
+	SealedURL []byte `json:"sealed_url,omitempty" hidden:"true"`
+}
+
+// urlAAD binds a sealed URL to its route.
+func urlAAD(route string) string { return route + "#url" }
+
+// withoutUser returns raw without its credentials, and whether it had
+// any.
+func withoutUser(raw string) (string, bool) {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw, false
+	}
+	u.User = nil
+	return u.String(), true
 }
 
 // headerAAD binds a sealed header value to its route and name.
@@ -45,6 +70,13 @@ func headerAAD(route, name string) string { return route + "#header:" + name }
 
 // Seal returns s as stored for route: its header values sealed with k.
 func (s Spec) Seal(k *Keyring, route string) (Spec, error) {
+	if shown, had := withoutUser(s.URL); had {
+		sealed, err := k.Seal(urlAAD(route), []byte(s.URL))
+		if err != nil {
+			return s, err
+		}
+		s.URL, s.SealedURL = shown, sealed
+	}
 	if len(s.Headers) == 0 {
 		return s, nil
 	}
@@ -62,6 +94,13 @@ func (s Spec) Seal(k *Keyring, route string) (Spec, error) {
 
 // Open returns a stored spec of route with its header values opened.
 func (s Spec) Open(k *Keyring, route string) (Spec, error) {
+	if len(s.SealedURL) > 0 {
+		v, err := k.Open(urlAAD(route), s.SealedURL)
+		if err != nil {
+			return s, fmt.Errorf("url: %w", err)
+		}
+		s.URL, s.SealedURL = string(v), nil
+	}
 	if len(s.SealedHeaders) == 0 {
 		return s, nil
 	}
@@ -86,6 +125,23 @@ func ResealSpec(k *Keyring, route string, raw []byte) ([]byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, fmt.Errorf("reading the route's stored settings: %w", err)
+	}
+	if urlRaw, ok := fields["sealed_url"]; ok {
+		var sealed []byte
+		if err := json.Unmarshal(urlRaw, &sealed); err != nil {
+			return nil, fmt.Errorf("reading the route's sealed url: %w", err)
+		}
+		again, err := k.Reseal(urlAAD(route), sealed)
+		if err != nil {
+			return nil, fmt.Errorf("url: %w", err)
+		}
+		if fields["sealed_url"], err = json.Marshal(again); err != nil {
+			return nil, err
+		}
+		raw, err = json.Marshal(fields)
+		if err != nil {
+			return nil, err
+		}
 	}
 	sealedRaw, ok := fields["sealed_headers"]
 	if !ok {
@@ -122,12 +178,14 @@ func (s Spec) Shown() Spec {
 		}
 		s.SealedHeaders = nil
 	}
+	s.SealedURL = nil
 	return s
 }
 
 // SpecOf returns r's settings as a Spec.
 func SpecOf(r config.Route) Spec {
 	return Spec{
+		Kind: r.Kind, Exchange: r.Exchange, RoutingKey: r.RoutingKey,
 		URL: r.URL, Bindings: slices.Clone(r.Bindings), Timeout: config.FormatDuration(r.Timeout), Concurrency: r.Concurrency,
 		Headers: maps.Clone(r.Headers), NoRetryStatuses: slices.Clone(r.NoRetryStatuses), MaxAttempts: r.MaxAttempts,
 		CircuitFailures: r.Circuit.Failures, CircuitCooldown: config.FormatDuration(r.Circuit.Cooldown),
@@ -147,7 +205,7 @@ func (s Spec) Route(name, team string) (config.Route, error) {
 		return config.Route{}, fmt.Errorf("circuit_cooldown: %w", err)
 	}
 	return config.Route{
-		Name: name, Team: team, URL: s.URL, Bindings: slices.Clone(s.Bindings), Timeout: timeout, Concurrency: s.Concurrency,
+		Name: name, Team: team, Kind: s.Kind, Exchange: s.Exchange, RoutingKey: s.RoutingKey, URL: s.URL, Bindings: slices.Clone(s.Bindings), Timeout: timeout, Concurrency: s.Concurrency,
 		Headers: maps.Clone(s.Headers), NoRetryStatuses: slices.Clone(s.NoRetryStatuses), MaxAttempts: s.MaxAttempts,
 		Circuit: config.Circuit{Failures: s.CircuitFailures, Cooldown: cooldown}, RateLimit: s.RateLimit, Burst: s.Burst, Ordering: s.Ordering, OnDead: s.OnDead,
 		SendTraceparent: s.SendTraceparent, Filter: s.Filter, Transform: s.Transform, TransformHeaders: s.TransformHeaders,

@@ -24,6 +24,9 @@ const (
 	// PlatformTeam runs the relay: what is not another team's is its own,
 	// and its tokens see every team.
 	PlatformTeam = "platform"
+	// RelaySource is the built-in source of the relay's own events
+	// (circuits, pauses, dead letters, jobs: docs/alerts.md).
+	RelaySource = "hookrelay"
 )
 
 // teamName is what a team may be called (the teams table checks it too).

@@ -38,6 +38,10 @@ type Event struct {
 	// TraceParent is the W3C traceparent of the receiver's span for the
 	// event, "" when tracing was off: its first copy continues that trace.
 	TraceParent string
+	// Team is, for an event of the relay's own (source hookrelay), the
+	// team whose route or job it is about: only that team's routes, and
+	// the platform's, take it. Not stored apart (the body says it).
+	Team string
 }
 
 // RoutingKey is the topic routing key of the event: "<source>.<event_type>".
