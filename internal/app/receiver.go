@@ -402,6 +402,9 @@ func (rc *receiver) run(ctx context.Context) error {
 	g.Go(func() error { return keepPartitions(gctx, rc.db, logger) })
 	g.Go(func() error { return keepRetention(gctx, rc.db, rc.cfg.Retention, logger) })
 	g.Go(func() error { return rc.follower.Run(gctx) })
+	relayEvents := newRelayEvents(rc.db, rc.cfg.Alerts, rc.follower.Current, logger)
+	g.Go(func() error { return relayEvents.Listen(gctx) })
+	g.Go(func() error { return relayEvents.Run(gctx) })
 	g.Go(func() error { return rc.backfill.Run(gctx) })
 	if rc.servers.metrics != nil {
 		serve(rc.servers.metrics, rc.status)

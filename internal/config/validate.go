@@ -213,6 +213,9 @@ func crossCheck(cfg *Config, operator bool) []string {
 			add("%s.name: %q is already used by sources[%d]", key, s.Name, j)
 		}
 		seen[s.Name] = i
+		if s.Name == RelaySource {
+			add("%s.name: %q is the relay's own source (its events about routes and jobs: docs/alerts.md); name yours otherwise", key, s.Name)
+		}
 
 		problems = append(problems, checkVerify(key, s.Verify)...)
 

@@ -213,7 +213,9 @@ func Declare(ctx context.Context, cfg *config.Config, db *store.DB) error {
 	for _, r := range cfg.Routes {
 		routes = append(routes, store.Owned{Name: r.Name, Team: cmp.Or(r.Team, store.PlatformTeam)})
 	}
-	sources := make([]store.Owned, 0, len(cfg.Sources))
+	// The relay's own events (docs/alerts.md): every team may bind them,
+	// and its routes receive those about its own routes and jobs only.
+	sources := []store.Owned{{Name: store.RelaySource, Team: store.PlatformTeam, Subscribers: []string{"*"}}}
 	for _, s := range cfg.Sources {
 		sources = append(sources, store.Owned{Name: s.Name, Team: cmp.Or(s.Team, store.PlatformTeam), Subscribers: s.Subscribers})
 	}

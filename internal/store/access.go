@@ -410,14 +410,23 @@ func (db *DB) JobFinish(ctx context.Context, id, owner uuid.UUID, progress, resu
 	case errText != "":
 		state = JobFailed
 	}
-	tag, err := db.pool.Exec(ctx, `
-		UPDATE api_jobs SET state = $3, progress = COALESCE($4, progress), result = $5, error = NULLIF($6, ''),
-			heartbeat_at = now(), finished_at = now()
-		WHERE id = $1 AND state = 'running' AND owner = $2`, id, owner, state, progress, result, errText)
+	// A job that succeeded or failed is reported (job.succeeded,
+	// job.failed) in this statement: hookrelay_emit.
+	var n int
+	err := db.pool.QueryRow(ctx, `
+		WITH u AS (
+			UPDATE api_jobs SET state = $3, progress = COALESCE($4, progress), result = $5, error = NULLIF($6, ''),
+				heartbeat_at = now(), finished_at = now()
+			WHERE id = $1 AND state = 'running' AND owner = $2
+			RETURNING id, kind, actor, team, state, error
+		)
+		SELECT count(*), count(CASE WHEN state IN ('succeeded', 'failed') THEN hookrelay_emit('job.' || state, id::text, team,
+		           jsonb_strip_nulls(jsonb_build_object('job', id, 'kind', kind, 'actor', actor, 'error', error))) END)
+		FROM u`, id, owner, state, progress, result, errText).Scan(&n, new(int))
 	if err != nil {
 		return fmt.Errorf("finishing job %s: %w", id, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("finishing job %s: %w", id, ErrJobNotRunning)
 	}
 	return nil

@@ -548,7 +548,16 @@ func recordAttemptQuery(deliveryID int64, eventID, owner uuid.UUID, claimAttempt
 			-- claim recorded already (done, below).
 			WHERE d.event_id = $16 AND @day(d.event_id) AND d.id = old.id AND (d.lease_owner = $8 OR (d.lease_owner IS NULL AND d.attempts = $15 AND NOT EXISTS (
 			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = $16 AND @day(a.event_id) AND a.delivery_id = $1 AND a.claim = $8)))
-			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AS current, old.gen = $6 AND $2 = 'retrying' AS moved
+			RETURNING d.gen, d.series, d.event_id, d.route, old.gen = $6 AS current, old.gen = $6 AND $2 = 'retrying' AS moved,
+			          d.state AS state_now
+		), alert AS (
+			-- As recordBatch: a pair sent to the dead letters is reported,
+			-- unless its event is the relay's own.
+			SELECT hookrelay_emit('delivery.dead_lettered', u.route, NULL, jsonb_strip_nulls(jsonb_build_object(
+			           'route', u.route, 'event_id', u.event_id, 'source', e.source, 'event_type', e.event_type,
+			           'attempt', $9::int, 'status', $3::int, 'error', $4::text)))
+			FROM u JOIN events e ON e.id = u.event_id
+			WHERE u.state_now = 'dead' AND $2 = 'dead' AND u.current AND e.source <> '`+RelaySource+`' AND e.id = $16 AND @day(e.id)
 		), done AS (
 			-- This claim's attempt, recorded by an earlier try whose answer
 			-- was lost (its caller gave up, the connection dropped after the
@@ -576,7 +585,8 @@ func recordAttemptQuery(deliveryID int64, eventID, owner uuid.UUID, claimAttempt
 			FROM u JOIN events e ON e.id = u.event_id
 			WHERE u.moved AND e.id = $16 AND @day(e.id)
 		)
-		SELECT gen, current, true FROM u UNION ALL SELECT gen, current, true FROM done
+		SELECT gen, current, true FROM u CROSS JOIN (SELECT count(*) FROM alert) reported
+		UNION ALL SELECT gen, current, true FROM done
 		UNION ALL SELECT 0, false, false WHERE NOT EXISTS (SELECT 1 FROM old)`, eventID), []any{
 			deliveryID, string(a.Outcome), status, errText, a.StartedAt, a.Gen, a.RetryIn, pgUUID(owner),
 			a.Number, a.Duration.Milliseconds(), headers, a.ResponseBody, a.RetryIn.Milliseconds(), seriesStart(a), claimAttempts,

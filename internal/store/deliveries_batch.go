@@ -377,7 +377,17 @@ func recordBatchOn(ctx context.Context, q querier, items []recordItem, out []rec
 			      AND d.attempts = i.claim_attempts AND NOT EXISTS (
 			      SELECT 1 FROM delivery_attempts a WHERE a.event_id = i.event_id AND @day(a.event_id) AND a.delivery_id = i.id AND a.claim = i.owner)))
 			RETURNING i.ord, d.gen, d.series, d.event_id, d.route, o.gen = i.gen AS current,
-			          o.gen = i.gen AND i.outcome = 'retrying' AS moved
+			          o.gen = i.gen AND i.outcome = 'retrying' AS moved, d.state AS state_now
+		), alert AS (
+			-- A pair this record sent to the dead letters is reported
+			-- (delivery.dead_lettered), unless it is an event of the
+			-- relay's own: an alert route's dead letter reports nothing.
+			SELECT hookrelay_emit('delivery.dead_lettered', u.route, NULL, jsonb_strip_nulls(jsonb_build_object(
+			           'route', u.route, 'event_id', u.event_id, 'source', e.source, 'event_type', e.event_type,
+			           'attempt', i.number, 'status', i.status, 'error', i.error)))
+			FROM u JOIN input i ON i.ord = u.ord JOIN events e ON e.id = u.event_id
+			WHERE u.state_now = 'dead' AND i.outcome = 'dead' AND u.current AND e.source <> '`+RelaySource+`'
+			  AND e.id = ANY($15::uuid[]) AND @day(e.id)
 		), done AS (
 			-- As recordAttempt: a claim whose attempt is recorded already
 			-- (an earlier try's answer was lost) is answered as then.
@@ -410,7 +420,8 @@ func recordBatchOn(ctx context.Context, q querier, items []recordItem, out []rec
 		)
 		SELECT i.ord, u.ord IS NOT NULL OR done.ord IS NOT NULL, COALESCE(u.gen, done.gen_after, 0),
 		       COALESCE(u.current, done.copy_current, false), EXISTS (SELECT 1 FROM old o WHERE o.id = i.id)
-		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord`, recordIDs(items)...),
+		FROM input i LEFT JOIN u ON u.ord = i.ord LEFT JOIN done ON done.ord = i.ord
+		CROSS JOIN (SELECT count(*) FROM alert) reported`, recordIDs(items)...),
 		ids, outcomes, statuses, errTexts, started, gens, retryMS, owners, numbers, durMS, headers, bodies, series, claimAttempts,
 		eventIDs, traces, versions)
 	if err != nil {

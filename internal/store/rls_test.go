@@ -39,6 +39,8 @@ func fillTeam(t *testing.T, owner *pgx.Conn, team, shared string) {
 		{`INSERT INTO audit_log (actor, action, target, outcome, team) VALUES ('token:' || $1, 'pause', $1, 'ok', $1)`, []any{team}},
 		{`INSERT INTO api_jobs (id, kind, actor, state, team) VALUES (gen_random_uuid(), 'replay', 'token:' || $1, 'succeeded', $1)`, []any{team}},
 		{`INSERT INTO route_state (route) VALUES ($1)`, []any{route}},
+		{`INSERT INTO system_events (kind, subject, team, body) VALUES ('route.paused', $1, $2, '{}')`, []any{route, team}},
+		{`INSERT INTO system_event_limits (kind, subject, last_at) VALUES ('route.paused', $1, now())`, []any{route}},
 		{`INSERT INTO activity_minutes (minute, kind, name, outcome, n) VALUES (date_trunc('minute', now()), 'delivery', $1, 'delivered', 1),
 		                                                                    (date_trunc('minute', now()), 'ingest', $2, 'stored', 1)`, []any{route, source}},
 	}

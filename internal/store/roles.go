@@ -109,7 +109,8 @@ func EnsureAppRole(ctx context.Context, ownerURL, appURL string) (AppRole, error
 		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{schema}.Sanitize() + ` TO ` + role,
 		`GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA ` + pgx.Identifier{schema}.Sanitize() + ` TO ` + role,
 		`GRANT EXECUTE ON FUNCTION hookrelay_ensure_partitions(date, date), hookrelay_drop_day(date), ` +
-			`hookrelay_event_ids_by_body(jsonb, timestamptz, timestamptz, uuid, uuid, timestamptz, uuid, boolean, int) TO ` + role,
+			`hookrelay_event_ids_by_body(jsonb, timestamptz, timestamptz, uuid, uuid, timestamptz, uuid, boolean, int), ` +
+			`hookrelay_emit(text, text, text, jsonb, interval) TO ` + role,
 	}
 	for _, t := range tables {
 		table := pgx.Identifier{t}.Sanitize()

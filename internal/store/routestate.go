@@ -95,7 +95,10 @@ func routePause(ctx context.Context, q querier, route string, paused bool, by, r
 			WHERE r.paused <> $2
 			RETURNING route
 		)
-		SELECT count(pg_notify('`+RouteStateChannel+`', route)) FROM u`, route, paused, by, reason).Scan(&n)
+		SELECT count(pg_notify('`+RouteStateChannel+`', route)),
+		       count(hookrelay_emit(CASE WHEN $2 THEN 'route.paused' ELSE 'route.resumed' END, route, NULL,
+		           jsonb_strip_nulls(jsonb_build_object('route', route, 'by', $3::text, 'reason', NULLIF($4, '')))))
+		FROM u`, route, paused, by, reason).Scan(&n, new(int))
 	if err != nil {
 		return false, fmt.Errorf("setting route %s paused=%t: %w", route, paused, err)
 	}
@@ -108,14 +111,24 @@ func routePause(ctx context.Context, q querier, route string, paused bool, by, r
 func (db *DB) RouteSuccess(ctx context.Context, route string) error {
 	ctx, cancel := db.bound(ctx)
 	defer cancel()
+	// old reads the circuit under the row's lock, so that exactly one
+	// success reports the closing (route.circuit_closed, in this
+	// statement: hookrelay_emit).
 	if _, err := db.pool.Exec(ctx, `
-		WITH u AS (
+		WITH old AS (
+			SELECT route AS name, circuit AS was FROM route_state
+			WHERE route = $1 AND (consecutive_failures > 0 OR circuit <> 'closed')
+			FOR UPDATE
+		), u AS (
 			UPDATE route_state SET consecutive_failures = 0, circuit = 'closed', opened_until = NULL,
 				cooldown_ms = NULL, probe_owner = NULL, probe_at = NULL, updated_at = now()
-			WHERE route = $1 AND (consecutive_failures > 0 OR circuit <> 'closed')
-			RETURNING route, circuit
+			FROM old
+			WHERE route = old.name
+			RETURNING route, old.was
 		)
-		SELECT pg_notify('`+RouteStateChannel+`', route) FROM u`, route); err != nil {
+		SELECT pg_notify('`+RouteStateChannel+`', route),
+		       CASE WHEN was <> 'closed' THEN hookrelay_emit('route.circuit_closed', route, NULL, jsonb_build_object('route', route)) END
+		FROM u`, route); err != nil {
 		return fmt.Errorf("recording a success on route %s: %w", route, err)
 	}
 	return nil
@@ -136,8 +149,13 @@ func (db *DB) RouteFailure(ctx context.Context, route string, threshold int, coo
 	// evaluate the whole statement again on the newest row, so two
 	// dispatchers' failures never count as one.
 	var notified int
+	// old reads the circuit under the row's lock, so that exactly one
+	// failure reports the opening of a closed circuit
+	// (route.circuit_opened, in this statement: hookrelay_emit).
 	err = db.pool.QueryRow(ctx, `
-		WITH u AS (
+		WITH old AS (
+			SELECT route AS name, circuit AS was FROM route_state WHERE route = $1 FOR UPDATE
+		), u AS (
 			UPDATE route_state SET
 				consecutive_failures = consecutive_failures + 1,
 				circuit = CASE
@@ -158,16 +176,20 @@ func (db *DB) RouteFailure(ctx context.Context, route string, threshold int, coo
 				updated_at = CASE
 					WHEN circuit = 'half_open' OR (circuit = 'closed' AND consecutive_failures + 1 >= $2) THEN now()
 					ELSE updated_at END
-			WHERE route = $1
-			RETURNING route, circuit, consecutive_failures,
+			FROM old
+			WHERE route = old.name
+			RETURNING route, circuit, consecutive_failures, opened_until,
 				-- A change of state, or the first failure after a success: every
 				-- dispatcher reads it, so its next success resets the count.
-				updated_at = now() OR consecutive_failures = 1 AS changed
+				updated_at = now() OR consecutive_failures = 1 AS changed,
+				old.was = 'closed' AND circuit = 'open' AS opened
 		)
 		SELECT circuit, consecutive_failures,
-		       count(pg_notify('`+RouteStateChannel+`', route)) FILTER (WHERE changed)
+		       count(pg_notify('`+RouteStateChannel+`', route)) FILTER (WHERE changed),
+		       count(CASE WHEN opened THEN hookrelay_emit('route.circuit_opened', route, NULL,
+		           jsonb_build_object('route', route, 'consecutive_failures', consecutive_failures, 'opened_until', opened_until)) END)
 		FROM u GROUP BY circuit, consecutive_failures`,
-		route, threshold, cooldown.Milliseconds(), maxCooldown.Milliseconds()).Scan(&circuit, &failures, &notified)
+		route, threshold, cooldown.Milliseconds(), maxCooldown.Milliseconds()).Scan(&circuit, &failures, &notified, new(int))
 	if err == pgx.ErrNoRows {
 		return "", 0, fmt.Errorf("recording a failure on route %s: %w", route, ErrNotFound)
 	}
