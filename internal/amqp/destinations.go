@@ -116,7 +116,7 @@ func (d *Destinations) Publish(ctx context.Context, p webhook.Publication) error
 	if errors.Is(err, ErrRefused) {
 		// The broker refused the login or the vhost: the route's
 		// settings, not the broker's health.
-		return fmt.Errorf("the destination broker refused the connection (credentials, vhost or permissions) (%w)", webhook.ErrUnroutable)
+		return fmt.Errorf("%w: the destination broker refused the connection (its credentials, vhost or permissions)", webhook.ErrUnroutable)
 	}
 	return err
 }

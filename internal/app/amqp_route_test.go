@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"slices"
 	"testing"
 	"time"
@@ -68,7 +69,8 @@ func (h *harness) attemptErrors(id, route string) []string {
 // that verify with the route's secret and the routing key its template
 // makes. A missing exchange and a message no queue takes are failed
 // attempts that retry and then dead-letter; an event its key cannot be
-// made of goes to the dead letters at once. Nothing loops: the relay's
+// made of goes to the dead letters at once, and a login the broker
+// refuses fails each attempt without showing the password. Nothing loops: the relay's
 // own queues get nothing of what the routes published.
 func TestAMQPRouteDeliversIntoAnExchange(t *testing.T) {
 	t.Parallel()
@@ -82,10 +84,14 @@ func TestAMQPRouteDeliversIntoAnExchange(t *testing.T) {
 	unroutable := amqpRoute("unroutable", url, empty, "", "acme.invoice.*")
 	missing := amqpRoute("missing", url, prefix+"-nowhere", "", "acme.invoice.*")
 	nokey := amqpRoute("nokey", url, apps, "{body.absent}", "acme.invoice.*")
-	for _, r := range []*config.Route{&unroutable, &missing} {
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	u.User = neturl.UserPassword("guest", "not-the-password")
+	badLogin := amqpRoute("badlogin", u.String(), apps, "", "acme.invoice.*")
+	for _, r := range []*config.Route{&unroutable, &missing, &badLogin} {
 		r.MaxAttempts = 2
 	}
-	h.cfg.Routes = []config.Route{toq, unroutable, missing, nokey}
+	h.cfg.Routes = []config.Route{toq, unroutable, missing, nokey, badLogin}
 	h.start(app.ReceiverOptions{})
 	h.startDispatcher(app.DispatcherOptions{})
 
@@ -102,6 +108,7 @@ func TestAMQPRouteDeliversIntoAnExchange(t *testing.T) {
 		h.waitPair(id, "unroutable", webhook.StateDead)
 		h.waitPair(id, "missing", webhook.StateDead)
 		h.waitPair(id, "nokey", webhook.StateDead)
+		h.waitPair(id, "badlogin", webhook.StateDead)
 	}
 	for _, r := range h.cfg.Routes {
 		amqptest.WaitCount(t, h.ch, h.names.RouteQueue(r.Name), 0, testenv.Scaled(10*time.Second))
@@ -145,11 +152,17 @@ func TestAMQPRouteDeliversIntoAnExchange(t *testing.T) {
 		for _, e := range errs {
 			require.Contains(t, e, "no exchange")
 		}
+		errs = h.attemptErrors(id, "badlogin")
+		require.Len(t, errs, 2, "badlogin: retried, then dead")
+		for _, e := range errs {
+			require.Contains(t, e, "the destination broker refused the connection")
+			require.NotContains(t, e, "not-the-password")
+		}
 		errs = h.attemptErrors(id, "nokey")
 		require.Len(t, errs, 1, "nokey: dead at once, no retry")
 		require.Contains(t, errs[0], "routing_key_error")
 	}
-	for _, r := range []string{"unroutable", "missing", "nokey"} {
+	for _, r := range []string{"unroutable", "missing", "nokey", "badlogin"} {
 		require.Equal(t, 3, amqptest.Count(t, h.ch, h.names.DeadQueue(r)), "%s's dead letters", r)
 	}
 
