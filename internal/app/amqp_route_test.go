@@ -48,19 +48,9 @@ func declareTarget(t *testing.T, h *harness, exchange, queue string) {
 // order.
 func (h *harness) attemptErrors(id, route string) []string {
 	h.t.Helper()
-	rows, err := h.db.Pool().Query(context.Background(), `
+	return h.strings(`
 		SELECT coalesce(a.error, '') FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
 		WHERE d.event_id = $1 AND d.route = $2 ORDER BY a.id`, id, route)
-	require.NoError(h.t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var e string
-		require.NoError(h.t, rows.Scan(&e))
-		out = append(out, e)
-	}
-	require.NoError(h.t, rows.Err())
-	return out
 }
 
 // Issue 43: a route of kind amqp publishes each event into an exchange,
@@ -70,8 +60,8 @@ func (h *harness) attemptErrors(id, route string) []string {
 // makes. A missing exchange and a message no queue takes are failed
 // attempts that retry and then dead-letter; an event its key cannot be
 // made of goes to the dead letters at once, and a login the broker
-// refuses fails each attempt without showing the password. Nothing loops: the relay's
-// own queues get nothing of what the routes published.
+// refuses fails each attempt without showing the password. Nothing
+// loops: the relay's own queues get nothing of what the routes published.
 func TestAMQPRouteDeliversIntoAnExchange(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

@@ -78,12 +78,7 @@ func TestCircuitOpeningIsReportedOnceAndToItsTeamOnly(t *testing.T) {
 		_, err := h.db.Pool().Exec(t.Context(), `INSERT INTO teams (name, created_by) VALUES ($1, 'test')`, team)
 		require.NoError(t, err)
 	}
-	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, route string, _ int) int {
-		if route == "a-flaky" {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	dest := newDestination(t, failingAt("a-flaky", http.StatusServiceUnavailable))
 	flaky := testRoute("a-flaky", dest.url("a-flaky"), "acme.invoice.*")
 	flaky.Team, flaky.Concurrency, flaky.MaxAttempts = "team-a", 1, 50
 	flaky.Circuit = config.Circuit{Failures: 2, Cooldown: 5 * time.Minute}
@@ -138,12 +133,7 @@ func TestCircuitOpeningIsReportedOnceAndToItsTeamOnly(t *testing.T) {
 func TestDeadLettersAndPausesAreReported(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, route string, _ int) int {
-		if route == "gone" {
-			return http.StatusGone
-		}
-		return http.StatusOK
-	})
+	dest := newDestination(t, failingAt("gone", http.StatusGone))
 	gone := testRoute("gone", dest.url("gone"), "acme.invoice.*")
 	watch := testRoute("watch", dest.url("watch"), "hookrelay.#")
 	h.cfg.Routes = []config.Route{gone, watch}
@@ -196,12 +186,7 @@ func TestDeadLettersAndPausesAreReported(t *testing.T) {
 func TestBacklogAndRejectionsAreReported(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	dest := newDestination(t, func(_ http.ResponseWriter, _ *http.Request, _ []byte, route string, _ int) int {
-		if route == "stuck" {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	dest := newDestination(t, failingAt("stuck", http.StatusServiceUnavailable))
 	stuck := testRoute("stuck", dest.url("stuck"), "acme.invoice.*")
 	stuck.MaxAttempts, stuck.Circuit.Failures = 50, 0
 	watch := testRoute("watch", dest.url("watch"), "hookrelay.#")

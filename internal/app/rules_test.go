@@ -16,6 +16,7 @@ import (
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/hookrelay/hookrelay/internal/testenv"
 	"github.com/hookrelay/hookrelay/internal/webhook"
+	"github.com/jackc/pgx/v5"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,16 +46,28 @@ func (h *harness) postAcme(body string) reply {
 // pairsOf returns the routes that have a pair for event id.
 func (h *harness) pairsOf(id string) []string {
 	h.t.Helper()
-	var routes []string
-	rows, err := h.db.Pool().Query(context.Background(), `SELECT route FROM deliveries WHERE event_id = $1 ORDER BY route`, id)
+	return h.strings(`SELECT route FROM deliveries WHERE event_id = $1 ORDER BY route`, id)
+}
+
+// strings returns the one text column of query's rows, in order.
+func (h *harness) strings(query string, args ...any) []string {
+	h.t.Helper()
+	rows, err := h.db.Pool().Query(context.Background(), query, args...)
 	require.NoError(h.t, err)
-	for rows.Next() {
-		var r string
-		require.NoError(h.t, rows.Scan(&r))
-		routes = append(routes, r)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(h.t, err)
+	return out
+}
+
+// failingAt is a destination's answer: status for route, 200 for the
+// others.
+func failingAt(route string, status int) func(http.ResponseWriter, *http.Request, []byte, string, int) int {
+	return func(_ http.ResponseWriter, _ *http.Request, _ []byte, r string, _ int) int {
+		if r == route {
+			return status
+		}
+		return http.StatusOK
 	}
-	require.NoError(h.t, rows.Err())
-	return routes
 }
 
 // Issue 39: a route's filter decides which of the events its bindings

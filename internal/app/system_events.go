@@ -33,17 +33,16 @@ const (
 // leaves a row whose next store is a duplicate. So an event is never
 // lost with its change, and never stored twice.
 type relayEvents struct {
-	db       *store.DB
-	alerts   config.Alerts
-	routes   func() *routeset.Set
-	logger   zerolog.Logger
-	wake     chan struct{}
-	newEvent func() (uuid.UUID, error)
+	db     *store.DB
+	alerts config.Alerts
+	routes func() *routeset.Set
+	logger zerolog.Logger
+	wake   chan struct{}
 }
 
 func newRelayEvents(db *store.DB, alerts config.Alerts, routes func() *routeset.Set, logger zerolog.Logger) *relayEvents {
 	return &relayEvents{db: db, alerts: alerts, routes: routes, logger: logger.With().Str("component", "relay_events").Logger(),
-		wake: make(chan struct{}, 1), newEvent: uuid.NewV7}
+		wake: make(chan struct{}, 1)}
 }
 
 // Run moves the waiting events until ctx is done, woken by
@@ -98,7 +97,7 @@ func (r *relayEvents) move(ctx context.Context) (int, error) {
 	taken := make([]store.SystemEvent, 0, len(waiting))
 	ids := make([]int64, 0, len(waiting))
 	for _, se := range waiting {
-		id, err := r.newEvent()
+		id, err := uuid.NewV7()
 		if err != nil {
 			return 0, err
 		}

@@ -1,7 +1,6 @@
 package outgoing
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -152,8 +151,6 @@ func bodyField(body any, path []string) (string, error) {
 			return strconv.FormatInt(int64(x), 10), nil
 		}
 		return strconv.FormatFloat(x, 'g', -1, 64), nil
-	case json.Number:
-		return x.String(), nil
 	case int64:
 		return strconv.FormatInt(x, 10), nil
 	case nil:
