@@ -19,9 +19,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/ops"
 	"github.com/rs/zerolog"
 )
@@ -36,7 +38,7 @@ const DocumentPath = Prefix + "/openapi.json"
 // code and a message for people.
 type Error struct {
 	status  int
-	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, destination_refused, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, idempotency_key_reused, too_large, too_many_requests, stalled, storage_unavailable, unavailable, internal." example:"unknown_route"`
+	Code    string `json:"code" doc:"Stable machine-readable code: bad_request, invalid_request, destination_refused, unauthenticated, forbidden, not_found, unknown_route, conflict, confirm_required, idempotency_key_reused, too_many_requests, stalled, storage_unavailable, unavailable, internal." example:"unknown_route"`
 	Message string `json:"message" doc:"What went wrong, for people."`
 	// RequiredRole is the role a 403 needed.
 	RequiredRole string `json:"required_role,omitempty" enum:"viewer,operator,admin" doc:"The role the operation needs (403 only)."`
@@ -151,12 +153,13 @@ func New(mux Mux, svc *ops.Service, opts Options, logger zerolog.Logger) huma.AP
 	if opts.ConfigToken != "" {
 		a.configToken = ops.HashToken(opts.ConfigToken)
 	}
-	api.UseMiddleware(a.authenticate)
+	api.UseMiddleware(keepReadDeadline, a.authenticate)
 	a.routes()
 	a.events()
 	a.deadLetters()
 	a.jobs()
 	a.admin()
+	a.listen()
 	return api
 }
 
@@ -263,8 +266,6 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 		return apiError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
 	case errors.Is(err, ops.ErrIdempotencyKeyReused):
 		return apiError(http.StatusUnprocessableEntity, "idempotency_key_reused", strings.TrimPrefix(err.Error(), ops.ErrIdempotencyKeyReused.Error()+": "))
-	case errors.Is(err, ops.ErrTooLarge):
-		return apiError(http.StatusUnprocessableEntity, "too_large", strings.TrimPrefix(err.Error(), ops.ErrTooLarge.Error()+": "))
 	case errors.Is(err, ops.ErrExists):
 		return apiError(http.StatusConflict, "conflict", err.Error())
 	case errors.Is(err, ops.ErrConflict):
@@ -283,3 +284,31 @@ func (a *server) fail(ctx context.Context, what string, err error) error {
 	a.logger.Error().Err(err).Str("actor", ops.ActorOf(ctx)).Msg(what)
 	return apiError(http.StatusServiceUnavailable, "storage_unavailable", what+" failed: storage unavailable (the receiver's log says why)")
 }
+
+// Gone answers every request under /api/ outside Prefix: 404 with the
+// API's error shape, naming where the API is. The first admin API
+// (/api/events, /api/replay, ...) lived there; it is gone, and a script
+// still calling it learns where to go instead of reading the console's
+// sign-in page.
+func Gone() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		httpserver.WriteJSON(w, http.StatusNotFound, apiError(http.StatusNotFound, "not_found",
+			"no such API: the admin API is "+Prefix+" (its document: "+DocumentPath+")"))
+	})
+}
+
+// keepReadDeadline keeps the listener's read_timeout in force while an
+// operation reads its body: huma would replace it with its own 5s (a
+// stalled body then held a connection past admin.read_timeout).
+func keepReadDeadline(ctx huma.Context, next func(huma.Context)) {
+	next(serverDeadline{ctx})
+}
+
+// humaContext names huma.Context for embedding (a field named Context
+// would hide the interface's method of that name).
+type humaContext = huma.Context
+
+type serverDeadline struct{ humaContext }
+
+// SetReadDeadline leaves the server's deadline as it is.
+func (serverDeadline) SetReadDeadline(time.Time) error { return nil }

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -182,6 +183,46 @@ func (c *apiClient) try(t require.TestingT, op, method, path, token string, body
 	return apiAnswer{Status: resp.StatusCode, Header: resp.Header, Body: got}
 }
 
+// stream opens the listen stream path as op, reads its first n events
+// and closes it; the stream is an answer the validator cannot read whole,
+// so its frames are checked here: ready first, then event.
+func (c *apiClient) stream(op, path, token string, n int) []ops.ListenEvent {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scaled(20*time.Second))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	require.Equal(c.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var events []string
+	var out []ops.ListenEvent
+	event := ""
+	for len(out) < n && sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+			events = append(events, event)
+		case strings.HasPrefix(line, "data: ") && event == "event":
+			var ev ops.ListenEvent
+			require.NoError(c.t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
+			out = append(out, ev)
+		}
+	}
+	require.Len(c.t, out, n, "events before the stream ended: %v (%v)", events, sc.Err())
+	require.Equal(c.t, "ready", events[0], "the first frame says what the stream follows")
+	c.mu.Lock()
+	c.reached[op] = true
+	c.mu.Unlock()
+	return out
+}
+
 // waitJob polls a job until it ends and returns it, with every distinct
 // progress it saw on the way.
 func (c *apiClient) waitJob(token, id string, timeout time.Duration) (ops.Job, []string) {
@@ -318,6 +359,7 @@ func roleSamples(eventID string) map[string]roleSample {
 		"create-token":                {"/api/v1/tokens", map[string]any{"name": "from-table", "role": "viewer"}},
 		"revoke-token":                {"/api/v1/tokens/no-such-token", nil},
 		"list-audit":                  {"/api/v1/audit?limit=1", nil},
+		"listen":                      {"/api/v1/listen?route=no-such-route", nil}, // 404 at once: no stream to wait for
 		"get-route":                   {"/api/v1/routes/billing", nil},
 		"test-route":                  {"/api/v1/routes/test", map[string]any{"event_id": eventID, "filter": "true"}},
 		"create-route":                {"/api/v1/routes", map[string]any{"name": "from-table", "url": "http://127.0.0.1:9/", "bindings": []string{"acme.nothing.*"}}},
@@ -402,6 +444,14 @@ func TestAPISuite(t *testing.T) {
 	require.Positive(t, *routes.Items[0].Consumers, "a dispatcher consumes billing")
 	// The last hour (its figures: TestAPIActivity).
 	require.Equal(t, http.StatusOK, c.call("get-activity", http.MethodGet, "/api/v1/activity", viewer, nil).Status)
+	// A listener from an hour back gets the stored events, oldest first
+	// (the stream itself: hookrelay listen's tests).
+	heard := c.stream("listen", "/api/v1/listen?route=billing&replay_from=1h", viewer, len(ids))
+	for i, ev := range heard {
+		require.Equal(t, ids[i], ev.ID.String())
+		require.True(t, ev.Replayed)
+		require.Contains(t, string(ev.Body), "evt_api_")
+	}
 
 	type eventPage struct {
 		Total      int64              `json:"total"`

@@ -179,7 +179,7 @@ func TestStalledBodyIsCutWithinReadTimeout(t *testing.T) {
 		aln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		h.start(app.ReceiverOptions{AdminListener: aln})
-		conn := stalledRequest(t, aln.Addr().String(), "/api/replay",
+		conn := stalledRequest(t, aln.Addr().String(), "/api/v1/replay",
 			http.Header{"Authorization": {"Bearer " + testAdminToken}})
 		requireCut(t, conn, h.cfg.Admin.ReadTimeout+3*time.Second)
 	})
@@ -205,7 +205,7 @@ func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
 		aln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		h.start(app.ReceiverOptions{AdminListener: aln})
-		requireIdleClosed(t, aln.Addr().String(), "/api/events?limit=1",
+		requireIdleClosed(t, aln.Addr().String(), "/api/v1/events?limit=1",
 			http.Header{"Authorization": {"Bearer " + testAdminToken}}, limit)
 	})
 	t.Run("dispatcher", func(t *testing.T) {

@@ -55,7 +55,7 @@ func TestPprofSwitch(t *testing.T) {
 			require.Equal(t, http.StatusNotFound, code, "never on the public webhook listener, token or not")
 
 			// The admin API itself still answers either way.
-			code, _ = pprofGet(t, admin+"/api/events?limit=1", testAdminToken)
+			code, _ = pprofGet(t, admin+"/api/v1/events?limit=1", testAdminToken)
 			require.Equal(t, http.StatusOK, code)
 
 			if !on {

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/stdlib"
 	"net"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/api"
@@ -268,7 +269,7 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		defer svc.Jobs.Wait()
 		defer stopJobs()
 		// One count of failed authentications per address for the whole
-		// listener: /api/v1, the first API and the profiles.
+		// listener: /api/v1, the console's sign-in and the profiles.
 		limiter := api.NewFailLimiter(cfg.Admin.AuthFailuresPerMinute)
 		v1, err := api.Handler(svc, api.Options{ConfigToken: cfg.Admin.Token, Limiter: limiter}, logger.With().Str("component", "api").Logger())
 		if err != nil {
@@ -283,7 +284,10 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		}
 		admin := http.NewServeMux()
 		admin.Handle(api.Prefix+"/", v1)
-		admin.Handle("/api/", api.LimitFailures(limiter, ops.Handler(svc, cfg.Admin.Token, logger))) // the first API, admin.token only
+		// Nothing else is served under /api/: the first API (/api/events,
+		// /api/replay, ...) is gone, and a script still calling it gets a
+		// 404 naming the way on rather than the console's sign-in page.
+		admin.Handle("/api/", api.Gone())
 		if cfg.Debug.Pprof {
 			admin.Handle("/debug/pprof/", api.LimitFailures(limiter, withPprof(http.NotFoundHandler(), cfg.Admin.Token)))
 			logger.Warn().Msg("debug.pprof: profiles served under /debug/pprof/ on the admin listener")

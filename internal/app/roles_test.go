@@ -34,6 +34,7 @@ var apiActions = map[string]ops.Action{
 	"rotate-route-secret": ops.ActionRouteRotateSecret, "delete-route": ops.ActionRouteDelete,
 	"drop-dead-letters": ops.ActionDeadDrop, "test-route": ops.ActionRead,
 	"cancel-job": ops.ActionJobCancel, "resume-replay": ops.ActionReplay,
+	"listen": ops.ActionRead,
 }
 
 // consoleActions is apiActions for the console's pages and actions.

@@ -228,7 +228,9 @@ func TestTeamsCannotReachEachOther(t *testing.T) {
 		"list-events": {{status: http.StatusOK},
 			{query: "?route=b-billing", queryNone: "?route=no-such-route", swap: routeSwap, status: http.StatusOK},
 			{query: "?source=bsrc", queryNone: "?source=no-such-source", swap: map[string]string{"no-such-source": "bsrc"}, status: http.StatusOK}},
-		"list-jobs":   {{status: http.StatusOK}},
+		"list-jobs": {{status: http.StatusOK}},
+		// Listening to B's route is listening to no route.
+		"listen":      {{query: "?route=b-billing", queryNone: "?route=no-such-route", swap: routeSwap, status: http.StatusNotFound}},
 		"list-tokens": {{status: http.StatusOK}},
 		"list-audit": {{status: http.StatusOK},
 			{query: "?target=b-billing", queryNone: "?target=no-such-route", swap: routeSwap, status: http.StatusOK}},

@@ -200,7 +200,7 @@ func isNil(v any) bool {
 // anything.
 func refused(err error) bool {
 	return errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrUnknownRoute) || errors.Is(err, ErrNotFound) ||
-		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrExists) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrConflict)
+		errors.Is(err, ErrExists) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrConflict)
 }
 
 // AuditList lists audit rows, newest first.

@@ -36,6 +36,7 @@ const (
 	ActionRouteDelete       Action = "route.delete"
 	ActionRouteReseal       Action = "route.reseal"
 	ActionJobCancel         Action = "job.cancel"
+	ActionTopologyApply     Action = "topology.apply"
 )
 
 // actions is the one table of the actions: the role each needs and
@@ -43,7 +44,8 @@ const (
 // operator retries, replays, requeues, drops, skips a dead event that
 // holds its resource and pauses; an admin also
 // purges, resets versions, makes and changes routes and manages tokens.
-// Teams and resealing are the platform's, from the CLI.
+// Teams, resealing and applying the topology are the platform's, from
+// the CLI.
 var actions = []actionRule{
 	{ActionRead, RoleViewer, false},
 	{ActionTokenList, RoleAdmin, false},
@@ -66,6 +68,7 @@ var actions = []actionRule{
 	{ActionRouteDelete, RoleAdmin, true},
 	{ActionRouteReseal, RoleAdmin, true},
 	{ActionJobCancel, RoleOperator, true},
+	{ActionTopologyApply, RoleAdmin, true},
 }
 
 // actionRule is a row of the actions table.

@@ -328,7 +328,7 @@ func PublicError(err error) string {
 	var stalled *StalledError
 	switch {
 	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrUnknownRoute), errors.Is(err, ErrNotFound),
-		errors.Is(err, ErrTooLarge), errors.Is(err, ErrExists), errors.Is(err, ErrConflict), errors.As(err, &stalled),
+		errors.Is(err, ErrExists), errors.Is(err, ErrConflict), errors.As(err, &stalled),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errJobPanicked),
 		errors.Is(err, ErrIdempotencyKeyReused):
 		return err.Error()

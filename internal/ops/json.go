@@ -90,32 +90,6 @@ type DeadLetterList struct {
 // the API's document (api/openapi.json) calls its schema by.
 type DeadLetter webhook.DeadLetterInfo
 
-// ReplayBody is the body of POST /api/replay: a ReplayRequest without the
-// CLI's pacing knobs.
-type ReplayBody struct {
-	EventID          uuid.UUID    `json:"event_id,omitzero"`
-	Filter           ReplayFilter `json:"filter"`
-	After            string       `json:"after,omitempty"`
-	IncludeDelivered bool         `json:"include_delivered,omitempty"`
-	IncludeStale     bool         `json:"include_stale,omitempty"`
-	IgnoreFilter     bool         `json:"ignore_filter,omitempty"`
-	DryRun           bool         `json:"dry_run,omitempty"`
-	ListLimit        int          `json:"list_limit,omitempty"`
-}
-
-// Request is the ReplayRequest b asks for (ErrInvalidRequest when its
-// filter is wrong).
-func (b ReplayBody) Request() (ReplayRequest, error) {
-	f, err := b.Filter.Parse()
-	if err != nil {
-		return ReplayRequest{}, err
-	}
-	return ReplayRequest{
-		EventID: b.EventID, After: b.After, Filter: f,
-		IncludeDelivered: b.IncludeDelivered, IncludeStale: b.IncludeStale, IgnoreFilter: b.IgnoreFilter, DryRun: b.DryRun, ListLimit: b.ListLimit,
-	}, nil
-}
-
 // eventSummary marks e's deliveries to routes not in the config.
 func eventSummary(e store.EventSummary, served func(route string) bool) EventSummary {
 	for i := range e.Deliveries {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/ops"
-	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,40 +66,6 @@ func TestJSONShapesAreStable(t *testing.T) {
 			require.Equal(t, tc.want, string(got))
 		})
 	}
-}
-
-// POST /api/replay's body: the same keys as before the request type lost
-// its JSON tags.
-func TestReplayBodyDecodes(t *testing.T) {
-	t.Parallel()
-	body := `{"event_id":"0193a3c0-0000-7000-8000-000000000001","filter":{"source":"acme","event_type":"t","state":"dead",` +
-		`"route":"billing","since":"2026-11-27T14:00:00Z","until":"2026-11-28T14:00:00.5Z","limit":10},` +
-		`"after":"c","include_delivered":true,"dry_run":true,"list_limit":5}`
-	var b ops.ReplayBody
-	require.NoError(t, json.Unmarshal([]byte(body), &b))
-	req, err := b.Request()
-	require.NoError(t, err)
-	require.Equal(t, ops.ReplayRequest{
-		EventID: uuid.MustParse("0193a3c0-0000-7000-8000-000000000001"),
-		Filter: store.EventFilter{Source: "acme", EventType: "t", State: "dead", Route: "billing",
-			Since: time.Date(2026, 11, 27, 14, 0, 0, 0, time.UTC), Until: time.Date(2026, 11, 28, 14, 0, 0, 500000000, time.UTC), Limit: 10},
-		After: "c", IncludeDelivered: true, DryRun: true, ListLimit: 5,
-	}, req)
-
-	// The filter is the one typed shape (ops.FilterFields): an age is a
-	// time too, and a time that is neither is refused, not read as none.
-	require.NoError(t, json.Unmarshal([]byte(`{"filter":{"since":"2h"}}`), &b))
-	req, err = b.Request()
-	require.NoError(t, err)
-	require.WithinDuration(t, time.Now().Add(-2*time.Hour), req.Filter.Since, time.Minute)
-	require.NoError(t, json.Unmarshal([]byte(`{"filter":{"since":"yesterday"}}`), &b))
-	_, err = b.Request()
-	require.ErrorIs(t, err, ops.ErrInvalidRequest)
-	require.ErrorContains(t, err, "since: want RFC 3339")
-
-	raw, err := json.Marshal(ops.ReplayBody{Filter: ops.ReplayFilter{FilterFields: ops.FilterFields{Route: "billing"}}, DryRun: true})
-	require.NoError(t, err)
-	require.Equal(t, `{"filter":{"route":"billing"},"dry_run":true}`, string(raw))
 }
 
 // Issue 38, first-time user 8: the CLI and the console print a status, a

@@ -77,10 +77,6 @@ type ReplayRequest struct {
 	StallTimeout time.Duration
 	// ProgressFunc, when set, is called after each batch and while waiting.
 	ProgressFunc func(ReplayProgress)
-	// MaxEvents, when set, refuses a selection by filter of more events
-	// (ErrTooLarge), and a Filter.Limit above it (ErrInvalidRequest): for
-	// a caller that holds a request open while the replay runs.
-	MaxEvents int
 }
 
 // ReplayItem is one (event, route) pair and what replay did with it.
@@ -258,16 +254,8 @@ func (s *Service) replay(ctx context.Context, req ReplayRequest) (*ReplayResult,
 		}
 		return r.res, r.one(ctx, ev)
 	}
-	if req.MaxEvents > 0 && !req.DryRun && req.Filter.Limit > req.MaxEvents {
-		return nil, Invalid(fmt.Sprintf("filter.limit: the admin API replays at most %d events per request", req.MaxEvents))
-	}
 	if r.res.Events, err = s.Store.ReplayCandidateCount(ctx, req.Filter, after); err != nil {
 		return nil, err
-	}
-	if req.MaxEvents > 0 && !req.DryRun && req.Filter.Limit == 0 && r.res.Events > int64(req.MaxEvents) {
-		return nil, fmt.Errorf("%w: the filter selects %d events; the admin API replays at most %d per request: set filter.limit (at most %d) "+
-			"and repeat with \"after\" set to each response's next_after until it is empty, or run `hookrelay replay` "+
-			"or POST /api/v1/replay (a job), which pace a replay of any size", ErrTooLarge, r.res.Events, req.MaxEvents, req.MaxEvents)
 	}
 	return r.res, r.filtered(ctx, after)
 }
@@ -340,10 +328,6 @@ func (r *replayer) filtered(ctx context.Context, after store.ReplayCursor) error
 
 // ErrInvalidRequest marks a request that can never succeed as given.
 var ErrInvalidRequest = errors.New("invalid request")
-
-// ErrTooLarge marks a request that selects more than its caller allows
-// (MaxEvents, MaxPairs); a smaller one, or a paced job, would do.
-var ErrTooLarge = errors.New("too large")
 
 func cmpOr[T int | time.Duration](v, def T) T {
 	if v > 0 {

@@ -51,9 +51,6 @@ type RetryRequest struct {
 	// ProgressFunc, when set, is called after each batch and while
 	// waiting.
 	ProgressFunc func(RetryProgress)
-	// MaxPairs, when set, refuses a route with more retrying pairs
-	// (ErrTooLarge): for a caller that holds a request open meanwhile.
-	MaxPairs int
 }
 
 // RetryItem is one (event, route) pair and what retry did with it.
@@ -251,10 +248,6 @@ func (r *retrier) route(ctx context.Context) error {
 	if r.req.DryRun {
 		r.res.RetriedCount = int(total)
 		return nil
-	}
-	if r.req.MaxPairs > 0 && total > int64(r.req.MaxPairs) {
-		return fmt.Errorf("%w: route %s has %d retrying pairs; the admin API retries at most %d per request: run `hookrelay retry --route %s --state retrying` "+
-			"or POST /api/v1/routes/%s/retry (a job), which pace any number", ErrTooLarge, r.req.Route, total, r.req.MaxPairs, r.req.Route, r.req.Route)
 	}
 	batch := cmpOr(r.req.MaxBatch, DefaultRetryBatch)
 	stall := cmpOr(r.req.StallTimeout, DefaultReplayStall)

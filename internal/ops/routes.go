@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -13,10 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hookrelay/hookrelay/internal/config"
-	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/store"
 	"github.com/hookrelay/hookrelay/internal/webhook"
-	"github.com/rs/zerolog"
 )
 
 // RouteStore is what the routes listing and pausing need from Postgres
@@ -268,34 +265,6 @@ func (s *Service) RoutePause(ctx context.Context, route string, paused bool, rea
 		return nil, err
 	}
 	return &RoutePauseResult{Route: route, Paused: paused, Changed: changed}, nil
-}
-
-// routesAPI serves the first admin API's
-//
-//	POST /api/routes/{name}/pause
-//	POST /api/routes/{name}/resume
-//
-// A route that is not in the config is 404; every dispatcher follows the
-// change within 2s.
-func routesAPI(mux *http.ServeMux, s *Service, logger zerolog.Logger) {
-	for _, action := range []string{"pause", "resume"} {
-		paused := action == "pause"
-		mux.HandleFunc("POST /api/routes/{name}/"+action, func(w http.ResponseWriter, r *http.Request) {
-			res, err := s.RoutePause(r.Context(), r.PathValue("name"), paused, "")
-			switch {
-			case errors.Is(err, ErrUnknownRoute):
-				httpserver.WriteError(w, http.StatusNotFound, "route "+r.PathValue("name")+" is not in the config")
-			case err != nil:
-				logger.Error().Err(err).Str("route", r.PathValue("name")).Msg("pausing or resuming a route")
-				httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
-			default:
-				if res.Changed {
-					logger.Info().Str("route", res.Route).Bool("paused", paused).Str("by", ActorOf(r.Context())).Msg("route " + action + "d through the admin api")
-				}
-				httpserver.WriteJSON(w, http.StatusOK, res)
-			}
-		})
-	}
 }
 
 // fillLanes sets the waiting counts of a fifo route and the resources it

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"net/textproto"
 	"sort"
 	"unicode/utf8"
 
@@ -159,10 +159,10 @@ func (s *Service) RouteTest(ctx context.Context, in RouteTestInput) (*RouteTestR
 
 // flatHeaders is h as one value a name, the route's own header values
 // hidden as the route view hides them (they may carry a token).
-func flatHeaders(h http.Header, own map[string]string) map[string]string {
-	hidden := map[string]bool{}
-	for k := range own {
-		hidden[http.CanonicalHeaderKey(k)] = true
+func flatHeaders(h map[string][]string, own map[string]string) map[string]string {
+	hidden := map[string]string{}
+	for k, v := range own {
+		hidden[textproto.CanonicalMIMEHeaderKey(k)] = v
 	}
 	out := make(map[string]string, len(h))
 	names := make([]string, 0, len(h))
@@ -171,8 +171,8 @@ func flatHeaders(h http.Header, own map[string]string) map[string]string {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		v := h.Get(k)
-		if hidden[k] && v == own[k] {
+		v := textproto.MIMEHeader(h).Get(k)
+		if ownValue, ok := hidden[k]; ok && v == ownValue {
 			v = "(set)"
 		}
 		out[k] = v

@@ -2,15 +2,11 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hookrelay/hookrelay/internal/httpserver"
 	"github.com/hookrelay/hookrelay/internal/store"
-	"github.com/rs/zerolog"
 )
 
 // VersionStore reads and resets the newest delivered version of a
@@ -84,48 +80,4 @@ func (s *Service) ResourceVersionReset(ctx context.Context, req VersionRequest) 
 		return nil, err
 	}
 	return versionOf(v), nil
-}
-
-// versionsAPI serves
-//
-//	GET    /api/routes/{name}/versions?source=S&resource=R
-//	DELETE /api/routes/{name}/versions?source=S&resource=R
-//
-// (a resource id may hold slashes: gid://shopify/Order/1, so it is a query
-// parameter). A route that is not in the config, or a resource with no
-// version kept, is 404; DELETE answers what it forgot.
-func versionsAPI(mux *http.ServeMux, s *Service, logger zerolog.Logger) {
-	serve := func(reset bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			req := VersionRequest{Route: r.PathValue("name"), Source: r.URL.Query().Get("source"), Resource: r.URL.Query().Get("resource")}
-			var (
-				v   *Version
-				err error
-			)
-			if reset {
-				v, err = s.ResourceVersionReset(r.Context(), req)
-			} else {
-				v, err = s.ResourceVersion(r.Context(), req)
-			}
-			switch {
-			case errors.Is(err, ErrUnknownRoute):
-				httpserver.WriteError(w, http.StatusNotFound, err.Error())
-			case errors.Is(err, store.ErrNotFound):
-				httpserver.WriteError(w, http.StatusNotFound, "no version of "+req.Source+" "+req.Resource+" is kept on route "+req.Route)
-			case errors.Is(err, ErrInvalidRequest):
-				httpserver.WriteError(w, http.StatusBadRequest, "source and resource query parameters are required")
-			case err != nil:
-				logger.Error().Err(err).Str("route", req.Route).Msg("resource version")
-				httpserver.WriteError(w, http.StatusServiceUnavailable, "storage unavailable")
-			default:
-				if reset {
-					logger.Info().Str("route", req.Route).Str("source", req.Source).Str("resource", req.Resource).
-						Str("version", v.Version).Str("by", r.RemoteAddr).Msg("resource version reset through the admin api")
-				}
-				httpserver.WriteJSON(w, http.StatusOK, v)
-			}
-		}
-	}
-	mux.HandleFunc("GET /api/routes/{name}/versions", serve(false))
-	mux.HandleFunc("DELETE /api/routes/{name}/versions", serve(true))
 }
