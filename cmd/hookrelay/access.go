@@ -54,25 +54,30 @@ own tokens and audit rows.`,
 				}
 				req.ExpiresIn = d
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				t, err := svc.TokenCreate(cmd.Context(), req)
+			var t *ops.NewToken
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				t, err = svc.TokenCreate(cmd.Context(), req)
 				if errors.Is(err, ops.ErrInvalidRequest) {
 					return setup.Usagef(cmd, "%s", strings.TrimPrefix(err.Error(), ops.ErrInvalidRequest.Error()+": "))
 				}
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, t)
-				}
-				exp := "never"
-				if t.ExpiresAt != nil {
-					exp = t.ExpiresAt.Format(time.RFC3339)
-				}
-				fmt.Fprintf(c.errOut, "token %s created for team %s with role %s, expires %s; it is shown this once:\n", t.Name, t.Team, t.Role, exp)
-				_, err = fmt.Fprintln(c.out, t.Secret)
+				return err
+			}, func(r *remote) (err error) {
+				t, err = r.tokenCreate(cmd.Context(), req.Name, req.Role, req.Team, expires)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, t)
+			}
+			exp := "never"
+			if t.ExpiresAt != nil {
+				exp = t.ExpiresAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(c.errOut, "token %s created for team %s with role %s, expires %s; it is shown this once:\n", t.Name, t.Team, t.Role, exp)
+			_, err = fmt.Fprintln(c.out, t.Secret)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&role, "role", "", "viewer, operator or admin (required)")
@@ -91,16 +96,21 @@ func (c *cli) tokensListCmd() *cobra.Command {
 		Short: "List the tokens: name, role, created, last used, expiry; never the tokens themselves",
 		Args:  setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				list, err := svc.TokenList(cmd.Context())
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, map[string]any{"total": len(list), "items": list})
-				}
-				return printTokens(c.out, list)
+			var list []ops.Token
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				list, err = svc.TokenList(cmd.Context())
+				return err
+			}, func(r *remote) (err error) {
+				list, err = r.tokenList(cmd.Context())
+				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, map[string]any{"total": len(list), "items": list})
+			}
+			return printTokens(c.out, list)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"total", "items": [{"name", "role", "team", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at"}]}`)
@@ -146,17 +156,18 @@ name alone when one team only has a live token so named.`,
   hookrelay tokens revoke payments:ci-bot`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) error {
 				err := svc.TokenRevoke(cmd.Context(), args[0])
 				if errors.Is(err, ops.ErrNotFound) {
 					return fmt.Errorf("no token %q to revoke (hookrelay tokens list shows them)", args[0])
 				}
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(c.out, "token %s revoked: requests carrying it are refused from now on\n", args[0])
 				return err
-			})
+			}, func(r *remote) error { return r.tokenRevoke(cmd.Context(), args[0]) })
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.out, "token %s revoked: requests carrying it are refused from now on\n", args[0])
+			return err
 		},
 	}
 }
@@ -179,16 +190,22 @@ arguments, when, and how it ended. Reading writes nothing to it. Newest first.`,
 			if err != nil {
 				return setup.Usagef(cmd, "%s", err.Error())
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				rows, total, err := svc.AuditList(cmd.Context(), filter)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, map[string]any{"total": total, "items": rows})
-				}
-				return printAudit(c.out, rows, total)
+			var rows []ops.AuditEntry
+			var total int64
+			err = c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				rows, total, err = svc.AuditList(cmd.Context(), filter)
+				return err
+			}, func(r *remote) (err error) {
+				rows, total, err = r.auditList(cmd.Context(), f)
+				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, map[string]any{"total": total, "items": rows})
+			}
+			return printAudit(c.out, rows, total)
 		},
 	}
 	cmd.Flags().StringVar(&f.Actor, "actor", "", "only this actor (token:NAME, cli:USER, config:admin.token)")

@@ -49,23 +49,28 @@ queue holds more.`,
 			if req.State != "" && !slices.Contains(ops.DeadLetterStates, req.State) {
 				return setup.Usagef(cmd, "--state must be one of %s", strings.Join(ops.DeadLetterStates, ", "))
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				list, err := svc.DeadList(cmd.Context(), req)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, list)
-				}
-				if err := printDeadLetters(c.out, list); err != nil {
-					return err
-				}
-				if list.RouteDeleted {
-					_, err = fmt.Fprintf(c.out, "route %s was deleted: its letters can be read and dropped (dead drop --route %s --all), not requeued\n",
-						req.Route, req.Route)
-				}
+			var list *ops.DeadLetterList
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				list, err = svc.DeadList(cmd.Context(), req)
+				return err
+			}, func(r *remote) (err error) {
+				list, err = r.deadList(cmd.Context(), req)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, list)
+			}
+			if err := printDeadLetters(c.out, list); err != nil {
+				return err
+			}
+			if list.RouteDeleted {
+				_, err = fmt.Fprintf(c.out, "route %s was deleted: its letters can be read and dropped (dead drop --route %s --all), not requeued\n",
+					req.Route, req.Route)
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&req.Route, "route", "", "the route whose dead letters to read (required)")
@@ -100,28 +105,37 @@ keeps its letters: requeue them, or drop the delivered ones.`,
 			if delivered == all {
 				return setup.Usagef(cmd, "say what to drop: --delivered (the letters whose pair is delivered) or --all (a deleted route's)")
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				drop, why := svc.DeadDropDelivered, " (their pair is delivered)"
+			why := " (their pair is delivered)"
+			if all {
+				why = " (the route was deleted)"
+			}
+			var res *ops.DeadDropResult
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				drop := svc.DeadDropDelivered
 				if all {
-					drop, why = svc.DeadDropAll, " (the route was deleted)"
+					drop = svc.DeadDropAll
 				}
-				res, err := drop(cmd.Context(), route, dryRun)
+				res, err = drop(cmd.Context(), route, dryRun)
 				if errors.Is(err, ops.ErrConflict) {
 					return errors.New(plainMessage(err))
 				}
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, res)
-				}
-				verb := "dropped"
-				if dryRun {
-					verb = "would drop"
-				}
-				_, err = fmt.Fprintf(c.out, "%s %d of %d dead letter(s) in %s%s\n", verb, res.Dropped, res.Read, res.Queue, why)
+				return err
+			}, func(r *remote) (err error) {
+				res, err = r.deadDrop(cmd.Context(), route, all, dryRun)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, res)
+			}
+			verb := "dropped"
+			if dryRun {
+				verb = "would drop"
+			}
+			_, err = fmt.Fprintf(c.out, "%s %d of %d dead letter(s) in %s%s\n", verb, res.Dropped, res.Read, res.Queue, why)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&route, "route", "", "the route whose dead letters to drop (required)")
@@ -164,7 +178,7 @@ without --since, of the last 24 hours). Progress goes to stderr.`,
 					return setup.Usagef(cmd, "--where: a requeue by query takes --where (--since and --until narrow it), and no --limit")
 				}
 			}
-			return c.withOps(cmd, func(cfg *config.Config, svc *ops.Service) error {
+			return c.operate(cmd, func(cfg *config.Config, svc *ops.Service) error {
 				names := setup.Names(cfg)
 				if f.Search != nil {
 					p := c.progress("requeue", "message(s) moved")
@@ -198,6 +212,25 @@ without --since, of the last 24 hours). Progress goes to stderr.`,
 					return err
 				}
 				_, err = fmt.Fprintf(c.out, "requeued %d message(s) from %s to %s\n", n, names.DeadQueue(route), names.RouteQueue(route))
+				return err
+			}, func(r *remote) error {
+				p := c.progress("requeue", "message(s) moved")
+				res, err := r.deadRequeue(cmd.Context(), route, limit, query, func(moved, total int) {
+					p.update(int64(moved), int64(total), "to route "+route+"'s queue")
+				})
+				p.done()
+				if err != nil {
+					if res != nil && res.Moved > 0 {
+						fmt.Fprintf(c.errOut, "requeue: stopped after %d message(s) moved to route %s's queue\n", res.Moved, route)
+					}
+					return err
+				}
+				if res.Found != nil {
+					_, err = fmt.Fprintf(c.out, "requeued %d message(s) of route %s's dead letters to its queue: the letters of the %d dead event(s) found\n",
+						res.Moved, route, *res.Found)
+					return err
+				}
+				_, err = fmt.Fprintf(c.out, "requeued %d message(s) of route %s's dead letters to its queue\n", res.Moved, route)
 				return err
 			})
 		},

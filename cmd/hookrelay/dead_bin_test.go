@@ -24,6 +24,14 @@ func TestDeadLettersShowAndDropByPairState(t *testing.T) {
 	s, db, prefix := opsShell(t)
 	res := s.run("hookrelay", "topology", "apply")
 	require.Equal(t, 0, res.code, res)
+	// topology apply goes through ops: its start and its end are audited,
+	// with what it declared.
+	var rows int
+	var result string
+	require.NoError(t, db.Pool().QueryRow(context.Background(),
+		`SELECT count(*), max(result::text) FILTER (WHERE outcome = 'ok') FROM audit_log WHERE action = 'topology.apply' AND actor LIKE 'cli:%'`).Scan(&rows, &result))
+	require.Equal(t, 2, rows, "started, then ok")
+	require.Contains(t, result, `"queues"`)
 	conn := amqptest.Dial(t)
 	ch := amqptest.Channel(t, conn)
 	dead := hamqp.Names{Prefix: prefix}.DeadQueue("billing")

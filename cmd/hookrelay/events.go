@@ -115,16 +115,21 @@ in the window.`,
 			if err != nil {
 				return err
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				list, err := svc.EventList(cmd.Context(), sf)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, list)
-				}
-				return printEvents(c.out, list)
+			var list *ops.EventList
+			err = c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				list, err = svc.EventList(cmd.Context(), sf)
+				return err
+			}, func(r *remote) (err error) {
+				list, err = r.eventList(cmd.Context(), f)
+				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, list)
+			}
+			return printEvents(c.out, list)
 		},
 	}
 	f.flags(cmd.Flags(), ops.DefaultListLimit, "most events to show")
@@ -154,19 +159,24 @@ is due.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				ev, err := svc.EventFind(cmd.Context(), args[0], source)
+			var ev *ops.EventDetail
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				ev, err = svc.EventFind(cmd.Context(), args[0], source)
 				if errors.Is(err, ops.ErrNotFound) || errors.Is(err, ops.ErrInvalidRequest) {
 					return errors.New(plainMessage(err))
 				}
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, ev)
-				}
-				return printEvent(c.out, ev)
+				return err
+			}, func(r *remote) (err error) {
+				ev, err = r.eventFind(cmd.Context(), args[0], source)
+				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, ev)
+			}
+			return printEvent(c.out, ev)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (response headers included)")

@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hookrelay/hookrelay/internal/amqp/amqptest"
@@ -65,10 +67,27 @@ func TestHelpTouchesNothing(t *testing.T) {
 	prefix := amqptest.Prefix(t)
 	path := s.writeConfig("config.yaml", repoConfigAs(t, dbURL, storetest.AppURLOf(dbURL), prefix))
 	deleteTopologyOf(t, path)
+	// A server is set, as after hookrelay login: help asks it nothing.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	var asked atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			asked.Add(1)
+			conn.Close()
+		}
+	}()
+	s.env["HOOKRELAY_SERVER"], s.env["HOOKRELAY_TOKEN"] = "http://"+ln.Addr().String(), "hrt_never-sent"
 	untouched := func(what string) {
 		t.Helper()
 		require.Empty(t, tables(t, dbURL), "%s changed the database", what)
 		require.Empty(t, brokerNames(t, prefix), "%s changed the broker", what)
+		require.Zero(t, asked.Load(), "%s connected to the admin API", what)
 	}
 
 	// The commands an operator must find, at least; the completion lists

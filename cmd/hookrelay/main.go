@@ -81,11 +81,16 @@ func (c *cli) root() *cobra.Command {
 		Short: "Operate a hookrelay: migrations, topology, events, replays, retries, dead letters, purges",
 		Long: `hookrelay is the operator CLI of the hookrelay webhook relay.
 
-Every command but bench reads the config file: --config PATH, else
-$HOOKRELAY_CONFIG, else ./config.yaml; HOOKRELAY_* variables override its
-keys. The operator commands read only the settings they use: the database,
-RabbitMQ, and the routes' names and bindings. The senders' secrets and the
-routes' signing secrets may be unset.
+After 'hookrelay login URL' (or with HOOKRELAY_SERVER and HOOKRELAY_TOKEN
+set) the operator commands (routes, events, retry, replay, dead, purge,
+versions, tokens, audit, jobs, listen) are requests to that relay's admin
+API under the token's role and team: no database or broker URL is needed.
+
+Without a server they work directly, as migrate, topology apply, teams,
+secret key and routes reseal always do: they read the config file
+(--config PATH, else $HOOKRELAY_CONFIG, else ./config.yaml; HOOKRELAY_*
+variables override its keys), only the settings they use (the database,
+RabbitMQ, and the routes' names and bindings), and act for the platform.
 
 Listings print a table (--json for scripts) and say how many they show of
 how many there are. Nothing is printed as done before it is done, and
@@ -101,14 +106,16 @@ how many there are. Nothing is printed as done before it is done, and
 		&cobra.Group{ID: "events", Title: "Events and deliveries:"},
 		&cobra.Group{ID: "setup", Title: "Set-up:"},
 	)
-	for _, cmd := range []*cobra.Command{c.eventsCmd(), c.replayCmd(), c.retryCmd(), c.deadCmd(), c.purgeCmd(), c.routesCmd(), c.versionsCmd(), c.auditCmd()} {
+	for _, cmd := range []*cobra.Command{c.eventsCmd(), c.replayCmd(), c.retryCmd(), c.deadCmd(), c.purgeCmd(), c.routesCmd(), c.versionsCmd(), c.auditCmd(),
+		c.jobsCmd(), c.listenCmd()} {
 		cmd.GroupID = "events"
 		root.AddCommand(cmd)
 	}
-	for _, cmd := range []*cobra.Command{c.migrateCmd(), c.topologyCmd(), c.secretCmd(), c.tokensCmd(), c.teamsCmd(), benchCmd(), benchChildCmd()} {
+	for _, cmd := range []*cobra.Command{c.loginCmd(), c.contextCmd(), c.migrateCmd(), c.topologyCmd(), c.secretCmd(), c.tokensCmd(), c.teamsCmd(), benchCmd(), benchChildCmd()} {
 		cmd.GroupID = "setup"
 		root.AddCommand(cmd)
 	}
+	markDirect(root)
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
 	c.registerCompletions(root)
@@ -163,5 +170,30 @@ func (c *cli) completeNames(names func() ([]string, error)) cobra.CompletionFunc
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// directOnly are the commands with no admin API: they work directly
+// whatever the CLI is logged in to, and their help says so.
+var directOnly = map[string]string{
+	"hookrelay migrate":        "it connects to database.migrate_url (else database.url)",
+	"hookrelay topology apply": "it connects to RabbitMQ and to database.url (for the audit row)",
+	"hookrelay teams create":   "it connects to database.url",
+	"hookrelay teams list":     "it connects to database.url",
+	"hookrelay routes reseal":  "it connects to database.url, with secrets.key",
+	"hookrelay routes skip":    "it connects to database.url",
+	"hookrelay secret key":     "it connects nowhere: the key is made on this machine",
+	"hookrelay secret new":     "it connects nowhere: the secret is made on this machine",
+	"hookrelay bench":          "it makes its own database and broker prefix on this machine",
+}
+
+// markDirect adds the direct mode's note to the help of every command of
+// directOnly under cmd.
+func markDirect(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		markDirect(sub)
+	}
+	if how, ok := directOnly[cmd.CommandPath()]; ok {
+		cmd.Long += "\n\nDirect mode only: this command has no admin API, so it runs here whatever\n'hookrelay login' chose; " + how + "."
 	}
 }

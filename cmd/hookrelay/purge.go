@@ -57,16 +57,15 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 			if batch < 1 {
 				return setup.Usagef(cmd, "--batch must be positive")
 			}
-			return c.withOps(cmd, func(cfg *config.Config, svc *ops.Service) error {
+			run := func(kept string, purge func(ops.PurgeRequest) (ops.PurgeResult, error)) error {
 				req := ops.PurgeRequest{OlderThan: age, Batch: batch, IncludeDead: includeDead, DryRun: true}
-				kept := config.FormatDuration(cfg.Retention.DedupeWindow)
 				// The count is for the question (and the dry run): with
 				// --yes nobody reads it, and counting a day of millions of
 				// events takes longer than dropping it.
 				var plan ops.PurgeResult
 				if dryRun || !yes {
 					var err error
-					if plan, err = svc.Purge(cmd.Context(), req); err != nil {
+					if plan, err = purge(req); err != nil {
 						return err
 					}
 					if dryRun {
@@ -85,7 +84,7 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 					p.update(r.Events, max(plan.Events, r.Events),
 						fmt.Sprintf("%d deliveries deleted, %d days dropped, batch %d", r.Deliveries, r.Days, r.Batches))
 				}
-				res, err := svc.Purge(cmd.Context(), req)
+				res, err := purge(req)
 				p.done()
 				if err != nil {
 					if res.Batches > 0 {
@@ -95,6 +94,23 @@ terminal and without --yes it refuses). Progress goes to stderr.`,
 					return err
 				}
 				return printPurge(c.out, "purged", res, olderThan, kept, includeDead)
+			}
+			return c.operate(cmd, func(cfg *config.Config, svc *ops.Service) error {
+				return run(config.FormatDuration(cfg.Retention.DedupeWindow), func(req ops.PurgeRequest) (ops.PurgeResult, error) {
+					return svc.Purge(cmd.Context(), req)
+				})
+			}, func(r *remote) error {
+				return run("retention.dedupe_window", func(req ops.PurgeRequest) (ops.PurgeResult, error) {
+					res, err := r.purge(cmd.Context(), olderThan, req.IncludeDead, req.DryRun, func(p ops.PurgeResult) {
+						if req.ProgressFunc != nil {
+							req.ProgressFunc(p)
+						}
+					})
+					if res == nil {
+						return ops.PurgeResult{}, err
+					}
+					return *res, err
+				})
 			})
 		},
 	}

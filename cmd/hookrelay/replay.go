@@ -71,33 +71,41 @@ stderr: a bar on a terminal, a line every two seconds otherwise.`,
 			} else if sf == (ops.EventFilter{}) {
 				return setup.Usagef(cmd, "refusing to replay everything: give --event or a filter")
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				p := c.progress("replay", "event(s) scanned")
-				req.ProgressFunc = func(rp ops.ReplayProgress) {
-					detail := fmt.Sprintf("%d pair(s) enqueued, %d delivered so far, %d skipped (batch %d)",
-						rp.Enqueued, rp.Delivered, rp.Skipped, rp.Batch)
-					if req.DryRun {
-						detail = fmt.Sprintf("%d pair(s) would be enqueued, %d skipped (nothing changed)", rp.Enqueued, rp.Skipped)
-					}
-					p.update(int64(rp.Scanned), rp.Events, detail)
+			p := c.progress("replay", "event(s) scanned")
+			req.ProgressFunc = func(rp ops.ReplayProgress) {
+				detail := fmt.Sprintf("%d pair(s) enqueued, %d delivered so far, %d skipped (batch %d)",
+					rp.Enqueued, rp.Delivered, rp.Skipped, rp.Batch)
+				if req.DryRun {
+					detail = fmt.Sprintf("%d pair(s) would be enqueued, %d skipped (nothing changed)", rp.Enqueued, rp.Skipped)
 				}
-				res, err := svc.Replay(cmd.Context(), req)
-				p.done()
-				if errors.Is(err, ops.ErrInvalidRequest) || errors.Is(err, ops.ErrUnknownRoute) {
-					return setup.Usagef(cmd, "%v", err)
+				p.update(int64(rp.Scanned), rp.Events, detail)
+			}
+			var res *ops.ReplayResult
+			err = c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				res, err = svc.Replay(cmd.Context(), req)
+				return err
+			}, func(r *remote) (err error) {
+				if after != "" {
+					return setup.Usagef(cmd, "--after: a replay through the admin API runs as one job whatever its size; --after is for the direct mode")
 				}
-				if err != nil {
-					if res != nil {
-						fmt.Fprintf(c.errOut, "replay: stopped after %d pair(s) enqueued, %d skipped, %d delivered so far\n",
-							res.ReplayedCount, res.SkippedCount, res.Delivered)
-					}
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, res)
-				}
-				return printReplay(c.out, res, list)
+				res, err = r.replay(cmd.Context(), req, f)
+				return err
 			})
+			p.done()
+			if errors.Is(err, ops.ErrInvalidRequest) || errors.Is(err, ops.ErrUnknownRoute) {
+				return setup.Usagef(cmd, "%v", err)
+			}
+			if err != nil {
+				if res != nil {
+					fmt.Fprintf(c.errOut, "replay: stopped after %d pair(s) enqueued, %d skipped, %d delivered so far\n",
+						res.ReplayedCount, res.SkippedCount, res.Delivered)
+				}
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, res)
+			}
+			return printReplay(c.out, res, list)
 		},
 	}
 	f.flags(cmd.Flags(), 0, "most events to select (0: all); a replay that stops at it prints the --after to go on with")

@@ -71,29 +71,34 @@ for before the next (as a replay), with progress on stderr.`,
 				return setup.Usagef(cmd, "--batch must be positive, --list at least 0")
 			}
 			req.StallTimeout = stallTimeout
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				p := c.progress("retry", "pair(s)")
-				req.ProgressFunc = func(rp ops.RetryProgress) {
-					p.update(int64(rp.Retried), int64(rp.Total), fmt.Sprintf("%d of the last batch not attempted yet", rp.Waiting))
-				}
-				res, err := svc.Retry(cmd.Context(), req)
-				p.done()
-				switch {
-				case errors.Is(err, ops.ErrNotFound):
-					return fmt.Errorf("no event %s", req.EventID)
-				case errors.Is(err, ops.ErrInvalidRequest), errors.Is(err, ops.ErrUnknownRoute):
-					return setup.Usagef(cmd, "%v", err)
-				case err != nil:
-					if res != nil && res.RetriedCount > 0 {
-						fmt.Fprintf(c.errOut, "retry: stopped after %d pair(s) retried\n", res.RetriedCount)
-					}
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, res)
-				}
-				return printRetry(c.out, res, list)
+			var res *ops.RetryResult
+			p := c.progress("retry", "pair(s)")
+			req.ProgressFunc = func(rp ops.RetryProgress) {
+				p.update(int64(rp.Retried), int64(rp.Total), fmt.Sprintf("%d of the last batch not attempted yet", rp.Waiting))
+			}
+			err = c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				res, err = svc.Retry(cmd.Context(), req)
+				return err
+			}, func(r *remote) (err error) {
+				res, err = r.retry(cmd.Context(), req, query)
+				return err
 			})
+			p.done()
+			switch {
+			case errors.Is(err, ops.ErrNotFound):
+				return fmt.Errorf("no event %s", req.EventID)
+			case errors.Is(err, ops.ErrInvalidRequest), errors.Is(err, ops.ErrUnknownRoute):
+				return setup.Usagef(cmd, "%v", err)
+			case err != nil:
+				if res != nil && res.RetriedCount > 0 {
+					fmt.Fprintf(c.errOut, "retry: stopped after %d pair(s) retried\n", res.RetriedCount)
+				}
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, res)
+			}
+			return printRetry(c.out, res, list)
 		},
 	}
 	fl := cmd.Flags()

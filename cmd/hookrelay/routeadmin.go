@@ -142,15 +142,20 @@ network; the dispatchers check again at every connect.`,
 			if err != nil {
 				return err
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				res, err := svc.RouteCreate(cmd.Context(), args[0], in)
-				if err != nil {
-					return usage(cmd, err)
-				}
-				_, err = fmt.Fprintf(c.out, "route %s created for team %s (secret %s); every dispatcher delivers it within 2s\nsigning secret (shown once): %s\n",
-					res.Route.Name, res.Route.Team, res.Route.SecretFingerprint, res.Secret)
+			var res *ops.RouteCreated
+			err = c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				res, err = svc.RouteCreate(cmd.Context(), args[0], in)
+				return usage(cmd, err)
+			}, func(r *remote) (err error) {
+				res, err = r.routeCreate(cmd.Context(), args[0], in)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.out, "route %s created for team %s (secret %s); every dispatcher delivers it within 2s\nsigning secret (shown once): %s\n",
+				res.Route.Name, res.Route.Team, res.Route.SecretFingerprint, res.Secret)
+			return err
 		},
 	}
 	f.add(cmd.Flags(), true)
@@ -172,14 +177,19 @@ changes by a deploy of the config). Removing a binding stops its events within
 			if err != nil {
 				return err
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				d, err := svc.RouteUpdate(cmd.Context(), args[0], in)
-				if err != nil {
-					return usage(cmd, err)
-				}
-				_, err = fmt.Fprintf(c.out, "route %s updated to version %d (bindings %s)\n", d.Name, d.Version, strings.Join(d.Settings.Bindings, ", "))
+			var d *ops.RouteDetail
+			err = c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				d, err = svc.RouteUpdate(cmd.Context(), args[0], in)
+				return usage(cmd, err)
+			}, func(r *remote) (err error) {
+				d, err = r.routeUpdate(cmd.Context(), args[0], in)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.out, "route %s updated to version %d (bindings %s)\n", d.Name, d.Version, strings.Join(d.Settings.Bindings, ", "))
+			return err
 		},
 	}
 	f.add(cmd.Flags(), false)
@@ -209,18 +219,23 @@ nothing of it is undelivered; its dead-letter queue stays for the operator.`,
 			case deadLetter:
 				disposal = ops.DisposeDeadLetter
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				res, err := svc.RouteDelete(cmd.Context(), args[0], disposal)
-				if err != nil {
-					return usage(cmd, err)
-				}
-				if res.Undelivered == 0 {
-					_, err = fmt.Fprintf(c.out, "route %s deleted; nothing undelivered: it goes within seconds (anything arriving late: %s)\n", res.Route, dispose(res.Disposal))
-					return err
-				}
-				_, err = fmt.Fprintf(c.out, "route %s deleted; %d undelivered: %s, then the route goes\n", res.Route, res.Undelivered, dispose(res.Disposal))
+			var res *ops.RouteDeleted
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				res, err = svc.RouteDelete(cmd.Context(), args[0], disposal)
+				return usage(cmd, err)
+			}, func(r *remote) (err error) {
+				res, err = r.routeDelete(cmd.Context(), args[0], disposal)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			if res.Undelivered == 0 {
+				_, err = fmt.Fprintf(c.out, "route %s deleted; nothing undelivered: it goes within seconds (anything arriving late: %s)\n", res.Route, dispose(res.Disposal))
+				return err
+			}
+			_, err = fmt.Fprintf(c.out, "route %s deleted; %d undelivered: %s, then the route goes\n", res.Route, res.Undelivered, dispose(res.Disposal))
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&drain, "drain", false, "deliver the route's undelivered work first")
@@ -251,18 +266,23 @@ new one.`,
 			if cmd.Flags().Changed("overlap") {
 				d = &overlap
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				res, err := svc.RouteRotateSecret(cmd.Context(), args[0], d)
-				if err != nil {
-					return usage(cmd, err)
-				}
-				until := "the previous secret no longer signs"
-				if res.PreviousUntil != nil {
-					until = "the previous secret still signs until " + res.PreviousUntil.UTC().Format(time.RFC3339)
-				}
-				_, err = fmt.Fprintf(c.out, "route %s: new secret %s; %s\nsigning secret (shown once): %s\n", res.Route, res.Fingerprint, until, res.Secret)
+			var res *ops.SecretRotated
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				res, err = svc.RouteRotateSecret(cmd.Context(), args[0], d)
+				return usage(cmd, err)
+			}, func(r *remote) (err error) {
+				res, err = r.routeRotate(cmd.Context(), args[0], d)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			until := "the previous secret no longer signs"
+			if res.PreviousUntil != nil {
+				until = "the previous secret still signs until " + res.PreviousUntil.UTC().Format(time.RFC3339)
+			}
+			_, err = fmt.Fprintf(c.out, "route %s: new secret %s; %s\nsigning secret (shown once): %s\n", res.Route, res.Fingerprint, until, res.Secret)
+			return err
 		},
 	}
 	cmd.Flags().DurationVar(&overlap, "overlap", 0, "how long the previous secret still signs (default secrets.overlap)")
@@ -325,23 +345,28 @@ route takes it or not), 1 when a rule does not compile or fails on it.`,
 					set()
 				}
 			}
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				res, err := svc.RouteTest(cmd.Context(), in)
-				if err != nil {
-					return usage(cmd, err)
-				}
-				if asJSON {
-					if err := printJSON(c.out, res); err != nil {
-						return err
-					}
-				} else if err := printRouteTest(c.out, res); err != nil {
+			var res *ops.RouteTestResult
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				res, err = svc.RouteTest(cmd.Context(), in)
+				return usage(cmd, err)
+			}, func(r *remote) (err error) {
+				res, err = r.routeTest(cmd.Context(), in)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := printJSON(c.out, res); err != nil {
 					return err
 				}
-				if res.FilterError != nil || res.TransformError != nil {
-					return errors.New("a rule does not compile or failed on this event (above)")
-				}
-				return nil
-			})
+			} else if err := printRouteTest(c.out, res); err != nil {
+				return err
+			}
+			if res.FilterError != nil || res.TransformError != nil {
+				return errors.New("a rule does not compile or failed on this event (above)")
+			}
+			return nil
 		},
 	}
 	fs := cmd.Flags()

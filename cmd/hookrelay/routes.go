@@ -155,24 +155,29 @@ dispatcher started later follows it. 'hookrelay routes resume NAME' ends it.`
 			return c.completeNames(c.routeNames)(cmd, args, toComplete)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				res, err := svc.RoutePause(cmd.Context(), args[0], pause, reason)
-				if err != nil {
-					return err
-				}
-				route, changed := res.Route, res.Changed
-				switch {
-				case pause && changed:
-					_, err = fmt.Fprintf(c.out, "route %s paused: every dispatcher stops taking its messages within 2s; events wait in its queue\n", route)
-				case pause:
-					_, err = fmt.Fprintf(c.out, "route %s was paused already\n", route)
-				case changed:
-					_, err = fmt.Fprintf(c.out, "route %s resumed: every dispatcher takes its messages again within 2s\n", route)
-				default:
-					_, err = fmt.Fprintf(c.out, "route %s was not paused\n", route)
-				}
+			var res *ops.RoutePauseResult
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				res, err = svc.RoutePause(cmd.Context(), args[0], pause, reason)
+				return err
+			}, func(r *remote) (err error) {
+				res, err = r.routePause(cmd.Context(), args[0], pause, reason)
 				return err
 			})
+			if err != nil {
+				return err
+			}
+			route, changed := res.Route, res.Changed
+			switch {
+			case pause && changed:
+				_, err = fmt.Fprintf(c.out, "route %s paused: every dispatcher stops taking its messages within 2s; events wait in its queue\n", route)
+			case pause:
+				_, err = fmt.Fprintf(c.out, "route %s was paused already\n", route)
+			case changed:
+				_, err = fmt.Fprintf(c.out, "route %s resumed: every dispatcher takes its messages again within 2s\n", route)
+			default:
+				_, err = fmt.Fprintf(c.out, "route %s was not paused\n", route)
+			}
+			return err
 		},
 	}
 	if pause {

@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/hookrelay/hookrelay/internal/ops"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/hookrelay/hookrelay/internal/ops"
 
 	"github.com/hookrelay/hookrelay/internal/amqp"
 	"github.com/hookrelay/hookrelay/internal/bench"
@@ -109,15 +110,24 @@ default config.`,
 		Long: `Declare the config's exchanges, queues and bindings on the broker and apply its
 policies through the management API, without starting anything. The
 binaries declare the same at start. Declaring only adds: a binding or route
-removed from the config stays until you remove it in the management UI.`,
+removed from the config stays until you remove it in the management UI.
+
+Direct mode: it has no API, so it connects to RabbitMQ (amqp.url) and to
+Postgres (database.url) from the config itself, and writes an audit row
+(topology.apply) before and after.`,
 		Example: `  hookrelay topology apply`,
 		Args:    setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := c.config()
-			if err != nil {
+			return c.withOps(cmd, func(cfg *config.Config, svc *ops.Service) error {
+				n, err := svc.TopologyApply(cmd.Context(), func(ctx context.Context) (ops.TopologyCounts, error) {
+					return topologyApply(ctx, cfg)
+				})
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(c.out, "declared %d exchanges, %d queues, %d bindings, %d policies\n", n.Exchanges, n.Queues, n.Bindings, n.Policies)
 				return err
-			}
-			return topologyApply(cmd.Context(), cfg, c)
+			})
 		},
 	}
 	cmd.AddCommand(export, apply)
@@ -126,29 +136,28 @@ removed from the config stays until you remove it in the management UI.`,
 
 // topologyApply declares cfg's topology on the broker and applies its
 // policies.
-func topologyApply(ctx context.Context, cfg *config.Config, c *cli) error {
+func topologyApply(ctx context.Context, cfg *config.Config) (ops.TopologyCounts, error) {
 	topo := setup.Topology(cfg)
 	dialer, err := setup.Dialer(cfg, nil, nopLogger)
 	if err != nil {
-		return err
+		return ops.TopologyCounts{}, err
 	}
 	conn, err := dialer.Dial("hookrelay-cli")
 	if err != nil {
-		return err
+		return ops.TopologyCounts{}, err
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("opening channel: %w", err)
+		return ops.TopologyCounts{}, fmt.Errorf("opening channel: %w", err)
 	}
 	if err := topo.Declare(ch); err != nil {
-		return err
+		return ops.TopologyCounts{}, err
 	}
 	if err := amqp.ApplyPolicies(ctx, cfg.AMQP.Management(), cfg.AMQP.Nodes()[0], topo.Policies); err != nil {
-		return err
+		return ops.TopologyCounts{}, err
 	}
-	_, err = fmt.Fprintf(c.out, "declared %d exchanges, %d queues, %d bindings, %d policies\n", len(topo.Exchanges), len(topo.Queues), len(topo.Bindings), len(topo.Policies))
-	return err
+	return ops.TopologyCounts{Exchanges: len(topo.Exchanges), Queues: len(topo.Queues), Bindings: len(topo.Bindings), Policies: len(topo.Policies)}, nil
 }
 
 func (c *cli) routesCmd() *cobra.Command {
@@ -168,16 +177,21 @@ is neither (no dispatcher delivers it).`,
   hookrelay routes pause billing`,
 		Args: setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				list, err := svc.RouteList(cmd.Context())
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, list)
-				}
-				return printRoutes(c.out, list)
+			var list *ops.RouteList
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
+				list, err = svc.RouteList(cmd.Context())
+				return err
+			}, func(r *remote) (err error) {
+				list, err = r.routeList(cmd.Context())
+				return err
 			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, list)
+			}
+			return printRoutes(c.out, list)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"routes": [{"route", "team", "declared", "version", "queue", "bindings", "pending", "retrying", "dead", "state", "paused", "circuit", "ready", "oldest_undelivered_seconds", "ordering", "waiting", "held", ...}], "broker_error"}`)

@@ -44,27 +44,32 @@ func (c *cli) versionCmd(reset bool) *cobra.Command {
 		Example: example,
 		Args:    setup.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withOps(cmd, func(_ *config.Config, svc *ops.Service) error {
-				var (
-					v   *ops.Version
-					err error
-				)
+			var v *ops.Version
+			err := c.operate(cmd, func(_ *config.Config, svc *ops.Service) (err error) {
 				if reset {
 					v, err = svc.ResourceVersionReset(cmd.Context(), req)
 				} else {
 					v, err = svc.ResourceVersion(cmd.Context(), req)
 				}
-				if errors.Is(err, ops.ErrNotFound) {
-					return fmt.Errorf("no version of %s %s is kept on route %s (none delivered, or reset, or purged)", req.Source, req.Resource, req.Route)
+				return err
+			}, func(r *remote) (err error) {
+				v, err = r.version(cmd.Context(), req, reset)
+				var ae *APIError
+				if errors.As(err, &ae) && ae.Code == "not_found" {
+					return ops.ErrNotFound
 				}
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return printJSON(c.out, v)
-				}
-				return printVersion(c.out, v, reset)
+				return err
 			})
+			if errors.Is(err, ops.ErrNotFound) {
+				return fmt.Errorf("no version of %s %s is kept on route %s (none delivered, or reset, or purged)", req.Source, req.Resource, req.Route)
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.out, v)
+			}
+			return printVersion(c.out, v, reset)
 		},
 	}
 	cmd.Flags().StringVar(&req.Route, "route", "", "the route (required)")
