@@ -37,6 +37,8 @@ func startAdminRelay(t *testing.T, dest *destination) *adminRelay {
 	r := startRelay(t, dest, map[string]string{
 		"HOOKRELAY_ADMIN_LISTEN": addr, "HOOKRELAY_ADMIN_TOKEN": "config-admin-token-0123456789",
 		"HOOKRELAY_SECRETS_KEY": base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")),
+		// The team's route delivers to this machine (a test's destination).
+		"HOOKRELAY_TEAM_ROUTES_ALLOWED_NETWORKS": "127.0.0.0/8",
 	})
 	a := &adminRelay{relay: r, server: "http://" + addr, teamRoute: "payments:ledger"}
 	require.Eventually(t, func() bool {
@@ -93,10 +95,12 @@ func TestCLIOverTheAdminAPI(t *testing.T) {
 	a := startAdminRelay(t, dest)
 	op := a.cli(t, a.adminTok)
 
-	// Routes: make the team's route (a public address, bound to nothing
-	// that arrives: no packet leaves), list, pause, resume, test, update,
-	// rotate, delete.
-	out := ok(t, op, "routes", "create", a.teamRoute, "--url", "https://93.184.216.34/hooks", "--binding", "hookrelay.never.sent")
+	// Routes: make the team's route (the relay's own events about the
+	// team's routes, delivered to a local destination), list, pause,
+	// resume, test, update, rotate, delete.
+	teamDest := newDestination(t)
+	teamDest.accept.Store(true)
+	out := ok(t, op, "routes", "create", a.teamRoute, "--url", teamDest.srv.URL+"/alerts", "--binding", "hookrelay.route.*")
 	require.Contains(t, out, "route payments:ledger created for team payments")
 	require.Regexp(t, `signing secret \(shown once\): whsec_`, out)
 	out = ok(t, op, "routes")
@@ -105,7 +109,7 @@ func TestCLIOverTheAdminAPI(t *testing.T) {
 	require.Contains(t, ok(t, op, "routes", "pause", "billing", "--reason", "cli test"), "route billing paused")
 	require.Contains(t, ok(t, op, "routes"), "billing paused by token:platform-admin")
 	require.Contains(t, ok(t, op, "routes", "resume", "billing"), "route billing resumed")
-	require.Contains(t, ok(t, op, "routes", "update", a.teamRoute, "--binding", "hookrelay.never.sent", "--binding", "hookrelay.nor.this"), "updated to version 2")
+	require.Contains(t, ok(t, op, "routes", "update", a.teamRoute, "--binding", "hookrelay.route.*", "--binding", "hookrelay.job.*"), "updated to version 2")
 	require.Contains(t, ok(t, op, "routes", "rotate-secret", a.teamRoute, "--overlap", "1h"), "signing secret (shown once): whsec_")
 
 	// Events: one delivered, listed, shown by our id and by the sender's.
@@ -164,10 +168,28 @@ func TestCLIOverTheAdminAPI(t *testing.T) {
 	out = ok(t, team, "routes")
 	require.Contains(t, out, a.teamRoute)
 	require.NotContains(t, out, "billing")
-	out = ok(t, team, "events", "list")
-	require.NotContains(t, out, id)
-	require.Contains(t, out, "0 event(s)")
 	require.Contains(t, ok(t, team, "routes", "pause", a.teamRoute), "paused")
+	require.Contains(t, ok(t, team, "routes", "resume", a.teamRoute), "resumed")
+	// Its events: the relay's own about its route (paused, resumed), not
+	// the platform's billing events nor billing's pause.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := team.runFor(c, "", "hookrelay", "events", "list", "--json")
+		require.Equal(c, 0, res.code, res)
+		var list struct {
+			Items []struct {
+				ID        string `json:"id"`
+				Source    string `json:"source"`
+				EventType string `json:"event_type"`
+			} `json:"items"`
+		}
+		require.NoError(c, json.Unmarshal([]byte(res.stdout), &list))
+		var types []string
+		for _, e := range list.Items {
+			require.NotEqual(c, id, e.ID)
+			types = append(types, e.Source+"."+e.EventType)
+		}
+		assert.ElementsMatch(c, []string{"hookrelay.route.paused", "hookrelay.route.resumed"}, types)
+	}, testenv.Scaled(20*time.Second), 200*time.Millisecond)
 	out = ok(t, team, "audit")
 	require.Contains(t, out, "token:payments-dev")
 	require.NotContains(t, out, "token:platform-admin", "another team's rows are not shown")
@@ -184,8 +206,8 @@ func TestCLIOverTheAdminAPI(t *testing.T) {
 	require.Contains(t, res.stderr, "HTTP 403")
 	require.Contains(t, res.stderr, "needs role operator")
 
-	// The route goes last, with its team's pause undone by the delete.
-	require.Contains(t, ok(t, op, "routes", "delete", a.teamRoute), "route payments:ledger deleted")
+	// The team's route goes last.
+	require.Contains(t, ok(t, op, "routes", "delete", a.teamRoute, "--dead-letter"), "route payments:ledger deleted")
 }
 
 // hookrelay login stores the context with mode 0600 and the commands then
