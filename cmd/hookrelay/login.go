@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strings"
 	"text/tabwriter"
@@ -46,6 +47,9 @@ current context (for scripts).`,
 			r, err := newRemote(args[0], token)
 			if err != nil {
 				return setup.Usagef(cmd, "%s", err.Error())
+			}
+			if u, _ := url.Parse(r.server); u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+				fmt.Fprintf(c.errOut, "warning: %s is plain HTTP: the token crosses the network in clear; use https:// (a proxy that terminates TLS)\n", r.server)
 			}
 			// Any token may list the routes: the check that it is one.
 			var routes listing[struct{}]
@@ -174,4 +178,13 @@ goes; none current means the direct mode (config.yaml's database and broker).`,
 	use.Flags().Bool("direct", false, "make no context current")
 	cmd.AddCommand(list, use)
 	return cmd
+}
+
+// loopbackHost reports whether host names this machine.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
