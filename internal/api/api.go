@@ -126,6 +126,10 @@ type Options struct {
 	Limiter *FailLimiter
 	// Version is the document's info.version.
 	Version string
+	// Streams, when set, ends every open stream (GET /api/v1/listen)
+	// when it is done: the server's shutdown, which a stream would
+	// otherwise hold to its timeout.
+	Streams context.Context
 }
 
 // Mux is where the API registers its routes: an *http.ServeMux, or a
@@ -146,7 +150,7 @@ func New(mux Mux, svc *ops.Service, opts Options, logger zerolog.Logger) huma.AP
 	}
 	cfg.Security = []map[string][]string{{"bearer": {}}}
 	api := humago.New(mux, cfg)
-	a := &server{api: api, svc: svc, logger: logger, limiter: opts.Limiter}
+	a := &server{api: api, svc: svc, logger: logger, limiter: opts.Limiter, streams: opts.Streams}
 	if a.limiter == nil {
 		a.limiter = NewFailLimiter(opts.FailedAuthPerMinute)
 	}
@@ -193,6 +197,7 @@ type server struct {
 	logger      zerolog.Logger
 	configToken []byte
 	limiter     *FailLimiter
+	streams     context.Context // nil: streams end with their request only
 }
 
 // roleKey is where an operation's document says the role it needs;

@@ -118,6 +118,9 @@ func (a *server) stream(ctx context.Context, hctx huma.Context, req ops.ListenRe
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if a.streams != nil {
+		defer context.AfterFunc(a.streams, cancel)()
+	}
 	go func() {
 		t := time.NewTicker(listenHeartbeat)
 		defer t.Stop()
@@ -134,6 +137,10 @@ func (a *server) stream(ctx context.Context, hctx huma.Context, req ops.ListenRe
 		}
 	}()
 	err := a.svc.Listen(ctx, req, func(ev ops.ListenEvent) error { return send("event", ev) })
+	if a.streams != nil && a.streams.Err() != nil {
+		_ = send("error", ListenError{Message: "the relay is stopping (a restart?): listen again"}) // the client may be gone too
+		return
+	}
 	if err != nil && ctx.Err() == nil {
 		a.logger.Error().Err(err).Str("actor", ops.ActorOf(ctx)).Msg("listen stream ended")
 		_ = send("error", ListenError{Message: "the stream ended: storage unavailable (the receiver's log says why); listen again"}) // the client may be gone too

@@ -1,11 +1,13 @@
 package app_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -316,4 +318,60 @@ func TestMetricsOfBothBinaries(t *testing.T) {
 	require.Equal(t, 0.0, dm[`hookrelay_route_undelivered{route="crm"}`])
 	require.Equal(t, 0.0, dm[`hookrelay_route_oldest_undelivered_age_seconds{route="crm"}`])
 	require.Equal(t, 0.0, dm[`hookrelay_route_dead{route="billing"}`])
+}
+
+// A listen stream never goes idle: the receiver's stop ends it (telling
+// the listener why) instead of waiting for it to its shutdown timeout,
+// and stops cleanly (the harness requires it, within 20s; the timeout
+// here is 15s, so a stream that held the shutdown fails the test).
+func TestListenStreamsEndWhenTheReceiverStops(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.cfg.Admin.Token = adminToken
+	h.cfg.Receiver.ShutdownTimeout = 15 * time.Second
+	frames := make(chan string, 64)
+	// Registered before the receiver's own cleanup, so it runs after
+	// the receiver stopped (cleanups run last in, first out).
+	t.Cleanup(func() {
+		var got []string
+		timeout := time.After(testenv.Scaled(10 * time.Second))
+		for {
+			select {
+			case line, open := <-frames:
+				if open {
+					got = append(got, line)
+					continue
+				}
+			case <-timeout:
+				t.Errorf("the stream was still open 10s after the receiver stopped: %q", got)
+				return
+			}
+			break
+		}
+		require.Contains(t, got, "event: error", "the listener is told why: %q", got)
+		require.Contains(t, strings.Join(got, "\n"), "the relay is stopping")
+	})
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.start(app.ReceiverOptions{AdminListener: adminLn, DisablePublisher: true})
+	req, err := http.NewRequest(http.MethodGet, "http://"+adminLn.Addr().String()+"/api/v1/listen?route=billing", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	go func() {
+		defer resp.Body.Close()
+		defer close(frames)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			frames <- sc.Text()
+		}
+	}()
+	select {
+	case line := <-frames:
+		require.Equal(t, "event: ready", line)
+	case <-time.After(testenv.Scaled(10 * time.Second)):
+		require.Fail(t, "no ready frame")
+	}
 }

@@ -271,7 +271,12 @@ func RunReceiver(ctx context.Context, cfg *config.Config, opts ReceiverOptions) 
 		// One count of failed authentications per address for the whole
 		// listener: /api/v1, the console's sign-in and the profiles.
 		limiter := api.NewFailLimiter(cfg.Admin.AuthFailuresPerMinute)
-		v1, err := api.Handler(svc, api.Options{ConfigToken: cfg.Admin.Token, Limiter: limiter}, logger.With().Str("component", "api").Logger())
+		// Streams (GET /api/v1/listen) end when the admin server shuts
+		// down: they are never idle, and would hold the shutdown.
+		streams, endStreams := context.WithCancel(context.Background())
+		sv.admin.OnShutdown(endStreams)
+		v1, err := api.Handler(svc, api.Options{ConfigToken: cfg.Admin.Token, Limiter: limiter, Streams: streams},
+			logger.With().Str("component", "api").Logger())
 		if err != nil {
 			return err
 		}

@@ -66,6 +66,11 @@ func StartEarly(ln net.Listener, t Timeouts, shutdownTimeout time.Duration, extr
 	return e
 }
 
+// OnShutdown calls f when the server starts shutting down: a handler that
+// streams (and so never becomes idle) ends then, instead of holding the
+// shutdown to its timeout.
+func (e *Early) OnShutdown(f func()) { e.srv.RegisterOnShutdown(f) }
+
 // Set records dependency's state for /readyz while starting.
 func (e *Early) Set(dependency, state string) {
 	e.mu.Lock()
