@@ -121,7 +121,12 @@ func (a *server) stream(ctx context.Context, hctx huma.Context, req ops.ListenRe
 	if a.streams != nil {
 		defer context.AfterFunc(a.streams, cancel)()
 	}
+	// The heartbeat writes too: it ends before the handler returns, as
+	// nothing may write to a response once its handler returned.
+	beating := make(chan struct{})
+	defer func() { cancel(); <-beating }()
 	go func() {
+		defer close(beating)
 		t := time.NewTicker(listenHeartbeat)
 		defer t.Stop()
 		for {
