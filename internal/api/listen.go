@@ -109,9 +109,13 @@ func (a *server) stream(ctx context.Context, hctx huma.Context, req ops.ListenRe
 		}
 		return write(fmt.Appendf(nil, "event: %s\ndata: %s\n\n", event, data))
 	}
+	// The stream starts now: what ready announces is what Listen follows,
+	// so an event accepted between this ready and Listen's first read of
+	// the store is not missed.
+	req.Start = time.Now()
 	from := req.From
 	if from.IsZero() {
-		from = time.Now()
+		from = req.Start
 	}
 	if err := send("ready", ListenReady{Route: req.Route, Events: req.Pattern, From: from.UTC()}); err != nil {
 		return

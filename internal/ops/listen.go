@@ -14,11 +14,16 @@ import (
 // ListenRequest is what a listener (hookrelay listen) follows: the events
 // one route gets, or the events whose "source.event_type" a topic pattern
 // matches (a listen-only tap: nothing is bound, nothing delivered), from
-// From on (zero: from now).
+// From on (zero: from the stream's start).
 type ListenRequest struct {
 	Route   string
 	Pattern string
 	From    time.Time
+	// Start is when the stream began, the time its client was told it
+	// listens from (zero: when Listen is called). An event received after
+	// it is live, whatever the moment Listen first reads the store: one
+	// accepted between the client's "listening" and that read is sent.
+	Start time.Time
 }
 
 // ListenEvent is one event as a listener gets it: what the sender posted,
@@ -70,7 +75,10 @@ func (s *Service) Listen(ctx context.Context, req ListenRequest, send func(Liste
 	if err := s.CheckListen(ctx, req); err != nil {
 		return err
 	}
-	started := s.now()
+	started := req.Start
+	if started.IsZero() {
+		started = s.now()
+	}
 	from := req.From
 	if from.IsZero() || from.After(started) {
 		from = started
