@@ -138,7 +138,15 @@ const (
 	// publishing into an exchange whose queue the destination consumes:
 	// only when asked for, after the delivery phase it is compared with.
 	phaseDeliveryAMQP = "delivery-amqp"
+	// phaseBareRecorder and phaseBareRecorderE2E are the bare-forwarder
+	// and bare-e2e phases with the recording forwarder (recorder.go): the
+	// floor of DESIGN.md's invariants 3 and 5. Only when asked for.
+	phaseBareRecorder    = "bare-recorder"
+	phaseBareRecorderE2E = "bare-recorder-e2e"
 )
+
+// extraPhases run only when --phases names them.
+var extraPhases = []string{phaseDeliveryFIFO, phaseDeliveryAMQP, phaseBareRecorder, phaseBareRecorderE2E}
 
 var allPhases = []string{phaseIngest, phaseBareIngest, phaseDelivery, phaseBareForwarder, phaseE2E, phaseBareE2E}
 
@@ -188,7 +196,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 1, "run the phases this many times, one round after the other; ratios are taken within each round, and their median reported")
 	fs.DurationVar(&o.settleTimeout, "settle-timeout", 60*time.Second, "give up waiting for deliveries after this long without a new one")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "interval of the progress lines")
-	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ", ")+"; and, not by default, "+phaseDeliveryFIFO+": the delivery phase again on a route with ordering fifo, its events about 50 resources, compared with the delivery phase (which then runs with the same resources, unordered), and "+phaseDeliveryAMQP+": the delivery phase again on a route of kind amqp publishing into an exchange on --amqp-url, whose quorum queue the destination consumes, compared with the delivery phase over HTTP")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ", ")+"; and, not by default, "+phaseDeliveryFIFO+": the delivery phase again on a route with ordering fifo, its events about 50 resources, compared with the delivery phase (which then runs with the same resources, unordered), and "+phaseDeliveryAMQP+": the delivery phase again on a route of kind amqp publishing into an exchange on --amqp-url, whose quorum queue the destination consumes, compared with the delivery phase over HTTP; "+phaseBareRecorder+" and "+phaseBareRecorderE2E+": the bare-forwarder and bare-e2e phases with a forwarder that reads each message's outcome in Postgres before its POST and records it, committed, before its ack (the least DESIGN.md's invariants 3 and 5 cost), compared with the delivery and e2e phases")
 	fs.StringVar(&o.targetQueue, "target-queue", "quorum", "delivery-amqp: the type of the queue bound to the route's exchange, quorum or classic (durable either way)")
 	fs.BoolVar(&o.quick, "quick", false, "small sizes, a few seconds per phase (about a minute in all); flags given explicitly win")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON (for keeping history) instead of the table")
@@ -249,8 +257,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if p == "" {
 			continue
 		}
-		if !contains(allPhases, p) && p != phaseDeliveryFIFO && p != phaseDeliveryAMQP {
-			return o, fmt.Errorf("--phases: unknown phase %q (known: %s, %s and %s)", p, strings.Join(allPhases, ", "), phaseDeliveryFIFO, phaseDeliveryAMQP)
+		if !contains(allPhases, p) && !contains(extraPhases, p) {
+			return o, fmt.Errorf("--phases: unknown phase %q (known: %s, %s)", p, strings.Join(allPhases, ", "), strings.Join(extraPhases, ", "))
 		}
 		o.phases[p] = true
 	}

@@ -19,8 +19,9 @@ import (
 // runBareForwarder is the delivery reference: --concurrency consumers on one
 // connection, each on its own channel at prefetch 1 (as the dispatcher's
 // are), POST each message to --url signed as Standard Webhooks, ack on a
-// 2xx and requeue otherwise. No Postgres. It prints "ready" once every
-// consumer is registered.
+// 2xx and requeue otherwise. No Postgres, unless --database-url is set:
+// then it is the recording forwarder (recorder below). It prints "ready"
+// once every consumer is registered.
 func runBareForwarder(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bare-forwarder", flag.ContinueOnError)
 	amqpURL := fs.String("amqp-url", "", "broker")
@@ -29,8 +30,19 @@ func runBareForwarder(ctx context.Context, args []string, stdout io.Writer) erro
 	target := fs.String("url", "", "where to POST")
 	secret := fs.String("secret", "", "whsec_ signing secret")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of one POST")
+	dbURL := fs.String("database-url", "", "record each outcome in this database (the recording forwarder); none by default")
+	maxConns := fs.Int("max-conns", 10, "with --database-url: Postgres pool size")
+	table := fs.String("table", "", "with --database-url: the table of outcomes (created if missing)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var rec *recorder
+	if *dbURL != "" || *table != "" { // one without the other is an error, never a forwarder that records nothing
+		var err error
+		if rec, err = openRecorder(ctx, *dbURL, *maxConns, *table); err != nil {
+			return err
+		}
+		defer rec.pool.Close()
 	}
 	key, err := signature.DecodeStandardSecret(*secret)
 	if err != nil {
@@ -67,7 +79,15 @@ func runBareForwarder(ctx context.Context, args []string, stdout io.Writer) erro
 		go func() {
 			defer wg.Done()
 			for d := range msgs {
-				if err := forward(ctx, client, *target, keys, d, *timeout); err != nil {
+				if rec != nil {
+					err := rec.deliver(ctx, d, func() (int, error) { return forward(ctx, client, *target, keys, d, *timeout) })
+					if err != nil {
+						errc <- err
+						return
+					}
+					continue
+				}
+				if _, err := forward(ctx, client, *target, keys, d, *timeout); err != nil {
 					if nerr := d.Nack(false, true); nerr != nil {
 						errc <- fmt.Errorf("requeueing after %v: %w", err, nerr)
 						return
@@ -100,15 +120,17 @@ func runBareForwarder(ctx context.Context, args []string, stdout io.Writer) erro
 	return runErr
 }
 
-func forward(ctx context.Context, client *http.Client, url string, keys [][]byte, d amqp.Delivery, timeout time.Duration) error {
+// forward POSTs d and returns the destination's status: an error when
+// none came or it is not a 2xx.
+func forward(ctx context.Context, client *http.Client, url string, keys [][]byte, d amqp.Delivery, timeout time.Duration) (int, error) {
 	if d.MessageId == "" {
-		return errors.New("message has no message id")
+		return 0, errors.New("message has no message id")
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(d.Body))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	now := time.Now()
 	req.Header.Set("Content-Type", d.ContentType)
@@ -118,12 +140,12 @@ func forward(ctx context.Context, client *http.Client, url string, keys [][]byte
 	req.Header.Set("webhook-signature", signature.SignStandard(keys, d.MessageId, now, d.Body))
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // drain to reuse the connection
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("HTTP %d", resp.StatusCode)
+		return resp.StatusCode, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	return nil
+	return resp.StatusCode, nil
 }

@@ -26,9 +26,12 @@ const (
 	benchRoute     = "bench"
 	// fifoResources is how many resources (data.object.lane) the events
 	// are about: what the delivery-fifo phase orders by.
-	fifoResources   = 50
-	bareRoute       = "bare"
-	bareE2ERoute    = "bare-e2e"
+	fifoResources = 50
+	bareRoute     = "bare"
+	bareE2ERoute  = "bare-e2e"
+	// The recording forwarder's phases deliver on routes of their own.
+	bareRecRoute    = "bare-rec"
+	bareRecE2ERoute = "bare-rec-e2e"
 	requestTimeout  = 30 * time.Second
 	maxFailedInARow = 200
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -137,6 +138,23 @@ var ownProcs = map[string][]string{
 	"e2e":             {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
 	"soak":            {procReceiver, procDispatcher, procPostgres, procRabbitMQ},
 	"bare-e2e":        {procBareRelay, procBareForwarder, procPostgres, procRabbitMQ},
+	// The recording forwarder runs as procBareForwarder.
+	phaseBareRecorder:    {procBareForwarder, procPostgres, procRabbitMQ},
+	phaseBareRecorderE2E: {procBareRelay, procBareForwarder, procPostgres, procRabbitMQ},
+}
+
+// forwarderArgs are the bare forwarder's arguments for queue, delivering on
+// route; recording, it records each outcome in the bare database, in a
+// table of the round's own (a message id may come again next round).
+func (r *runner) forwarderArgs(queue, route string, recording bool) []string {
+	args := []string{ChildArg, roleBareForwarder,
+		"--amqp-url", r.o.amqpURL, "--queue", queue, "--concurrency", fmt.Sprint(r.o.concurrency),
+		"--url", r.dest.url(route), "--secret", r.signingSecret}
+	if recording {
+		args = append(args, "--database-url", r.bareURL, "--max-conns", fmt.Sprint(r.o.dbConns),
+			"--table", fmt.Sprintf("bench_outcomes_%s_%d", strings.ReplaceAll(route, "-", "_"), r.round))
+	}
+	return args
 }
 
 // ingestPhases runs the closed loop against the receiver with the
@@ -450,9 +468,15 @@ func (r *runner) awaitQueued(ctx context.Context, n int) error {
 }
 
 // bareForwarderPhase publishes the same number of messages to a queue of
-// its own and times the bare forwarder's drain to the destination.
-func (r *runner) bareForwarderPhase(ctx context.Context) error {
-	p := &Phase{Key: "bare-forwarder", Title: fmt.Sprintf("delivery, bare forwarder, %d", r.o.backlog), System: "reference"}
+// its own and times the bare forwarder's drain to the destination
+// (recording: the recording forwarder's).
+func (r *runner) bareForwarderPhase(ctx context.Context, recording bool) error {
+	p := &Phase{Key: phaseBareForwarder, Title: fmt.Sprintf("delivery, bare forwarder, %d", r.o.backlog), System: "reference"}
+	queue, route := fmt.Sprintf("%s.bare.%d", r.prefix, r.round), bareRoute
+	if recording {
+		p.Key, p.Title = phaseBareRecorder, fmt.Sprintf("delivery, recording forwarder, %d", r.o.backlog)
+		queue, route = fmt.Sprintf("%s.bare-rec.%d", r.prefix, r.round), bareRecRoute
+	}
 	// The dispatcher is idle now; stopped, it takes nothing from the
 	// machine while the reference runs.
 	if err := r.dispatcherDown(); err != nil {
@@ -460,7 +484,6 @@ func (r *runner) bareForwarderPhase(ctx context.Context) error {
 	}
 	// A queue per round: messages the stopped forwarder had not acked yet
 	// are requeued into the round's own queue, not into the next round's.
-	queue := fmt.Sprintf("%s.bare.%d", r.prefix, r.round)
 	if err := declareQuorum(r.amqpConn, queue); err != nil {
 		return err
 	}
@@ -478,20 +501,18 @@ func (r *runner) bareForwarderPhase(ctx context.Context) error {
 	if err := r.resetDest(ctx); err != nil {
 		return err
 	}
-	r.logf("%s: starting the bare forwarder (concurrency %d)", p.Title, r.o.concurrency)
+	r.logf("%s: starting the forwarder (concurrency %d)", p.Title, r.o.concurrency)
 	m, err := r.begin(ctx)
 	if err != nil {
 		return err
 	}
-	proc, _, err := r.procs.start(ctx, procBareForwarder, r.exe, []string{ChildArg, roleBareForwarder,
-		"--amqp-url", r.o.amqpURL, "--queue", queue, "--concurrency", fmt.Sprint(r.o.concurrency),
-		"--url", r.dest.url(bareRoute), "--secret", r.signingSecret}, true, 30*time.Second)
+	proc, _, err := r.procs.start(ctx, procBareForwarder, r.exe, r.forwarderArgs(queue, route, recording), true, 30*time.Second)
 	if err != nil {
 		return err
 	}
 	r.setCurrent(procBareForwarder, proc)
 	defer r.setCurrent(procBareForwarder, nil)
-	dump, err := r.awaitPairs(ctx, p.Title, bareRoute, want)
+	dump, err := r.awaitPairs(ctx, p.Title, route, want)
 	if err != nil {
 		return err
 	}
@@ -502,7 +523,7 @@ func (r *runner) bareForwarderPhase(ctx context.Context) error {
 	if err := proc.stop(15 * time.Second); err != nil {
 		return err
 	}
-	r.drained(p, dump, bareRoute, want, m.at)
+	r.drained(p, dump, route, want, m.at)
 	r.finish(p, u)
 	return nil
 }
@@ -607,20 +628,23 @@ func endToEnd(p *Phase, l *loadRun, dump map[pairKey]destRecord, routes []string
 
 // bareE2EPhase is the end-to-end reference: the same open loop against
 // the bare relay (HMAC, one INSERT, a confirmed publish to a quorum
-// queue, 200), with the bare forwarder delivering from that queue.
-func (r *runner) bareE2EPhase(ctx context.Context) error {
-	p := &Phase{Key: "bare-e2e", Title: fmt.Sprintf("end to end, bare relay + forwarder, %d/s × %s", r.o.rate, r.o.e2eDuration), System: "reference"}
+// queue, 200), with the bare forwarder delivering from that queue
+// (recording: the recording forwarder).
+func (r *runner) bareE2EPhase(ctx context.Context, recording bool) error {
+	p := &Phase{Key: phaseBareE2E, Title: fmt.Sprintf("end to end, bare relay + forwarder, %d/s × %s", r.o.rate, r.o.e2eDuration), System: "reference"}
+	queue, route := fmt.Sprintf("%s.bare-e2e.%d", r.prefix, r.round), bareE2ERoute
+	if recording {
+		p.Key, p.Title = phaseBareRecorderE2E, fmt.Sprintf("end to end, bare relay + recording forwarder, %d/s × %s", r.o.rate, r.o.e2eDuration)
+		queue, route = fmt.Sprintf("%s.bare-rec-e2e.%d", r.prefix, r.round), bareRecE2ERoute
+	}
 	// Stopped, the dispatcher takes nothing from the machine meanwhile.
 	if err := r.dispatcherDown(); err != nil {
 		return err
 	}
-	queue := fmt.Sprintf("%s.bare-e2e.%d", r.prefix, r.round)
 	if err := declareQuorum(r.amqpConn, queue); err != nil {
 		return err
 	}
-	fwd, _, err := r.procs.start(ctx, procBareForwarder, r.exe, []string{ChildArg, roleBareForwarder,
-		"--amqp-url", r.o.amqpURL, "--queue", queue, "--concurrency", fmt.Sprint(r.o.concurrency),
-		"--url", r.dest.url(bareE2ERoute), "--secret", r.signingSecret}, true, 30*time.Second)
+	fwd, _, err := r.procs.start(ctx, procBareForwarder, r.exe, r.forwarderArgs(queue, route, recording), true, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -641,7 +665,12 @@ func (r *runner) bareE2EPhase(ctx context.Context) error {
 	if err := r.resetDest(ctx); err != nil {
 		return err
 	}
-	s := newSender("http://"+addr+"/webhooks/"+benchSource, []byte(r.sourceSecret), fmt.Sprintf("%se%d", r.runID, r.round), r.o.bodySize, r.o.clients)
+	// Ids of the phase's own: both phases store into the same database.
+	idPrefix := fmt.Sprintf("%se%d", r.runID, r.round)
+	if recording {
+		idPrefix = fmt.Sprintf("%sr%d", r.runID, r.round)
+	}
+	s := newSender("http://"+addr+"/webhooks/"+benchSource, []byte(r.sourceSecret), idPrefix, r.o.bodySize, r.o.clients)
 	r.logf("%s: open loop", p.Title)
 	m, err := r.begin(ctx)
 	if err != nil {
@@ -654,7 +683,7 @@ func (r *runner) bareE2EPhase(ctx context.Context) error {
 		return err
 	}
 	want := ids(l.sent)
-	dump, err := r.awaitPairs(ctx, p.Title+", delivering", bareE2ERoute, want)
+	dump, err := r.awaitPairs(ctx, p.Title+", delivering", route, want)
 	if err != nil {
 		return err
 	}
@@ -671,8 +700,8 @@ func (r *runner) bareE2EPhase(ctx context.Context) error {
 	p.Seconds = r.o.e2eDuration.Seconds()
 	p.Rate = float64(p.Count) / p.Seconds
 	p.IngestLatency = p.Latency
-	r.check(p, dump, bareE2ERoute, want)
-	endToEnd(p, l, dump, []string{bareE2ERoute}, m.at)
+	r.check(p, dump, route, want)
+	endToEnd(p, l, dump, []string{route}, m.at)
 	r.finish(p, u)
 	return nil
 }

@@ -195,10 +195,30 @@ func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
 // printEndToEnd writes hookrelay end to end against the bare reference at
 // the same rate: the yardstick for everyday load.
 func printEndToEnd(w io.Writer, res *Results) error {
-	if len(res.EndToEnd) == 0 {
+	for _, ref := range e2eRefs {
+		var cs []E2ECompare
+		for _, c := range res.EndToEnd {
+			if c.Reference == ref {
+				cs = append(cs, c)
+			}
+		}
+		if err := printEndToEndAgainst(w, res.Load.Rate, ref, cs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printEndToEndAgainst writes the comparisons cs with the reference ref.
+func printEndToEndAgainst(w io.Writer, rate int, ref string, cs []E2ECompare) error {
+	if len(cs) == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\nend to end at %d/s against the bare relay + forwarder at the same rate (ratio: hookrelay / bare)\n", res.Load.Rate)
+	what := "the bare relay + forwarder"
+	if ref == phaseBareRecorderE2E {
+		what = "the bare relay + recording forwarder"
+	}
+	fmt.Fprintf(w, "\nend to end at %d/s against %s at the same rate (ratio: hookrelay / bare)\n", rate, what)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "round\town CPU ms/ev\tbare\tratio\tp50 ms\tbare\tratio\tp99 ms\tbare\tratio\t")
 	row := func(label string, c E2ECompare) {
@@ -208,11 +228,11 @@ func printEndToEnd(w io.Writer, res *Results) error {
 			f1(c.P99.Hookrelay), f1(c.P99.Bare), c.P99.Ratio)
 	}
 	var cpu, p50, p99 []float64
-	for _, c := range res.EndToEnd {
+	for _, c := range cs {
 		row(fmt.Sprintf("#%d", c.Round), c)
 		cpu, p50, p99 = append(cpu, c.OwnCPU.Ratio), append(p50, c.P50.Ratio), append(p99, c.P99.Ratio)
 	}
-	if len(res.EndToEnd) > 1 {
+	if len(cs) > 1 {
 		fmt.Fprintf(tw, "median ratio\t\t\t%.2f\t\t\t%.2f\t\t\t%.2f\t\n", median(cpu), median(p50), median(p99))
 	}
 	return tw.Flush()

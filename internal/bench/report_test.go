@@ -110,6 +110,43 @@ func TestEndToEndIsComparedWithTheBareReference(t *testing.T) {
 	require.Regexp(t, `median ratio\s+3\.00\s+4\.00\s+4\.00`, s)
 }
 
+// The recording forwarder's phases are references of their own: the drain
+// and end to end are compared with them apart from the bare ones.
+func TestTheRecordingForwarderIsAReferenceApart(t *testing.T) {
+	t.Parallel()
+	lat := func(p50, p99 float64) *Latency { return &Latency{N: 4000, P50: p50, P99: p99} }
+	res := &Results{Rounds: 1, Load: Load{Rate: 200}, Phases: []*Phase{
+		{Key: "delivery", Title: "delivery", System: "hookrelay", Round: 1, Count: 10000, Rate: 2000},
+		{Key: "bare-forwarder", Title: "delivery, bare forwarder", System: "reference", Round: 1, Count: 10000, Rate: 5000},
+		{Key: phaseBareRecorder, Title: "delivery, recording forwarder", System: "reference", Round: 1, Count: 10000, Rate: 1600},
+		{Key: "e2e", Title: "end to end", System: "hookrelay", Round: 1, Count: 4000, Rate: 200, OwnCPUPerEventMS: 6, Latency: lat(4, 30)},
+		{Key: "bare-e2e", Title: "end to end, bare", System: "reference", Round: 1, Count: 4000, Rate: 200, OwnCPUPerEventMS: 3, Latency: lat(0.5, 3)},
+		{Key: phaseBareRecorderE2E, Title: "end to end, recording", System: "reference", Round: 1, Count: 4000, Rate: 200, OwnCPUPerEventMS: 4, Latency: lat(1, 60)},
+	}}
+	r := &runner{res: res}
+	r.summarize()
+	got := map[string]float64{}
+	for _, rt := range res.Ratios {
+		got[rt.Name] = rt.Value
+	}
+	require.Equal(t, map[string]float64{
+		"delivery / bare forwarder":            0.4,
+		"delivery / recording forwarder":       1.25,
+		"recording forwarder / bare forwarder": 0.32,
+	}, got)
+	require.Len(t, res.EndToEnd, 2)
+	require.Equal(t, E2ECompare{Round: 1, Reference: phaseBareE2E, OwnCPU: Compare{Hookrelay: 6, Bare: 3, Ratio: 2},
+		P50: Compare{Hookrelay: 4, Bare: 0.5, Ratio: 8}, P99: Compare{Hookrelay: 30, Bare: 3, Ratio: 10}}, res.EndToEnd[0])
+	require.Equal(t, E2ECompare{Round: 1, Reference: phaseBareRecorderE2E, OwnCPU: Compare{Hookrelay: 6, Bare: 4, Ratio: 1.5},
+		P50: Compare{Hookrelay: 4, Bare: 1, Ratio: 4}, P99: Compare{Hookrelay: 30, Bare: 60, Ratio: 0.5}}, res.EndToEnd[1])
+
+	var out bytes.Buffer
+	require.NoError(t, r.printTable(&out))
+	s := out.String()
+	require.Regexp(t, `against the bare relay \+ forwarder at the same rate[^\n]*\n[^\n]*\n\s+#1\s+6\.00\s+3\.00\s+2\.00`, s)
+	require.Regexp(t, `against the bare relay \+ recording forwarder at the same rate[^\n]*\n[^\n]*\n\s+#1\s+6\.00\s+4\.00\s+1\.50`, s)
+}
+
 func TestMedian(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, 2.0, median([]float64{3, 1, 2}))

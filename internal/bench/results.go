@@ -150,10 +150,13 @@ type Ratio struct {
 // at the same rate, in one round: own CPU per event and latency from the
 // 200 to the destination, each with its ratio (hookrelay / bare).
 type E2ECompare struct {
-	Round  int     `json:"round"`
-	OwnCPU Compare `json:"own_cpu_per_event_ms"`
-	P50    Compare `json:"p50_ms"`
-	P99    Compare `json:"p99_ms"`
+	Round int `json:"round"`
+	// Reference is the reference phase's key: bare-e2e, or
+	// bare-recorder-e2e (the recording forwarder).
+	Reference string  `json:"reference"`
+	OwnCPU    Compare `json:"own_cpu_per_event_ms"`
+	P50       Compare `json:"p50_ms"`
+	P99       Compare `json:"p99_ms"`
 }
 
 // Compare is one measure of hookrelay and of its reference.

@@ -126,9 +126,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 		{phaseDelivery, r.deliveryPhase},
 		{phaseDeliveryFIFO, r.deliveryFIFOPhase},
 		{phaseDeliveryAMQP, r.deliveryAMQPPhase},
-		{phaseBareForwarder, r.bareForwarderPhase},
+		{phaseBareForwarder, func(ctx context.Context) error { return r.bareForwarderPhase(ctx, false) }},
+		{phaseBareRecorder, func(ctx context.Context) error { return r.bareForwarderPhase(ctx, true) }},
 		{phaseE2E, r.e2ePhase},
-		{phaseBareE2E, r.bareE2EPhase},
+		{phaseBareE2E, func(ctx context.Context) error { return r.bareE2EPhase(ctx, false) }},
+		{phaseBareRecorderE2E, func(ctx context.Context) error { return r.bareE2EPhase(ctx, true) }},
 	}
 	if o.soak > 0 {
 		r.round = 1
@@ -288,7 +290,7 @@ func (r *runner) setup(ctx context.Context) error {
 	if r.relayURL, err = r.createDB(ctx, r.relayName); err != nil {
 		return err
 	}
-	if r.o.phases[phaseBareIngest] || r.o.phases[phaseBareE2E] {
+	if r.o.phases[phaseBareIngest] || r.o.phases[phaseBareE2E] || r.o.phases[phaseBareRecorder] || r.o.phases[phaseBareRecorderE2E] {
 		if r.bareURL, err = r.createDB(ctx, r.bareName); err != nil {
 			return err
 		}

@@ -21,7 +21,12 @@ var ratioDefs = []struct{ name, of, to string }{
 	{"delivery / bare forwarder", "delivery", "bare-forwarder"},
 	{"delivery in order (fifo) / unordered", phaseDeliveryFIFO, "delivery"},
 	{"delivery into an exchange (amqp) / over HTTP", phaseDeliveryAMQP, "delivery"},
+	{"delivery / recording forwarder", "delivery", phaseBareRecorder},
+	{"recording forwarder / bare forwarder", phaseBareRecorder, "bare-forwarder"},
 }
+
+// e2eRefs are the end-to-end references the e2e phase is compared with.
+var e2eRefs = []string{phaseBareE2E, phaseBareRecorderE2E}
 
 // summarize computes, per round, the ratios of hookrelay to the
 // references measured in that round (the pairs closest in time, so the
@@ -52,12 +57,14 @@ func (r *runner) summarize() {
 			r.res.Ratios = append(r.res.Ratios, Ratio{Name: d.name, Of: d.of, To: d.to, Round: round, Value: v})
 			values[d.name] = append(values[d.name], v)
 		}
-		if a, b := byKey["e2e"], byKey["bare-e2e"]; a != nil && b != nil && a.Latency != nil && b.Latency != nil {
-			r.res.EndToEnd = append(r.res.EndToEnd, E2ECompare{Round: round,
-				OwnCPU: compare(a.OwnCPUPerEventMS, b.OwnCPUPerEventMS),
-				P50:    compare(a.Latency.P50, b.Latency.P50),
-				P99:    compare(a.Latency.P99, b.Latency.P99),
-			})
+		for _, ref := range e2eRefs {
+			if a, b := byKey["e2e"], byKey[ref]; a != nil && b != nil && a.Latency != nil && b.Latency != nil {
+				r.res.EndToEnd = append(r.res.EndToEnd, E2ECompare{Round: round, Reference: ref,
+					OwnCPU: compare(a.OwnCPUPerEventMS, b.OwnCPUPerEventMS),
+					P50:    compare(a.Latency.P50, b.Latency.P50),
+					P99:    compare(a.Latency.P99, b.Latency.P99),
+				})
+			}
 		}
 		if a, b := byKey["ingest-stopped"], byKey["delivery"]; a != nil && b != nil {
 			cpus = append(cpus, a.CPUPerEventMS+b.CPUPerEventMS)
