@@ -32,9 +32,9 @@ func TestMain(m *testing.M) {
 	m.Run() // the test binary exits with its status
 }
 
-// buildRelay requires the services and builds the receiver and the
-// dispatcher from this tree into a temporary folder, which it returns.
-func buildRelay(t *testing.T) string {
+// requireServices requires Postgres and RabbitMQ (a failure in CI, a skip
+// elsewhere).
+func requireServices(t *testing.T) {
 	t.Helper()
 	testenv.Require(t, "Postgres and RabbitMQ", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -50,6 +50,13 @@ func buildRelay(t *testing.T) string {
 		}
 		return amqpConn.Close()
 	})
+}
+
+// buildRelay requires the services and builds the receiver and the
+// dispatcher from this tree into a temporary folder, which it returns.
+func buildRelay(t *testing.T) string {
+	t.Helper()
+	requireServices(t)
 	if err := checkProc(); err != nil {
 		t.Skip(err)
 	}

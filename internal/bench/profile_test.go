@@ -33,20 +33,7 @@ func TestProfileFlags(t *testing.T) {
 // statements when the server loads pg_stat_statements (else it says how to
 // load it). The shared test server may or may not load it; both are checked.
 func TestProfileRunAgainstRealServices(t *testing.T) {
-	testenv.Require(t, "Postgres and RabbitMQ", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, testenv.AdminDatabaseURL())
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		amqpConn, err := dialAMQP(testenv.AMQPURL(), "hookrelay-bench-test")
-		if err != nil {
-			return err
-		}
-		return amqpConn.Close()
-	})
+	requireServices(t)
 	if err := checkProc(); err != nil {
 		t.Skip(err)
 	}

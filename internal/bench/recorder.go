@@ -27,10 +27,12 @@ import (
 // it is a floor for what any relay keeping those two invariants costs
 // Postgres and its own process per delivery, not a relay.
 type recorder struct {
-	pool          *pgxpool.Pool
-	read, record  string
-	statementTime time.Duration
+	pool         *pgxpool.Pool
+	read, record string
 }
+
+// recordTimeout bounds each of the recorder's statements.
+const recordTimeout = 5 * time.Second
 
 // openRecorder connects to dbURL and creates table when it is missing.
 func openRecorder(ctx context.Context, dbURL string, maxConns int, table string) (*recorder, error) {
@@ -62,7 +64,6 @@ func openRecorder(ctx context.Context, dbURL string, maxConns int, table string)
 		record: `INSERT INTO ` + t + ` AS o (message_id, delivered, attempts, last_status) VALUES ($1, $2, 1, $3)
 			ON CONFLICT (message_id) DO UPDATE SET delivered = o.delivered OR excluded.delivered,
 			attempts = o.attempts + 1, last_status = excluded.last_status, updated_at = now()`,
-		statementTime: 5 * time.Second,
 	}, nil
 }
 
@@ -71,7 +72,7 @@ func openRecorder(ctx context.Context, dbURL string, maxConns int, table string)
 // must not measure a forwarder that skipped its writes) or an ack or a
 // requeue the broker refused.
 func (r *recorder) deliver(ctx context.Context, d amqp.Delivery, post func() (int, error)) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.statementTime)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	var delivered bool
 	switch err := r.pool.QueryRow(sctx, r.read, d.MessageId).Scan(&delivered); {
@@ -90,7 +91,7 @@ func (r *recorder) deliver(ctx context.Context, d amqp.Delivery, post func() (in
 	if status != 0 {
 		last = &status
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.statementTime)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	if _, err := r.pool.Exec(rctx, r.record, d.MessageId, postErr == nil, last); err != nil {
 		return fmt.Errorf("recording the outcome of %s: %w", d.MessageId, err)

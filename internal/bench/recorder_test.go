@@ -23,20 +23,7 @@ import (
 // before the ack (a failure too, and the requeued message POSTed again),
 // and a message recorded as delivered acked with no new POST.
 func TestRecordingForwarderKeepsTheInvariantsItStandsFor(t *testing.T) {
-	testenv.Require(t, "Postgres and RabbitMQ", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, testenv.AdminDatabaseURL())
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		c, err := dialAMQP(testenv.AMQPURL(), "hookrelay-bench-test")
-		if err != nil {
-			return err
-		}
-		return c.Close()
-	})
+	requireServices(t)
 	ctx := t.Context()
 	suffix := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	table, queue := "hrtest_outcomes_"+suffix, "hrtest-recorder-"+suffix
